@@ -1,0 +1,113 @@
+#pragma once
+// Configuration: every SLUICE_ variable parsed and validated once, at start-up,
+// into plain structs. Nothing downstream reads the environment again.
+// One table (variables()) feeds --help, check-config and docs/configuration.md.
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "routes/routes.hpp"
+
+namespace sluice::config {
+
+using Duration = std::chrono::milliseconds;
+
+struct Endpoint {
+  std::string host;  // IPv4/IPv6 literal or a name resolved at start-up
+  std::uint16_t port = 0;
+  std::string str() const;      // "host:port" ("[::1]:port" for IPv6)
+  bool is_loopback() const;     // 127.0.0.0/8, ::1, localhost
+};
+
+struct Upstream {
+  std::string name;
+  std::vector<Endpoint> hosts;  // at least one
+};
+
+enum class AccessLog { stdout_, stderr_, off, file };
+
+struct Config {
+  // listeners
+  Endpoint listen{"0.0.0.0", 8080};
+  Endpoint admin_listen{"127.0.0.1", 9901};
+  std::string admin_token;  // empty: unset
+  int threads = 1;          // default: number of cores
+
+  // upstreams and routes
+  std::vector<Upstream> upstreams;  // at least one; order as given
+  routes::Table routes;             // default table when neither variable is set
+  std::size_t upstream_max_connections = 512;  // per upstream, split across threads
+  Duration upstream_idle_timeout{30'000};      // idle pooled connection closed after
+
+  // limits and timeouts
+  std::size_t max_header_bytes = 16 * 1024;           // 431 above
+  std::uint64_t max_body_bytes = 64ull * 1024 * 1024;  // 413 above
+  std::size_t max_connections = 20'000;               // client connections
+  Duration header_timeout{10'000};    // whole request head must arrive within (408)
+  Duration idle_timeout{60'000};      // keep-alive idle between requests
+  Duration body_timeout{30'000};      // between two reads of a request body
+  Duration send_timeout{30'000};      // a write to the client must progress within
+  Duration connect_timeout{2'000};    // upstream connect (502 on failure)
+  Duration response_timeout{30'000};  // upstream response head (504)
+  Duration sse_idle_timeout{300'000};  // between two reads of an SSE stream
+
+  // measurement
+  Duration lag_probe_interval{50};  // event-loop lag probe period per I/O thread
+
+  // drain on SIGTERM
+  Duration drain_delay{5'000};     // keep accepting after /readyz turns 503
+  Duration drain_timeout{30'000};  // then let in-flight requests finish up to this
+
+  // access log
+  AccessLog access_log = AccessLog::stdout_;
+  std::string access_log_path;  // when access_log == file
+};
+
+// Thrown while loading: what() is "SLUICE_X: <what is wrong and what would be valid>".
+class ConfigError : public std::runtime_error {
+ public:
+  ConfigError(std::string variable, const std::string& message);
+  const std::string& variable() const { return variable_; }
+
+ private:
+  std::string variable_;
+};
+
+struct Variable {
+  std::string_view name;           // "SLUICE_LISTEN"
+  std::string_view default_value;  // as shown to users
+  std::string_view meaning;        // one sentence
+};
+
+// The single table of variables, in documentation order.
+std::span<const Variable> variables();
+
+using Env = std::map<std::string, std::string, std::less<>>;
+
+// The SLUICE_ entries of an environ-style array.
+Env sluice_environment(char** envp);
+
+// Parses and validates. Unknown SLUICE_ names are refused. Throws ConfigError.
+Config load(const Env& env);
+
+// Effective configuration as pretty JSON (check-config); the token is redacted.
+std::string to_json(const Config& config);
+
+// `sluice --help` text: usage plus the variable table.
+std::string help_text();
+
+// docs/configuration.md, generated from variables().
+std::string reference_markdown();
+
+// Value parsers, exposed for tests. Throw std::invalid_argument with a message.
+Duration parse_duration(std::string_view text);  // "250ms", "5s", "2m", "1h"; "0" allowed
+std::uint64_t parse_bytes(std::string_view text);  // "16384", "16KiB", "64MiB", "1GiB"
+Endpoint parse_endpoint(std::string_view text);    // "host:port", "[::1]:port"
+std::vector<Upstream> parse_upstreams(std::string_view text);
+
+}  // namespace sluice::config

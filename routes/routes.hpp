@@ -1,0 +1,75 @@
+#pragma once
+// Routes: SPEC's route schema. A table of flat JSON objects, first match wins.
+// Parsed once at start-up; match() is called once per request on an I/O thread,
+// reads only immutable state and allocates nothing (except inside std::regex for
+// routes that use `regex`).
+#include <cstdint>
+#include <optional>
+#include <regex>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "admission/lane.hpp"
+
+namespace sluice::routes {
+
+// What the matcher may look at in a request.
+struct RequestView {
+  std::string_view method;  // e.g. "GET"
+  std::string_view path;    // target without the query string
+  // Header lookup: returns the first value of the named header (case-insensitive
+  // name), or an empty view when absent.
+  std::string_view (*header)(const void* ctx, std::string_view name) = nullptr;
+  const void* ctx = nullptr;
+  bool accepts_sse = false;          // Accept contains text/event-stream
+  std::uint64_t body_bytes = 0;      // Content-Length, 0 when absent/chunked
+};
+
+struct HeaderMatch {
+  std::string name;   // compared case-insensitively
+  std::string value;  // compared exactly
+};
+
+struct Route {
+  std::string name;  // "name" field if given, else "route<index>"
+  // match
+  std::optional<std::string> prefix;
+  std::optional<std::string> regex_source;
+  std::optional<std::regex> regex;  // ECMAScript, matched with regex_search on the path
+  std::vector<std::string> methods;  // empty: any; upper-case
+  std::optional<HeaderMatch> header;
+  std::optional<bool> sse;
+  std::optional<std::uint64_t> min_body_bytes;
+  // action
+  admission::Lane lane = admission::Lane::standard;
+  std::size_t upstream = 0;  // index into the configured upstream list
+  std::vector<std::size_t> alternatives;
+  bool pin = false;
+
+  bool matches(const RequestView& req) const;
+};
+
+class RouteError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Table {
+ public:
+  // The default table: SSE requests -> heavy, the rest -> standard, to upstream 0.
+  static Table defaults();
+  // Parses SPEC's JSON array. Throws RouteError with a message naming the route
+  // index and field ("route 2: unknown field \"lanes\"; valid: ...").
+  static Table parse(std::string_view json, const std::vector<std::string>& upstream_names);
+
+  // First matching route, or nullptr when none matches (the proxy answers 404).
+  const Route* match(const RequestView& req) const;
+  const std::vector<Route>& routes() const { return routes_; }
+
+ private:
+  std::vector<Route> routes_;
+};
+
+}  // namespace sluice::routes
