@@ -1,0 +1,106 @@
+// sluice: the command line. Loads the configuration (exit 2 on any invalid
+// value, before anything is bound) and runs the chosen command.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <string_view>
+
+#include "config/config.hpp"
+#include "proxy/serve.hpp"
+
+extern char** environ;
+
+namespace {
+
+constexpr std::string_view kVersion = "0.1.0";
+
+int config_error(const std::exception& e) {
+  std::fprintf(stderr, "sluice: config: %s\n", e.what());
+  return 2;
+}
+
+// Exits 0 when the local instance answers GET /healthz with 200: a health
+// check for images without a shell or curl.
+int healthcheck(const sluice::config::Config& cfg) {
+  std::string host = cfg.admin_listen.host;
+  if (host == "0.0.0.0") host = "127.0.0.1";
+  if (host == "::" || host == "[::]") host = "::1";
+  if (host == "localhost") host = "127.0.0.1";
+  bool v6 = host.find(':') != std::string::npos;
+  int fd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 1;
+  timeval tv{2, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  int rc = -1;
+  if (v6) {
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_port = htons(cfg.admin_listen.port);
+    if (inet_pton(AF_INET6, host.c_str(), &a.sin6_addr) == 1)
+      rc = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  } else {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(cfg.admin_listen.port);
+    if (inet_pton(AF_INET, host.c_str(), &a.sin_addr) == 1)
+      rc = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  }
+  if (rc != 0) {
+    std::fprintf(stderr, "sluice: healthcheck: cannot connect to %s\n", cfg.admin_listen.str().c_str());
+    ::close(fd);
+    return 1;
+  }
+  std::string req = "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+  if (::write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+    ::close(fd);
+    return 1;
+  }
+  char buf[64] = {};
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  bool ok = n >= 12 && std::string_view(buf, 12) == "HTTP/1.1 200";
+  if (!ok) std::fprintf(stderr, "sluice: healthcheck: /healthz did not answer 200\n");
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string_view cmd = argc > 1 ? argv[1] : "serve";
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    std::cout << sluice::config::help_text();
+    return 0;
+  }
+  if (cmd == "--version") {
+    std::cout << "sluice " << kVersion << "\n";
+    return 0;
+  }
+  if (cmd == "config-reference") {
+    std::cout << sluice::config::reference_markdown();
+    return 0;
+  }
+  if (cmd != "serve" && cmd != "check-config" && cmd != "healthcheck") {
+    std::fprintf(stderr, "sluice: unknown command \"%.*s\"; see sluice --help\n",
+                 static_cast<int>(cmd.size()), cmd.data());
+    return 2;
+  }
+  sluice::config::Config cfg;
+  try {
+    cfg = sluice::config::load(sluice::config::sluice_environment(environ));
+  } catch (const std::exception& e) {
+    return config_error(e);
+  }
+  if (cmd == "check-config") {
+    std::cout << sluice::config::to_json(cfg) << "\n";
+    return 0;
+  }
+  if (cmd == "healthcheck") return healthcheck(cfg);
+  return sluice::proxy::serve(cfg);
+}

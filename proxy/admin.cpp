@@ -1,0 +1,388 @@
+#include "proxy/admin.hpp"
+
+#include <prometheus/metric_family.h>
+#include <prometheus/text_serializer.h>
+
+#include <boost/beast/core/bind_handler.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+#include <sstream>
+
+namespace sluice::proxy {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+using boost::system::error_code;
+namespace prom = prometheus;
+
+// ---------------------------------------------------------------- Watchdog
+
+Watchdog::Watchdog(Runtime& rt)
+    : rt_(rt), stall_ns_(rt.workers.size()), in_episode_(rt.workers.size(), false) {}
+
+Watchdog::~Watchdog() { stop(); }
+
+void Watchdog::start() {
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Watchdog::stop() {
+  stop_.store(true);
+  if (thread_.joinable()) thread_.join();
+}
+
+double Watchdog::stall_seconds(std::size_t worker) const {
+  return static_cast<double>(stall_ns_[worker].load(std::memory_order_relaxed)) / 1e9;
+}
+
+void Watchdog::loop() {
+  auto interval = std::chrono::duration_cast<std::chrono::nanoseconds>(rt_.config.lag_probe_interval);
+  auto period = std::max(interval / 2, std::chrono::nanoseconds(std::chrono::milliseconds(5)));
+  while (!stop_.load()) {
+    std::this_thread::sleep_for(period);
+    auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                   Clock::now().time_since_epoch())
+                   .count();
+    for (std::size_t i = 0; i < rt_.workers.size(); ++i) {
+      auto beat = rt_.workers[i]->heartbeat_ns.load(std::memory_order_relaxed);
+      auto stall = std::max<std::int64_t>(0, now - beat - interval.count());
+      stall_ns_[i].store(stall, std::memory_order_relaxed);
+      bool episode = static_cast<double>(stall) / 1e9 >= kStallEpisode;
+      if (episode && !in_episode_[i]) stalls_total_.fetch_add(1, std::memory_order_relaxed);
+      in_episode_[i] = episode;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- metrics
+
+namespace {
+
+prom::MetricFamily family(std::string name, std::string help, prom::MetricType type) {
+  prom::MetricFamily f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  f.type = type;
+  return f;
+}
+
+prom::ClientMetric with_labels(std::vector<prom::ClientMetric::Label> labels) {
+  prom::ClientMetric m;
+  m.label = std::move(labels);
+  return m;
+}
+
+template <std::size_t N, class Get>
+prom::ClientMetric::Histogram sum_histograms(Runtime& rt, Get get) {
+  std::array<std::uint64_t, N + 1> counts{};
+  double sum = 0;
+  for (auto& w : rt.workers) {
+    const Histogram<N>& h = get(w->stats());
+    for (std::size_t i = 0; i <= N; ++i) counts[i] += h.counts[i].load(std::memory_order_relaxed);
+    sum += h.sum.load(std::memory_order_relaxed);
+  }
+  const Histogram<N>& first = get(rt.workers.front()->stats());
+  prom::ClientMetric::Histogram out;
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < N; ++i) {
+    cumulative += counts[i];
+    out.bucket.push_back({cumulative, first.bounds[i]});
+  }
+  cumulative += counts[N];
+  out.bucket.push_back({cumulative, std::numeric_limits<double>::infinity()});
+  out.sample_count = cumulative;
+  out.sample_sum = sum;
+  return out;
+}
+
+template <class T, class Get>
+T sum_workers(Runtime& rt, Get get) {
+  T total{};
+  for (auto& w : rt.workers) total += get(w->stats()).load(std::memory_order_relaxed);
+  return total;
+}
+
+}  // namespace
+
+std::string render_metrics(Runtime& rt, const Watchdog& watchdog) {
+  using admission::kLanes;
+  const auto& cfg = rt.config;
+  std::vector<prom::MetricFamily> out;
+
+  {
+    auto f = family("sluice_requests_total", "Requests answered, by lane and status code.",
+                    prom::MetricType::Counter);
+    for (auto lane : kLanes) {
+      for (int code = 100; code < kStatusSlots; ++code) {
+        auto n = sum_workers<std::uint64_t>(rt, [&](Shard& s) -> auto& {
+          return s.lane[admission::index(lane)].requests[static_cast<std::size_t>(code)];
+        });
+        if (n == 0) continue;
+        auto m = with_labels({{"code", std::to_string(code)}, {"lane", std::string(to_string(lane))}});
+        m.counter.value = static_cast<double>(n);
+        f.metric.push_back(std::move(m));
+      }
+    }
+    out.push_back(std::move(f));
+  }
+  {
+    auto f = family("sluice_request_duration_seconds",
+                    "Time from the first byte of a request to the end of its response, by lane.",
+                    prom::MetricType::Histogram);
+    for (auto lane : kLanes) {
+      auto m = with_labels({{"lane", std::string(to_string(lane))}});
+      m.histogram = sum_histograms<kLatencyBounds.size()>(
+          rt, [&](Shard& s) -> auto& { return s.lane[admission::index(lane)].duration; });
+      f.metric.push_back(std::move(m));
+    }
+    out.push_back(std::move(f));
+  }
+  {
+    auto f = family("sluice_lane_in_flight", "Requests admitted and not yet answered, by lane.",
+                    prom::MetricType::Gauge);
+    for (auto lane : kLanes) {
+      auto m = with_labels({{"lane", std::string(to_string(lane))}});
+      m.gauge.value = static_cast<double>(sum_workers<std::int64_t>(
+          rt, [&](Shard& s) -> auto& { return s.lane[admission::index(lane)].in_flight; }));
+      f.metric.push_back(std::move(m));
+    }
+    out.push_back(std::move(f));
+  }
+  {
+    auto f = family("sluice_client_errors_total",
+                    "Requests answered before routing (malformed, too large, too slow, no route), by status code.",
+                    prom::MetricType::Counter);
+    for (int code = 100; code < kStatusSlots; ++code) {
+      auto n = sum_workers<std::uint64_t>(
+          rt, [&](Shard& s) -> auto& { return s.client_errors[static_cast<std::size_t>(code)]; });
+      if (n == 0) continue;
+      auto m = with_labels({{"code", std::to_string(code)}});
+      m.counter.value = static_cast<double>(n);
+      f.metric.push_back(std::move(m));
+    }
+    out.push_back(std::move(f));
+  }
+  {
+    auto f = family("sluice_event_loop_lag_seconds",
+                    "Lateness of each I/O thread's probe timer (all threads).",
+                    prom::MetricType::Histogram);
+    prom::ClientMetric m;
+    m.histogram = sum_histograms<kLagBounds.size()>(rt, [](Shard& s) -> auto& { return s.lag; });
+    f.metric.push_back(std::move(m));
+    out.push_back(std::move(f));
+  }
+  {
+    auto f = family("sluice_event_loop_stall_seconds",
+                    "How long each I/O thread's loop has been stalled right now, seen by the watchdog.",
+                    prom::MetricType::Gauge);
+    for (std::size_t i = 0; i < rt.workers.size(); ++i) {
+      auto m = with_labels({{"thread", std::to_string(i)}});
+      m.gauge.value = watchdog.stall_seconds(i);
+      f.metric.push_back(std::move(m));
+    }
+    out.push_back(std::move(f));
+    auto c = family("sluice_event_loop_stalls_total",
+                    "Stalls of at least 250ms seen by the watchdog while they lasted.",
+                    prom::MetricType::Counter);
+    prom::ClientMetric cm;
+    cm.counter.value = static_cast<double>(watchdog.stalls_total());
+    c.metric.push_back(std::move(cm));
+    out.push_back(std::move(c));
+  }
+  {
+    auto wait = family("sluice_upstream_wait_seconds",
+                       "Time a request waited for an upstream connection (pooled, new or queued).",
+                       prom::MetricType::Histogram);
+    auto timeouts = family("sluice_upstream_timeouts_total",
+                           "Upstream response timeouts (no response head, or a stalled body).",
+                           prom::MetricType::Counter);
+    auto failures = family("sluice_upstream_connect_failures_total",
+                           "Upstream connects refused or timed out.", prom::MetricType::Counter);
+    auto retries = family("sluice_upstream_retries_total",
+                          "Idempotent requests replayed once on a fresh connection.",
+                          prom::MetricType::Counter);
+    auto conns = family("sluice_upstream_connections", "Open upstream connections.",
+                        prom::MetricType::Gauge);
+    auto waiting = family("sluice_upstream_waiting", "Requests queued for an upstream connection.",
+                          prom::MetricType::Gauge);
+    for (std::size_t u = 0; u < cfg.upstreams.size(); ++u) {
+      std::vector<prom::ClientMetric::Label> l{{"upstream", cfg.upstreams[u].name}};
+      auto m = with_labels(l);
+      m.histogram = sum_histograms<kLatencyBounds.size()>(
+          rt, [&](Shard& s) -> auto& { return s.upstream[u].wait; });
+      wait.metric.push_back(std::move(m));
+      auto counter = [&](prom::MetricFamily& f, auto get) {
+        auto mm = with_labels(l);
+        mm.counter.value = static_cast<double>(sum_workers<std::uint64_t>(rt, get));
+        f.metric.push_back(std::move(mm));
+      };
+      auto gauge = [&](prom::MetricFamily& f, auto get) {
+        auto mm = with_labels(l);
+        mm.gauge.value = static_cast<double>(sum_workers<std::int64_t>(rt, get));
+        f.metric.push_back(std::move(mm));
+      };
+      counter(timeouts, [&](Shard& s) -> auto& { return s.upstream[u].timeouts; });
+      counter(failures, [&](Shard& s) -> auto& { return s.upstream[u].connect_failures; });
+      counter(retries, [&](Shard& s) -> auto& { return s.upstream[u].retries; });
+      gauge(conns, [&](Shard& s) -> auto& { return s.upstream[u].connections; });
+      gauge(waiting, [&](Shard& s) -> auto& { return s.upstream[u].waiting; });
+    }
+    for (auto* f : {&wait, &timeouts, &failures, &retries, &conns, &waiting})
+      out.push_back(std::move(*f));
+  }
+  {
+    auto f = family("sluice_client_connections", "Open client connections.", prom::MetricType::Gauge);
+    prom::ClientMetric m;
+    m.gauge.value = static_cast<double>(
+        sum_workers<std::int64_t>(rt, [](Shard& s) -> auto& { return s.client_connections; }));
+    f.metric.push_back(std::move(m));
+    out.push_back(std::move(f));
+    auto r = family("sluice_client_connections_refused_total",
+                    "Client connections closed at once because SLUICE_MAX_CONNECTIONS were open.",
+                    prom::MetricType::Counter);
+    prom::ClientMetric rm;
+    rm.counter.value = static_cast<double>(
+        sum_workers<std::uint64_t>(rt, [](Shard& s) -> auto& { return s.connections_refused; }));
+    r.metric.push_back(std::move(rm));
+    out.push_back(std::move(r));
+    auto t = family("sluice_websocket_tunnels_total", "Upgraded connections tunnelled.",
+                    prom::MetricType::Counter);
+    prom::ClientMetric tm;
+    tm.counter.value = static_cast<double>(
+        sum_workers<std::uint64_t>(rt, [](Shard& s) -> auto& { return s.websocket_tunnels; }));
+    t.metric.push_back(std::move(tm));
+    out.push_back(std::move(t));
+  }
+  {
+    auto f = family("sluice_draining", "1 while the instance drains after SIGTERM.",
+                    prom::MetricType::Gauge);
+    prom::ClientMetric m;
+    m.gauge.value = rt.draining.load() ? 1 : 0;
+    f.metric.push_back(std::move(m));
+    out.push_back(std::move(f));
+  }
+
+  std::ostringstream os;
+  prom::TextSerializer{}.Serialize(os, out);
+  return os.str();
+}
+
+// ---------------------------------------------------------------- admin sessions
+
+namespace {
+
+class AdminSession : public std::enable_shared_from_this<AdminSession> {
+ public:
+  AdminSession(tcp::socket s, Runtime& rt, const Watchdog& wd)
+      : sock_(std::move(s)), rt_(rt), wd_(wd), timer_(sock_.get_executor()) {}
+
+  void run() { read(); }
+
+ private:
+  void read() {
+    req_ = {};
+    parser_.emplace();
+    parser_->header_limit(16 * 1024);
+    parser_->body_limit(64 * 1024);
+    timer_.expires_after(std::chrono::seconds(30));
+    timer_.async_wait([weak = weak_from_this()](error_code ec) {
+      if (auto self = weak.lock(); self && !ec) {
+        error_code ignored;
+        self->sock_.close(ignored);
+      }
+    });
+    http::async_read(sock_, buf_, *parser_,
+                     beast::bind_front_handler(&AdminSession::on_read, shared_from_this()));
+  }
+
+  void on_read(error_code ec, std::size_t) {
+    timer_.cancel();
+    if (ec) {
+      if (ec == http::error::end_of_stream || ec == net::error::operation_aborted) return close();
+      res_ = {};
+      res_.result(ec == http::error::body_limit ? http::status::payload_too_large
+                                                : http::status::bad_request);
+      res_.body() = "bad request\n";
+      res_.keep_alive(false);
+      return write();
+    }
+    req_ = parser_->release();
+    handle();
+    write();
+  }
+
+  void handle() {
+    res_ = {};
+    res_.version(11);
+    res_.keep_alive(req_.keep_alive());
+    res_.set(http::field::content_type, "text/plain; charset=utf-8");
+    auto target = req_.target();
+    auto path = target.substr(0, target.find('?'));
+    bool get = req_.method() == http::verb::get || req_.method() == http::verb::head;
+    if (path == "/metrics" || path == "/healthz" || path == "/readyz") {
+      if (!get) {
+        res_.result(http::status::method_not_allowed);
+        res_.set(http::field::allow, "GET, HEAD");
+        res_.body() = "method not allowed\n";
+        return;
+      }
+    }
+    if (path == "/metrics") {
+      res_.result(http::status::ok);
+      res_.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+      res_.body() = render_metrics(rt_, wd_);
+    } else if (path == "/healthz") {
+      res_.result(http::status::ok);
+      res_.body() = "ok\n";
+    } else if (path == "/readyz") {
+      // Never fails because Sluice is shedding: only a draining instance is unready.
+      bool draining = rt_.draining.load();
+      res_.result(draining ? http::status::service_unavailable : http::status::ok);
+      res_.body() = draining ? "draining\n" : "ready\n";
+    } else {
+      res_.result(http::status::not_found);
+      res_.body() = "not found\n";
+    }
+  }
+
+  void write() {
+    res_.prepare_payload();
+    http::async_write(sock_, res_, [self = shared_from_this()](error_code ec, std::size_t) {
+      if (ec || !self->res_.keep_alive()) return self->close();
+      self->read();
+    });
+  }
+
+  void close() {
+    error_code ec;
+    sock_.shutdown(tcp::socket::shutdown_send, ec);
+    sock_.close(ec);
+  }
+
+  tcp::socket sock_;
+  Runtime& rt_;
+  const Watchdog& wd_;
+  net::steady_timer timer_;
+  beast::flat_buffer buf_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  http::request<http::string_body> req_;
+  http::response<http::string_body> res_;
+};
+
+void do_accept(tcp::acceptor& acceptor, Runtime& rt, const Watchdog& wd) {
+  acceptor.async_accept([&acceptor, &rt, &wd](error_code ec, tcp::socket s) {
+    if (ec == net::error::operation_aborted) return;
+    if (!ec) std::make_shared<AdminSession>(std::move(s), rt, wd)->run();
+    do_accept(acceptor, rt, wd);
+  });
+}
+
+}  // namespace
+
+void start_admin(tcp::acceptor& acceptor, Runtime& rt, const Watchdog& watchdog) {
+  do_accept(acceptor, rt, watchdog);
+}
+
+}  // namespace sluice::proxy

@@ -1,0 +1,43 @@
+#pragma once
+// The admin listener: /metrics, /healthz, /readyz. It runs on its own thread,
+// apart from the I/O threads, so it answers (and the watchdog's view of a
+// stalled loop is visible) while a loop is stalled.
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "proxy/runtime.hpp"
+
+namespace sluice::proxy {
+
+// Sees a stalled event loop while it is stalled: a thread outside the loops that
+// reads each Worker's heartbeat. stall = time since the last heartbeat minus
+// the probe interval, so a loop that runs its timer on time reads 0.
+class Watchdog {
+ public:
+  explicit Watchdog(Runtime& rt);
+  ~Watchdog();
+  void start();
+  void stop();
+  // The longest current stall of each worker, in seconds.
+  double stall_seconds(std::size_t worker) const;
+  std::uint64_t stalls_total() const { return stalls_total_.load(std::memory_order_relaxed); }
+  static constexpr double kStallEpisode = 0.25;  // a stall this long is counted once
+
+ private:
+  void loop();
+  Runtime& rt_;
+  std::vector<std::atomic<std::int64_t>> stall_ns_;
+  std::vector<bool> in_episode_;
+  std::atomic<std::uint64_t> stalls_total_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Prometheus text of everything Sluice measures.
+std::string render_metrics(Runtime& rt, const Watchdog& watchdog);
+
+// Serves the admin endpoints on acceptor's io_context.
+void start_admin(tcp::acceptor& acceptor, Runtime& rt, const Watchdog& watchdog);
+
+}  // namespace sluice::proxy

@@ -1,0 +1,190 @@
+#pragma once
+// The proxy's threads and their state.
+//
+// Threading: one io_context per I/O thread (a Worker), each run by exactly one
+// thread, so a connection's handlers never race and need no strand or lock.
+// Everything a Worker owns (sessions, upstream pools, stats shard, log buffer)
+// is touched only by its thread; other threads read the stats shards' atomics
+// and post work to a Worker's io_context.
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/intrusive/list.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "config/config.hpp"
+#include "proxy/access_log.hpp"
+#include "proxy/stats.hpp"
+
+namespace sluice::proxy {
+
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+// Something with a deadline on a Worker. Deadlines are checked by the Worker's
+// heartbeat (every SLUICE_LAG_PROBE_INTERVAL), not by a timer per operation:
+// arming and cancelling a timer per read or write would cost system calls on
+// every request, while a sweep over the live connections costs a few ns each.
+struct Tracked : boost::intrusive::list_base_hook<
+                     boost::intrusive::link_mode<boost::intrusive::auto_unlink>> {
+  Clock::time_point deadline = Clock::time_point::max();
+  virtual ~Tracked() = default;
+  virtual void on_deadline() = 0;  // the deadline passed; cancel what is pending
+  virtual void on_drain() {}       // the proxy is draining
+};
+using TrackedList =
+    boost::intrusive::list<Tracked, boost::intrusive::constant_time_size<false>>;
+
+// Fixed-size relay buffers, recycled per Worker: a body relay borrows one and
+// gives it back, so steady-state relaying allocates nothing and idle
+// connections hold no relay buffer.
+class BlockPool {
+ public:
+  static constexpr std::size_t kBlockSize = 16 * 1024;
+  struct Deleter {
+    BlockPool* pool;
+    void operator()(char* p) const { pool->free_.push_back(p); }
+  };
+  using Block = std::unique_ptr<char[], Deleter>;
+  ~BlockPool() {
+    for (char* p : free_) delete[] p;
+  }
+  Block get() {
+    if (free_.empty()) return Block(new char[kBlockSize], Deleter{this});
+    char* p = free_.back();
+    free_.pop_back();
+    return Block(p, Deleter{this});
+  }
+
+ private:
+  std::vector<char*> free_;
+};
+
+class Worker;
+struct UpstreamConnection;
+
+// A pooled keep-alive connection to one host of an upstream.
+struct UpstreamConnection : Tracked {
+  UpstreamConnection(net::io_context& ioc, std::size_t host_index)
+      : socket(ioc), host(host_index) {}
+  void on_deadline() override;  // connect timed out
+  tcp::socket socket;
+  boost::beast::flat_buffer buffer;  // bytes read from this connection, not yet parsed
+  std::size_t host;
+  Clock::time_point idle_since{};
+  std::uint32_t uses = 0;  // requests served; > 0 means a reused connection
+  bool connect_timed_out = false;
+};
+
+// Someone waiting for a connection from an UpstreamPool.
+struct PoolWaiter {
+  boost::intrusive::list_member_hook<boost::intrusive::link_mode<boost::intrusive::auto_unlink>>
+      wait_hook;
+  Clock::time_point wait_start{};
+  virtual ~PoolWaiter() = default;
+  // Exactly one call per acquire() that did not get cancel()ed first.
+  virtual void on_connection(std::unique_ptr<UpstreamConnection> c,
+                             boost::system::error_code ec) = 0;
+};
+
+// A Worker's bounded pool of connections to one upstream (its share of
+// SLUICE_UPSTREAM_MAX_CONNECTIONS). Idle connections are reused newest first;
+// when every connection is busy the request waits, oldest first.
+class UpstreamPool {
+ public:
+  UpstreamPool(Worker& worker, std::size_t index, std::vector<tcp::endpoint> hosts,
+               std::size_t max_connections);
+  ~UpstreamPool();
+  // Hands a connection to w (maybe later). w must stay alive until then or cancel().
+  void acquire(PoolWaiter& w);
+  // Takes w out of the queue; false when w is not queued (its connect is under
+  // way and will still call back).
+  bool cancel(PoolWaiter& w);
+  // Returns a connection after a request: kept for reuse if reusable.
+  void release(std::unique_ptr<UpstreamConnection> c, bool reusable);
+  void sweep(Clock::time_point now);  // closes connections idle for too long
+  void close_idle();                  // drain: idle connections are closed
+  std::size_t index() const { return index_; }
+
+ private:
+  void connect_for(PoolWaiter& w);
+  void hand(PoolWaiter& w, std::unique_ptr<UpstreamConnection> c, boost::system::error_code ec);
+  Worker& worker_;
+  std::size_t index_;
+  std::vector<tcp::endpoint> hosts_;
+  std::size_t max_;
+  std::size_t open_ = 0;  // idle + busy + connecting
+  std::size_t next_host_ = 0;
+  std::vector<std::unique_ptr<UpstreamConnection>> idle_;  // back = most recently used
+  boost::intrusive::list<
+      PoolWaiter,
+      boost::intrusive::member_hook<PoolWaiter, decltype(PoolWaiter::wait_hook),
+                                    &PoolWaiter::wait_hook>,
+      boost::intrusive::constant_time_size<false>>
+      waiters_;
+};
+
+struct Runtime;
+
+class Worker {
+ public:
+  Worker(Runtime& rt, std::size_t index, int log_fd);
+  ~Worker();
+  net::io_context& ioc() { return ioc_; }
+  Runtime& runtime() { return rt_; }
+  const config::Config& config() const;
+  std::size_t index() const { return index_; }
+  Shard& stats() { return stats_; }
+  AccessLog& log() { return log_; }
+  BlockPool& blocks() { return blocks_; }
+  UpstreamPool& pool(std::size_t upstream) { return *pools_[upstream]; }
+  void track(Tracked& t) { tracked_.push_back(t); }
+  char* request_id(char* out);  // writes a fresh id (kRequestIdLen chars) and returns its end
+  static constexpr std::size_t kRequestIdLen = 24;
+
+  void start();  // starts the thread
+  void join();
+  void begin_drain();  // posted by the drain sequence
+  void stop() { ioc_.stop(); }
+  // Nanoseconds (steady clock) of the last heartbeat: the watchdog reads it.
+  std::atomic<std::int64_t> heartbeat_ns{0};
+  std::atomic<std::int64_t> active_sessions{0};
+
+ private:
+  void arm_heartbeat();
+  void on_heartbeat();
+  Runtime& rt_;
+  std::size_t index_;
+  net::io_context ioc_{1};
+  net::steady_timer heartbeat_;
+  Clock::time_point expected_{};
+  Shard stats_;
+  AccessLog log_;
+  BlockPool blocks_;
+  std::vector<std::unique_ptr<UpstreamPool>> pools_;
+  TrackedList tracked_;
+  std::thread thread_;
+  std::uint64_t id_seq_ = 0;
+  char id_prefix_[16];
+};
+
+struct Runtime {
+  explicit Runtime(const config::Config& c) : config(c) {}
+  const config::Config& config;
+  std::vector<std::vector<tcp::endpoint>> upstream_hosts;  // resolved once at start
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::atomic<bool> draining{false};
+  std::atomic<std::int64_t> connections{0};  // open client connections, all workers
+};
+
+// Starts a client session on the worker that owns the socket's io_context.
+void start_session(Worker& worker, tcp::socket socket);
+
+}  // namespace sluice::proxy

@@ -1,0 +1,224 @@
+// serve(): resolves upstreams, binds the listeners, starts the I/O threads, the
+// watchdog and the admin listener, and runs the drain sequence on SIGTERM.
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <iostream>
+
+#include "proxy/admin.hpp"
+#include "proxy/runtime.hpp"
+#include "proxy/serve.hpp"
+
+namespace sluice::proxy {
+
+using boost::system::error_code;
+
+namespace {
+
+// 10,000 client connections need more descriptors than the usual soft limit.
+void raise_fd_limit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+int open_log(const config::Config& cfg) {
+  switch (cfg.access_log) {
+    case config::AccessLog::stdout_: return STDOUT_FILENO;
+    case config::AccessLog::stderr_: return STDERR_FILENO;
+    case config::AccessLog::off: return -1;
+    case config::AccessLog::file: break;
+  }
+  int fd = ::open(cfg.access_log_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    std::fprintf(stderr, "sluice: config: SLUICE_ACCESS_LOG: cannot open %s: %s\n",
+                 cfg.access_log_path.c_str(), std::strerror(errno));
+    std::exit(2);
+  }
+  return fd;
+}
+
+tcp::endpoint bind_endpoint(net::io_context& ioc, const config::Endpoint& e, error_code& ec) {
+  tcp::resolver resolver(ioc);
+  auto results = resolver.resolve(e.host, std::to_string(e.port),
+                                  tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || results.empty()) return {};
+  return results.begin()->endpoint();
+}
+
+bool listen_on(tcp::acceptor& a, const tcp::endpoint& ep, std::string_view what, error_code& ec) {
+  a.open(ep.protocol(), ec);
+  if (!ec) a.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) a.bind(ep, ec);
+  if (!ec) a.listen(4096, ec);
+  if (ec)
+    std::fprintf(stderr, "sluice: cannot listen on %s for %.*s: %s\n",
+                 (ep.address().to_string() + ":" + std::to_string(ep.port())).c_str(),
+                 static_cast<int>(what.size()), what.data(), ec.message().c_str());
+  return !ec;
+}
+
+std::string show(const tcp::endpoint& ep) {
+  auto a = ep.address();
+  return (a.is_v6() ? "[" + a.to_string() + "]" : a.to_string()) + ":" + std::to_string(ep.port());
+}
+
+class Acceptor {
+ public:
+  Acceptor(Runtime& rt, tcp::acceptor& a) : rt_(rt), a_(a), backoff_(a.get_executor()) {}
+  void start() { accept(); }
+
+ private:
+  void accept() {
+    auto& target = *rt_.workers[next_++ % rt_.workers.size()];
+    a_.async_accept(target.ioc(), [this, &target](error_code ec, tcp::socket s) {
+      if (ec == net::error::operation_aborted || !a_.is_open()) return;
+      if (ec) {
+        // Out of descriptors or similar: pause instead of spinning.
+        backoff_.expires_after(std::chrono::milliseconds(50));
+        backoff_.async_wait([this](error_code e) {
+          if (!e) accept();
+        });
+        return;
+      }
+      auto open = rt_.connections.fetch_add(1, std::memory_order_relaxed) + 1;
+      if (open > static_cast<std::int64_t>(rt_.config.max_connections)) {
+        rt_.connections.fetch_sub(1, std::memory_order_relaxed);
+        bump(rt_.workers[0]->stats().connections_refused);
+        error_code ignored;
+        s.close(ignored);
+      } else {
+        net::post(target.ioc(), [&target, s = std::move(s)]() mutable {
+          start_session(target, std::move(s));
+        });
+      }
+      accept();
+    });
+  }
+  Runtime& rt_;
+  tcp::acceptor& a_;
+  net::steady_timer backoff_;
+  std::size_t next_ = 0;
+};
+
+}  // namespace
+
+int serve(const config::Config& cfg) {
+  raise_fd_limit();
+  std::signal(SIGPIPE, SIG_IGN);
+  Runtime rt(cfg);
+
+  net::io_context admin_ioc{1};
+  for (const auto& u : cfg.upstreams) {
+    std::vector<tcp::endpoint> eps;
+    for (const auto& h : u.hosts) {
+      error_code ec;
+      tcp::resolver resolver(admin_ioc);
+      auto r = resolver.resolve(h.host, std::to_string(h.port), tcp::resolver::numeric_service, ec);
+      if (ec || r.empty()) {
+        std::fprintf(stderr, "sluice: config: SLUICE_UPSTREAMS: cannot resolve %s: %s\n",
+                     h.str().c_str(), ec ? ec.message().c_str() : "no address");
+        return 2;
+      }
+      eps.push_back(r.begin()->endpoint());
+    }
+    rt.upstream_hosts.push_back(std::move(eps));
+  }
+
+  int log_fd = open_log(cfg);
+  for (int i = 0; i < cfg.threads; ++i)
+    rt.workers.push_back(std::make_unique<Worker>(rt, static_cast<std::size_t>(i), log_fd));
+
+  error_code ec;
+  auto listen_ep = bind_endpoint(admin_ioc, cfg.listen, ec);
+  if (ec) {
+    std::fprintf(stderr, "sluice: config: SLUICE_LISTEN: cannot resolve %s\n", cfg.listen.str().c_str());
+    return 2;
+  }
+  auto admin_ep = bind_endpoint(admin_ioc, cfg.admin_listen, ec);
+  if (ec) {
+    std::fprintf(stderr, "sluice: config: SLUICE_ADMIN_LISTEN: cannot resolve %s\n",
+                 cfg.admin_listen.str().c_str());
+    return 2;
+  }
+  tcp::acceptor listener(rt.workers[0]->ioc());
+  tcp::acceptor admin(admin_ioc);
+  if (!listen_on(listener, listen_ep, "clients", ec)) return 1;
+  if (!listen_on(admin, admin_ep, "admin", ec)) return 1;
+  std::fprintf(stderr, "sluice: listening on %s, admin on %s, %d threads\n",
+               show(listener.local_endpoint()).c_str(), show(admin.local_endpoint()).c_str(),
+               cfg.threads);
+  std::fflush(stderr);
+
+  Watchdog watchdog(rt);
+  Acceptor acceptor(rt, listener);
+  for (auto& w : rt.workers) w->start();
+  watchdog.start();
+  net::post(rt.workers[0]->ioc(), [&] { acceptor.start(); });
+  start_admin(admin, rt, watchdog);
+
+  // Drain: /readyz turns 503 at once; clients are still accepted for the
+  // drain delay (load balancers deregister meanwhile); then the listener
+  // closes, idle connections close, SSE streams end cleanly, and in-flight
+  // requests get up to the drain timeout.
+  net::signal_set signals(admin_ioc, SIGTERM, SIGINT);
+  net::steady_timer drain_timer(admin_ioc);
+  Clock::time_point drain_deadline{};
+  std::function<void()> wait_idle = [&] {
+    std::int64_t active = 0;
+    for (auto& w : rt.workers) active += w->active_sessions.load();
+    if (active == 0 || Clock::now() >= drain_deadline) {
+      for (auto& w : rt.workers) w->stop();
+      admin_ioc.stop();
+      return;
+    }
+    drain_timer.expires_after(std::chrono::milliseconds(20));
+    drain_timer.async_wait([&](error_code e) {
+      if (!e) wait_idle();
+    });
+  };
+  signals.async_wait([&](error_code e, int sig) {
+    if (e) return;
+    std::fprintf(stderr, "sluice: signal %d: draining (delay %lldms, timeout %lldms)\n", sig,
+                 static_cast<long long>(cfg.drain_delay.count()),
+                 static_cast<long long>(cfg.drain_timeout.count()));
+    rt.draining.store(true);
+    signals.async_wait([&](error_code e2, int) {
+      if (e2) return;
+      // A second signal: stop at once.
+      for (auto& w : rt.workers) w->stop();
+      admin_ioc.stop();
+    });
+    drain_timer.expires_after(cfg.drain_delay);
+    drain_timer.async_wait([&](error_code e2) {
+      if (e2) return;
+      net::post(rt.workers[0]->ioc(), [&] {
+        error_code ignored;
+        listener.close(ignored);
+      });
+      for (auto& w : rt.workers) net::post(w->ioc(), [&w] { w->begin_drain(); });
+      drain_deadline = Clock::now() + cfg.drain_timeout;
+      wait_idle();
+    });
+  });
+
+  admin_ioc.run();
+  watchdog.stop();
+  for (auto& w : rt.workers) w->join();  // each flushes its access log as it ends
+  std::fprintf(stderr, "sluice: stopped\n");
+  std::fflush(nullptr);
+  // Whatever is left (sessions cut at the drain timeout, pooled connections)
+  // belongs to stopped loops; the process ends without unwinding them.
+  ::_exit(0);
+}
+
+}  // namespace sluice::proxy

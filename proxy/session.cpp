@@ -1,0 +1,932 @@
+// A client connection: reads requests, routes them, relays them to an upstream
+// connection from the Worker's pool and relays the response back, streaming
+// bodies in both directions through one borrowed block (the relay of Beast's
+// http_examples.hpp, made asynchronous).
+//
+// Threading: a Session lives on one Worker and its handlers run on that
+// Worker's only thread.
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/bind_handler.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/rfc7230.hpp>
+#include <boost/beast/http/serializer.hpp>
+#include <boost/beast/http/write.hpp>
+#include <charconv>
+#include <optional>
+
+#include "proxy/runtime.hpp"
+
+namespace sluice::proxy {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+using boost::system::error_code;
+using admission::Lane;
+
+namespace {
+
+constexpr std::size_t kReadChunk = 4096;
+constexpr std::size_t kMaxResponseHeader = 64 * 1024;
+
+std::string_view reason_phrase(int status) {
+  return http::obsolete_reason(static_cast<http::status>(status));
+}
+
+bool is_idempotent(http::verb v) {
+  switch (v) {
+    case http::verb::get:
+    case http::verb::head:
+    case http::verb::options:
+    case http::verb::put:
+    case http::verb::delete_:
+    case http::verb::trace:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool iequals(std::string_view a, std::string_view b) { return beast::iequals(a, b); }
+
+bool contains_ci(std::string_view hay, std::string_view needle) {
+  if (needle.size() > hay.size()) return false;
+  for (std::size_t i = 0; i + needle.size() <= hay.size(); ++i)
+    if (iequals(hay.substr(i, needle.size()), needle)) return true;
+  return false;
+}
+
+// Hop-by-hop headers (RFC 9110 7.6.1 and the historical ones) are never forwarded.
+constexpr http::field kHopByHop[] = {
+    http::field::connection,         http::field::keep_alive, http::field::proxy_connection,
+    http::field::te,                 http::field::trailer,    http::field::transfer_encoding,
+    http::field::upgrade,            http::field::proxy_authenticate,
+    http::field::proxy_authorization};
+
+template <class Fields>
+void strip_hop_by_hop(Fields& f) {
+  // First the headers that Connection names, then the fixed set.
+  for (auto it = f.find(http::field::connection); it != f.end() && it->name() == http::field::connection; ++it) {
+    for (auto token : http::token_list{it->value()}) {
+      if (iequals(token, "close") || iequals(token, "keep-alive") || iequals(token, "upgrade"))
+        continue;
+      f.erase(token);
+    }
+  }
+  for (auto name : kHopByHop) f.erase(name);
+}
+
+bool valid_request_id(std::string_view id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (unsigned char c : id)
+    if (c <= 0x20 || c >= 0x7f) return false;
+  return true;
+}
+
+enum class Phase : std::uint8_t {
+  head,           // waiting for / reading a request head
+  acquire,        // waiting for an upstream connection
+  request_body,   // reading the request body from the client
+  send_upstream,  // writing the request to the upstream
+  response_head,  // waiting for the upstream's response head
+  response_body,  // reading the response body from the upstream
+  write_client,   // writing to the client
+  tunnel,         // WebSocket (or other upgrade) tunnel
+  closing,
+};
+
+class Session : public Tracked, public PoolWaiter, public std::enable_shared_from_this<Session> {
+ public:
+  Session(Worker& w, tcp::socket s)
+      : w_(w), cfg_(w.config()), st_(w.stats()), sock_(std::move(s)) {}
+
+  ~Session() override {
+    if (lane_counted_) bump(st_.lane[admission::index(lane_)].in_flight, std::int64_t{-1});
+    bump(st_.client_connections, std::int64_t{-1});
+    w_.runtime().connections.fetch_sub(1, std::memory_order_relaxed);
+    bump(w_.active_sessions, std::int64_t{-1});
+  }
+
+  void run() {
+    bump(st_.client_connections, std::int64_t{1});
+    bump(w_.active_sessions, std::int64_t{1});
+    error_code ec;
+    sock_.set_option(tcp::no_delay(true), ec);
+    auto ep = sock_.remote_endpoint(ec);
+    if (!ec) {
+      auto s = ep.address().to_string();
+      client_len_ = std::min(s.size(), sizeof client_);
+      std::memcpy(client_, s.data(), client_len_);
+    }
+    buf_.max_size(cfg_.max_header_bytes + kReadChunk);
+    w_.track(*this);
+    start_request();
+  }
+
+  // ---- Tracked ----
+  void on_deadline() override {
+    timed_out_ = true;
+    error_code ec;
+    switch (phase_) {
+      case Phase::acquire:
+        // Queued for a connection: give up now. A connect under way has its
+        // own deadline and will call back.
+        if (w_.pool(upstream_).cancel(*this)) {
+          auto self = std::move(self_);
+          upstream_wait_ = Clock::now() - wait_start;
+          respond_error(504, "upstream_busy", true);
+        }
+        break;
+      case Phase::send_upstream:
+      case Phase::response_head:
+      case Phase::response_body:
+        if (up_) up_->socket.cancel(ec);
+        break;
+      case Phase::head:
+      case Phase::request_body:
+        sock_.cancel(ec);
+        break;
+      case Phase::write_client:
+      case Phase::tunnel:
+      case Phase::closing:
+        sock_.close(ec);
+        if (up_) up_->socket.close(ec);
+        break;
+    }
+  }
+
+  void on_drain() override {
+    error_code ec;
+    if (phase_ == Phase::head && !request_started_) {
+      sock_.cancel(ec);  // idle keep-alive connection: close it now
+    } else if (phase_ == Phase::response_body && sse_ && up_) {
+      end_stream_ = true;  // end the SSE stream cleanly at this event boundary
+      up_->socket.cancel(ec);
+    }
+  }
+
+  // ---- PoolWaiter ----
+  void on_connection(std::unique_ptr<UpstreamConnection> c, error_code ec) override {
+    auto self = std::move(self_);
+    upstream_wait_ = Clock::now() - wait_start;
+    st_.upstream[upstream_].wait.observe(std::chrono::duration<double>(upstream_wait_).count());
+    if (ec) {
+      if (c) w_.pool(upstream_).release(std::move(c), false);
+      respond_error(ec == net::error::timed_out ? 504 : 502,
+                    ec == net::error::timed_out ? "upstream_connect_timeout" : "upstream_connect_failed",
+                    !req_->is_done());
+      return;
+    }
+    up_ = std::move(c);
+    up_->buffer.clear();
+    send_request();
+  }
+
+ private:
+  // ---------------------------------------------------------------- request head
+  void start_request() {
+    phase_ = Phase::head;
+    req_.emplace();
+    req_->header_limit(static_cast<std::uint32_t>(cfg_.max_header_bytes));
+    req_->body_limit(cfg_.max_body_bytes);
+    res_.reset();
+    req_sr_.reset();
+    res_sr_.reset();
+    request_started_ = false;
+    timed_out_ = false;
+    retried_ = false;
+    sse_ = false;
+    header_sent_ = false;
+    route_ = nullptr;
+    path_ = {};
+    reason_ = {};
+    id_len_ = 0;
+    status_override_ = 0;
+    end_stream_ = false;
+    bytes_in_ = bytes_out_ = 0;
+    upstream_wait_ = Clock::duration(-1);
+    ttfb_ = Clock::duration(-1);
+    if (buf_.size() > 0) {  // a pipelined request is already here
+      begin_request();
+      parse_head();
+      return;
+    }
+    read_head();
+  }
+
+  void begin_request() {
+    request_started_ = true;
+    start_ = Clock::now();
+    start_wall_ = std::chrono::system_clock::now();
+    head_deadline_ = start_ + cfg_.header_timeout;
+  }
+
+  void read_head() {
+    if (!request_started_ && w_.runtime().draining.load(std::memory_order_relaxed)) {
+      close();
+      return;
+    }
+    deadline = request_started_ ? head_deadline_
+                                : Clock::now() + (first_ ? cfg_.header_timeout : cfg_.idle_timeout);
+    std::size_t room = buf_.max_size() - buf_.size();
+    if (room == 0) {
+      respond_error(431, "header_too_large", true);
+      return;
+    }
+    sock_.async_read_some(buf_.prepare(std::min(room, kReadChunk)),
+                          beast::bind_front_handler(&Session::on_read_head, shared_from_this()));
+  }
+
+  void on_read_head(error_code ec, std::size_t n) {
+    if (ec) {
+      if (timed_out_ && request_started_) {
+        respond_error(408, "header_timeout", true);
+      } else {
+        close();
+      }
+      return;
+    }
+    buf_.commit(n);
+    if (!request_started_) begin_request();
+    parse_head();
+  }
+
+  void parse_head() {
+    error_code ec;
+    auto used = req_->put(buf_.data(), ec);
+    buf_.consume(used);
+    if (ec == http::error::need_more) {
+      read_head();
+      return;
+    }
+    if (ec) {
+      refuse_malformed(ec);
+      return;
+    }
+    on_head();
+  }
+
+  void refuse_malformed(error_code ec) {
+    int status = 400;
+    std::string_view why = "bad_request";
+    if (ec == http::error::header_limit) {
+      status = 431;
+      why = "header_too_large";
+    } else if (ec == http::error::body_limit) {
+      status = 413;
+      why = "body_too_large";
+    }
+    respond_error(status, why, true);
+  }
+
+  // Checks framing and form that Beast's parser accepts but a proxy must not
+  // pass on; returns 0 when the request may go on.
+  int check_request(std::string_view& why) {
+    auto& m = req_->get();
+    if (m.version() != 11 && m.version() != 10) {
+      why = "http_version";
+      return 505;
+    }
+    auto te = m.find(http::field::transfer_encoding);
+    if (te != m.end()) {
+      // Only a lone "chunked" is framing both sides read the same way.
+      if (m.version() != 11 || !req_->chunked() || !iequals(te->value(), "chunked") ||
+          m.count(http::field::transfer_encoding) != 1) {
+        why = "transfer_encoding";
+        return req_->chunked() || m.version() != 11 ? 400 : 501;
+      }
+    }
+    if (m.version() == 11 && m.count(http::field::host) != 1) {
+      why = "host";
+      return 400;
+    }
+    auto target = m.target();
+    if (target.starts_with("http://") || target.starts_with("https://")) {
+      // absolute-form: the path goes upstream, the authority becomes Host.
+      auto rest = target.substr(target.find("//") + 2);
+      auto slash = rest.find('/');
+      auto authority = rest.substr(0, slash);
+      std::string path = slash == std::string_view::npos ? "/" : std::string(rest.substr(slash));
+      m.set(http::field::host, authority);
+      m.target(path);
+    } else if (!target.starts_with('/') && !(target == "*" && m.method() == http::verb::options)) {
+      why = "target";
+      return 400;
+    }
+    return 0;
+  }
+
+  void on_head() {
+    auto& m = req_->get();
+    std::string_view why;
+    if (int status = check_request(why); status != 0) {
+      respond_error(status, why, true);
+      return;
+    }
+    auto target = m.target();
+    path_ = target.substr(0, target.find('?'));
+
+    // Route: every request gets its route, lane and upstream before anything is forwarded.
+    routes::RequestView view;
+    view.method = m.method_string();
+    view.path = path_;
+    view.ctx = &m;
+    view.header = [](const void* ctx, std::string_view name) -> std::string_view {
+      auto& msg = *static_cast<const http::request<http::buffer_body>*>(ctx);
+      auto it = msg.find(name);
+      return it == msg.end() ? std::string_view{} : std::string_view(it->value());
+    };
+    if (auto accept = m.find(http::field::accept); accept != m.end())
+      view.accepts_sse = contains_ci(accept->value(), "text/event-stream");
+    if (auto len = req_->content_length()) view.body_bytes = *len;
+    route_ = cfg_.routes.match(view);
+    if (!route_) {
+      respond_error(404, "no_route", !req_->is_done());
+      return;
+    }
+    lane_ = route_->lane;
+    upstream_ = route_->upstream;
+    bump(st_.lane[admission::index(lane_)].in_flight, std::int64_t{1});
+    bump(st_.lane[admission::index(lane_)].admitted);
+    lane_counted_ = true;
+
+    // Request id: the client's when it sent a usable one, else a fresh one.
+    if (auto it = m.find("x-request-id"); it != m.end() && valid_request_id(it->value())) {
+      id_len_ = it->value().size();
+      std::memcpy(id_, it->value().data(), id_len_);
+    } else {
+      id_len_ = static_cast<std::size_t>(w_.request_id(id_) - id_);
+    }
+
+    client_keep_alive_ = req_->keep_alive();
+    client_version_ = m.version();
+    method_ = m.method();
+    expect_continue_ = false;
+    if (auto it = m.find(http::field::expect); it != m.end()) {
+      if (!iequals(it->value(), "100-continue")) {
+        respond_error(417, "expectation", true);
+        return;
+      }
+      expect_continue_ = !req_->is_done();
+      m.erase(http::field::expect);  // Sluice answers it; the upstream sees a plain request
+    }
+    prepare_upstream_request();
+
+    phase_ = Phase::acquire;
+    deadline = Clock::now() + cfg_.response_timeout;
+    self_ = shared_from_this();
+    w_.pool(upstream_).acquire(*this);
+  }
+
+  void prepare_upstream_request() {
+    auto& m = req_->get();
+    upgrade_ = req_->upgrade();
+    std::string upgrade_value;
+    if (upgrade_) upgrade_value = std::string(m[http::field::upgrade]);
+    strip_hop_by_hop(m);
+    if (upgrade_) {
+      m.set(http::field::connection, "upgrade");
+      m.set(http::field::upgrade, upgrade_value);
+    }
+    // Framing as Sluice read it, stated once.
+    if (req_->chunked()) {
+      m.set(http::field::transfer_encoding, "chunked");
+    } else if (auto len = req_->content_length()) {
+      char tmp[24];
+      auto r = std::to_chars(tmp, tmp + sizeof tmp, *len);
+      m.set(http::field::content_length, std::string_view(tmp, static_cast<std::size_t>(r.ptr - tmp)));
+    }
+    std::string_view client(client_, client_len_);
+    if (auto it = m.find("x-forwarded-for"); it != m.end()) {
+      std::string v;
+      for (auto f = it; f != m.end() && iequals(f->name_string(), "x-forwarded-for"); ++f) {
+        if (!v.empty()) v += ", ";
+        v += f->value();
+      }
+      v += ", ";
+      v += client;
+      m.set("X-Forwarded-For", v);
+    } else {
+      m.set("X-Forwarded-For", client);
+    }
+    m.set("X-Forwarded-Proto", "http");
+    m.set("X-Request-Id", std::string_view(id_, id_len_));
+    m.version(11);
+    if (m.find(http::field::host) == m.end()) m.set(http::field::host, "localhost");
+  }
+
+  // ---------------------------------------------------------------- request out
+  void send_request() {
+    phase_ = Phase::send_upstream;
+    req_sr_.emplace(req_->get());
+    if (expect_continue_ && buf_.size() == 0) {
+      expect_continue_ = false;
+      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      phase_ = Phase::write_client;
+      deadline = Clock::now() + cfg_.send_timeout;
+      net::async_write(sock_, net::buffer(kContinue.data(), kContinue.size()),
+                       [self = shared_from_this()](error_code ec, std::size_t) {
+                         if (ec) return self->abort();
+                         self->request_body_step();
+                       });
+      return;
+    }
+    request_body_step();
+  }
+
+  // Reads the next piece of the request body (or none) and writes it with the
+  // head still unsent, so a small request leaves in one write.
+  void request_body_step() {
+    auto& body = req_->get().body();
+    if (req_->is_done()) {
+      body.data = nullptr;
+      body.size = 0;
+      body.more = false;
+      write_upstream();
+      return;
+    }
+    if (!block_) block_ = w_.blocks().get();
+    body.data = block_.get();
+    body.size = BlockPool::kBlockSize;
+    phase_ = Phase::request_body;
+    deadline = Clock::now() + cfg_.body_timeout;
+    http::async_read_some(sock_, buf_, *req_,
+                          beast::bind_front_handler(&Session::on_request_body, shared_from_this()));
+  }
+
+  void on_request_body(error_code ec, std::size_t) {
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) {
+      release_upstream(false);
+      if (timed_out_) {
+        respond_error(408, "body_timeout", true);
+      } else if (ec == http::error::body_limit) {
+        respond_error(413, "body_too_large", true);
+      } else if (ec == net::error::eof || ec == net::error::connection_reset ||
+                 ec == http::error::partial_message) {
+        abort();
+      } else {
+        respond_error(400, "bad_request", true);
+      }
+      return;
+    }
+    auto& body = req_->get().body();
+    std::size_t n = BlockPool::kBlockSize - body.size;
+    if (n == 0 && !req_->is_done()) {  // nothing yet: an empty piece would end a chunked body
+      request_body_step();
+      return;
+    }
+    bytes_in_ += n;
+    body.data = n ? block_.get() : nullptr;  // nullptr: the end, with no empty chunk before it
+    body.size = n;
+    body.more = !req_->is_done();
+    write_upstream();
+  }
+
+  void write_upstream() {
+    phase_ = Phase::send_upstream;
+    deadline = Clock::now() + cfg_.send_timeout;
+    http::async_write(up_->socket, *req_sr_,
+                      beast::bind_front_handler(&Session::on_upstream_written, shared_from_this()));
+  }
+
+  void on_upstream_written(error_code ec, std::size_t) {
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) {
+      upstream_failed(ec, "upstream_write");
+      return;
+    }
+    if (!req_sr_->is_done()) {
+      request_body_step();
+      return;
+    }
+    if (!req_->is_done()) {  // the last piece was written with more=false
+      request_body_step();
+      return;
+    }
+    read_response_head();
+  }
+
+  // An upstream failed before any of its response reached the client.
+  void upstream_failed(error_code ec, std::string_view what) {
+    bool timed_out = timed_out_;
+    bool reused = up_ && up_->uses > 0;
+    release_upstream(false);
+    // A kept-alive connection the upstream had already closed: replay once on a
+    // fresh connection, but only a request that is idempotent and whose body
+    // (none) can be sent again.
+    if (!timed_out && reused && !retried_ && is_idempotent(method_) && bytes_in_ == 0 &&
+        req_->is_done() &&
+        (ec == net::error::eof || ec == net::error::connection_reset ||
+         ec == net::error::broken_pipe || ec == http::error::end_of_stream)) {
+      retried_ = true;
+      bump(st_.upstream[upstream_].retries);
+      phase_ = Phase::acquire;
+      deadline = Clock::now() + cfg_.response_timeout;
+      self_ = shared_from_this();
+      w_.pool(upstream_).acquire(*this);
+      return;
+    }
+    if (timed_out) {
+      bump(st_.upstream[upstream_].timeouts);
+      respond_error(504, "upstream_timeout", true);
+    } else {
+      respond_error(502, what, !req_->is_done() || !client_keep_alive_);
+    }
+  }
+
+  // ---------------------------------------------------------------- response
+  void read_response_head() {
+    phase_ = Phase::response_head;
+    deadline = Clock::now() + cfg_.response_timeout;
+    res_.emplace();
+    res_->header_limit(kMaxResponseHeader);
+    res_->body_limit(boost::none);
+    if (method_ == http::verb::head) res_->skip(true);
+    http::async_read_header(up_->socket, up_->buffer, *res_,
+                            beast::bind_front_handler(&Session::on_response_head, shared_from_this()));
+  }
+
+  void on_response_head(error_code ec, std::size_t) {
+    if (ec) {
+      upstream_failed(ec, "upstream_bad_response");
+      return;
+    }
+    auto& m = res_->get();
+    int status = m.result_int();
+    if (status >= 100 && status < 200 && status != 101) {
+      read_response_head();  // interim responses are Sluice's to answer, not forwarded
+      return;
+    }
+    ttfb_ = Clock::now() - start_;
+    if (status == 101) {
+      if (!upgrade_) {
+        upstream_failed(http::error::bad_status, "upstream_bad_response");
+        return;
+      }
+      start_tunnel();
+      return;
+    }
+    if (auto ct = m.find(http::field::content_type); ct != m.end())
+      sse_ = ct->value().starts_with("text/event-stream");
+    upstream_keep_alive_ = res_->keep_alive();
+    bool chunked = res_->chunked();
+    strip_hop_by_hop(m);
+    bool body_possible = method_ != http::verb::head && status != 204 && status != 304;
+    bool keep = client_keep_alive_ && !w_.runtime().draining.load(std::memory_order_relaxed);
+    if (chunked) {
+      if (client_version_ >= 11)
+        m.set(http::field::transfer_encoding, "chunked");
+      else
+        keep = false;  // HTTP/1.0: the body ends with the connection
+    } else if (auto len = res_->content_length()) {
+      char tmp[24];
+      auto r = std::to_chars(tmp, tmp + sizeof tmp, *len);
+      m.set(http::field::content_length, std::string_view(tmp, static_cast<std::size_t>(r.ptr - tmp)));
+    } else if (body_possible) {
+      // Delimited by the upstream's close: chunk it for an HTTP/1.1 client.
+      if (client_version_ >= 11)
+        m.set(http::field::transfer_encoding, "chunked");
+      else
+        keep = false;
+    }
+    m.version(client_version_ >= 11 ? 11 : 10);
+    m.keep_alive(keep);
+    client_keep_alive_ = keep;
+    m.set("X-Request-Id", std::string_view(id_, id_len_));
+    res_sr_.emplace(m);
+    response_body_step();
+  }
+
+  void response_body_step() {
+    auto& body = res_->get().body();
+    if (res_->is_done() || end_stream_) {
+      body.data = nullptr;
+      body.size = 0;
+      body.more = false;
+      write_client();
+      return;
+    }
+    if (!header_sent_ && up_->buffer.size() == 0) {
+      // No body bytes are here yet: send the head now so the client sees it at
+      // once (an SSE stream's first event may be far off).
+      phase_ = Phase::write_client;
+      deadline = Clock::now() + cfg_.send_timeout;
+      header_sent_ = true;
+      http::async_write_header(
+          sock_, *res_sr_, beast::bind_front_handler(&Session::on_client_written, shared_from_this()));
+      return;
+    }
+    if (!block_) block_ = w_.blocks().get();
+    body.data = block_.get();
+    body.size = BlockPool::kBlockSize;
+    phase_ = Phase::response_body;
+    deadline = Clock::now() + (sse_ ? cfg_.sse_idle_timeout : cfg_.response_timeout);
+    http::async_read_some(up_->socket, up_->buffer, *res_,
+                          beast::bind_front_handler(&Session::on_response_body, shared_from_this()));
+  }
+
+  void on_response_body(error_code ec, std::size_t) {
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) {
+      if (end_stream_ && ec == net::error::operation_aborted) {
+        response_body_step();  // draining: the stream ends cleanly here
+        return;
+      }
+      if (timed_out_) bump(st_.upstream[upstream_].timeouts);
+      // The head is out: the only honest signal left is a cut connection, so
+      // the client never mistakes a truncated body for a complete one.
+      status_override_ = 502;
+      abort();
+      return;
+    }
+    auto& body = res_->get().body();
+    std::size_t n = BlockPool::kBlockSize - body.size;
+    if (n == 0 && !res_->is_done()) {  // e.g. a chunk header alone: an empty
+      response_body_step();             // piece would serialize as the last chunk
+      return;
+    }
+    body.data = n ? block_.get() : nullptr;  // nullptr: the end, with no empty chunk before it
+    body.size = n;
+    body.more = !res_->is_done();
+    write_client();
+  }
+
+  void write_client() {
+    phase_ = Phase::write_client;
+    deadline = Clock::now() + cfg_.send_timeout;
+    header_sent_ = true;
+    http::async_write(sock_, *res_sr_,
+                      beast::bind_front_handler(&Session::on_client_written, shared_from_this()));
+  }
+
+  void on_client_written(error_code ec, std::size_t n) {
+    bytes_out_ += n;
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) {
+      abort();
+      return;
+    }
+    if (!res_sr_->is_done()) {
+      response_body_step();
+      return;
+    }
+    finish(res_->get().result_int());
+  }
+
+  // ---------------------------------------------------------------- tunnel
+  void start_tunnel() {
+    bump(st_.websocket_tunnels);
+    auto& m = res_->get();
+    m.version(11);
+    res_sr_.emplace(m);
+    m.body().data = nullptr;
+    m.body().size = 0;
+    m.body().more = false;
+    phase_ = Phase::tunnel;
+    deadline = Clock::now() + cfg_.send_timeout;
+    http::async_write(sock_, *res_sr_, [self = shared_from_this()](error_code ec, std::size_t n) {
+      self->bytes_out_ += n;
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) return self->abort();
+      self->header_sent_ = true;
+      self->up_block_ = self->w_.blocks().get();
+      if (!self->block_) self->block_ = self->w_.blocks().get();
+      self->pump(true);
+      self->pump(false);
+    });
+  }
+
+  // One direction of the tunnel: client->upstream (up == true) or back.
+  void pump(bool up) {
+    auto& from = up ? sock_ : up_->socket;
+    auto& left = up ? buf_ : up_->buffer;  // bytes read before the tunnel began
+    char* block = up ? block_.get() : up_block_.get();
+    deadline = Clock::now() + cfg_.sse_idle_timeout;
+    if (left.size() > 0) {
+      std::size_t n = net::buffer_copy(net::buffer(block, BlockPool::kBlockSize), left.data());
+      left.consume(n);
+      pump_write(up, n);
+      return;
+    }
+    from.async_read_some(net::buffer(block, BlockPool::kBlockSize),
+                         [self = shared_from_this(), up](error_code ec, std::size_t n) {
+                           if (ec) return self->pump_end(up, ec);
+                           self->pump_write(up, n);
+                         });
+  }
+
+  void pump_write(bool up, std::size_t n) {
+    auto& to = up ? up_->socket : sock_;
+    char* block = up ? block_.get() : up_block_.get();
+    (up ? bytes_in_ : bytes_out_) += n;
+    net::async_write(to, net::buffer(block, n), [self = shared_from_this(), up](error_code ec, std::size_t) {
+      if (ec) return self->pump_end(up, ec);
+      self->pump(up);
+    });
+  }
+
+  void pump_end(bool up, error_code ec) {
+    error_code ignored;
+    if (!ec || ec == net::error::eof) {
+      // Half close: pass the end on and let the other direction finish.
+      (up ? up_->socket : sock_).shutdown(tcp::socket::shutdown_send, ignored);
+    } else {
+      sock_.close(ignored);
+      up_->socket.close(ignored);
+    }
+    if (++tunnel_ends_ == 2) {
+      sock_.close(ignored);
+      release_upstream(false);
+      log(101);
+    }
+  }
+
+  // ---------------------------------------------------------------- endings
+  void release_upstream(bool reusable) {
+    if (!up_) return;
+    w_.pool(upstream_).release(std::move(up_), reusable);
+  }
+
+  void finish(int status) {
+    bool reusable = upstream_keep_alive_ && res_->is_done() && req_->is_done() &&
+                    req_sr_ && req_sr_->is_done() && up_->buffer.size() == 0 && !end_stream_;
+    release_upstream(reusable);
+    block_.reset();
+    log(status);
+    if (!client_keep_alive_ || end_stream_) {
+      graceful_close();
+      return;
+    }
+    first_ = false;
+    start_request();
+  }
+
+  void log(int status) {
+    auto now = Clock::now();
+    auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+    double duration = std::chrono::duration<double>(now - start_).count();
+    std::size_t lane = admission::index(lane_);
+    if (route_) {
+      bump(st_.lane[lane].requests[static_cast<std::size_t>(status) % kStatusSlots]);
+      st_.lane[lane].duration.observe(duration);
+    } else {
+      bump(st_.client_errors[static_cast<std::size_t>(status) % kStatusSlots]);
+    }
+    if (lane_counted_) {
+      bump(st_.lane[lane].in_flight, std::int64_t{-1});
+      lane_counted_ = false;
+    }
+    AccessLog& log = w_.log();
+    if (!log.enabled()) return;
+    AccessRecord r;
+    r.ts = start_wall_;
+    r.request_id = std::string_view(id_, id_len_);
+    if (req_ && req_->is_header_done()) r.method = req_->get().method_string();
+    r.path = path_;
+    r.status = status;
+    r.lane = route_ ? admission::to_string(lane_) : "";
+    r.route = route_ ? std::string_view(route_->name) : "";
+    r.upstream = route_ ? std::string_view(cfg_.upstreams[upstream_].name) : "";
+    r.decision = route_ ? "admitted" : "";
+    r.reason = reason_;
+    r.client = std::string_view(client_, client_len_);
+    r.upstream_wait_ms = upstream_wait_.count() >= 0 ? ms(upstream_wait_) : -1;
+    r.ttfb_ms = ttfb_.count() >= 0 ? ms(ttfb_) : -1;
+    r.duration_ms = duration * 1000.0;
+    r.bytes_in = bytes_in_;
+    r.bytes_out = bytes_out_;
+    log.write(r);
+  }
+
+  // A response Sluice writes itself (errors, refusals).
+  void respond_error(int status, std::string_view reason, bool close_after) {
+    release_upstream(false);
+    if (header_sent_) {  // too late for a status: cut the connection
+      status_override_ = status;
+      abort();
+      return;
+    }
+    if (id_len_ == 0) id_len_ = static_cast<std::size_t>(w_.request_id(id_) - id_);
+    reason_ = reason;
+    if (w_.runtime().draining.load(std::memory_order_relaxed)) close_after = true;
+    close_after_error_ = close_after || !client_keep_alive_;
+    std::string_view id(id_, id_len_);
+    out_.clear();
+    out_ += "HTTP/1.1 ";
+    out_ += std::to_string(status);
+    out_ += ' ';
+    out_ += reason_phrase(status);
+    out_ += "\r\nContent-Type: application/json\r\nX-Request-Id: ";
+    out_ += id;
+    std::string body = "{\"error\":\"";
+    body += reason;
+    body += "\",\"status\":";
+    body += std::to_string(status);
+    body += ",\"request_id\":\"";
+    append_json_escaped(body, id);
+    body += "\"}\n";
+    out_ += "\r\nContent-Length: ";
+    out_ += std::to_string(body.size());
+    if (close_after_error_) out_ += "\r\nConnection: close";
+    out_ += "\r\n\r\n";
+    out_ += body;
+    header_sent_ = true;
+    phase_ = Phase::write_client;
+    deadline = Clock::now() + cfg_.send_timeout;
+    net::async_write(sock_, net::buffer(out_), [self = shared_from_this(), status](error_code ec, std::size_t n) {
+      self->bytes_out_ += n;
+      self->block_.reset();
+      self->log(status);
+      if (ec || self->close_after_error_) {
+        self->graceful_close();
+        return;
+      }
+      self->first_ = false;
+      self->start_request();
+    });
+  }
+
+  // Something broke mid-exchange: both connections go, nothing is reused.
+  void abort() {
+    error_code ec;
+    sock_.close(ec);
+    release_upstream(false);
+    block_.reset();
+    up_block_.reset();
+    if (request_started_ && phase_ != Phase::closing) log(status_override_ ? status_override_ : 499);
+    phase_ = Phase::closing;
+  }
+
+  void graceful_close() {
+    phase_ = Phase::closing;
+    error_code ec;
+    sock_.shutdown(tcp::socket::shutdown_send, ec);
+    sock_.close(ec);
+  }
+
+  void close() {
+    phase_ = Phase::closing;
+    error_code ec;
+    sock_.close(ec);
+  }
+
+  Worker& w_;
+  const config::Config& cfg_;
+  Shard& st_;
+  tcp::socket sock_;
+  beast::flat_buffer buf_;
+  std::optional<http::request_parser<http::buffer_body>> req_;
+  std::optional<http::serializer<true, http::buffer_body>> req_sr_;
+  std::optional<http::response_parser<http::buffer_body>> res_;
+  std::optional<http::serializer<false, http::buffer_body>> res_sr_;
+  std::unique_ptr<UpstreamConnection> up_;
+  BlockPool::Block block_{nullptr, BlockPool::Deleter{nullptr}};
+  BlockPool::Block up_block_{nullptr, BlockPool::Deleter{nullptr}};
+  std::shared_ptr<Session> self_;  // keeps the session alive while it waits for the pool
+  std::string out_;
+
+  Phase phase_ = Phase::head;
+  bool first_ = true;
+  bool request_started_ = false;
+  bool timed_out_ = false;
+  bool retried_ = false;
+  bool client_keep_alive_ = true;
+  bool upstream_keep_alive_ = false;
+  bool expect_continue_ = false;
+  bool upgrade_ = false;
+  bool sse_ = false;
+  bool end_stream_ = false;
+  bool header_sent_ = false;
+  bool lane_counted_ = false;
+  bool close_after_error_ = false;
+  int tunnel_ends_ = 0;
+  int status_override_ = 0;
+  unsigned client_version_ = 11;
+  http::verb method_ = http::verb::get;
+
+  const routes::Route* route_ = nullptr;
+  Lane lane_ = Lane::standard;
+  std::size_t upstream_ = 0;
+  std::string_view path_;
+  std::string_view reason_;
+  Clock::time_point start_{};
+  Clock::time_point head_deadline_{};
+  std::chrono::system_clock::time_point start_wall_{};
+  Clock::duration upstream_wait_{-1};
+  Clock::duration ttfb_{-1};
+  std::uint64_t bytes_in_ = 0, bytes_out_ = 0;
+  char id_[128];
+  std::size_t id_len_ = 0;
+  char client_[46];
+  std::size_t client_len_ = 0;
+};
+
+}  // namespace
+
+void start_session(Worker& worker, tcp::socket socket) {
+  std::make_shared<Session>(worker, std::move(socket))->run();
+}
+
+}  // namespace sluice::proxy

@@ -1,0 +1,75 @@
+#pragma once
+// Per-I/O-thread statistics. Each shard has exactly one writer (its I/O thread),
+// so an increment is a relaxed load and store: no lock and no locked instruction
+// on the request path. The admin thread sums the shards at scrape time.
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "admission/lane.hpp"
+
+namespace sluice::proxy {
+
+// Adds to a single-writer counter.
+template <class T>
+inline void bump(std::atomic<T>& a, T by = 1) {
+  a.store(a.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+}
+
+// Upper bounds in seconds (the +Inf bucket is implicit).
+inline constexpr std::array<double, 16> kLatencyBounds{
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+    0.25,   0.5,   1.0,    2.5,   5.0,  10.0,  30.0,  60.0};
+inline constexpr std::array<double, 12> kLagBounds{
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.25, 0.6, 1.0, 5.0};
+
+template <std::size_t N>
+struct Histogram {
+  std::span<const double, N> bounds;
+  std::array<std::atomic<std::uint64_t>, N + 1> counts{};  // last: above every bound
+  std::atomic<double> sum{0.0};
+
+  explicit Histogram(const std::array<double, N>& b) : bounds(b) {}
+  void observe(double v) {
+    std::size_t i = 0;
+    while (i < N && v > bounds[i]) ++i;
+    bump(counts[i]);
+    sum.store(sum.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+  }
+};
+
+using LatencyHistogram = Histogram<kLatencyBounds.size()>;
+using LagHistogram = Histogram<kLagBounds.size()>;
+
+inline constexpr int kStatusSlots = 600;
+
+struct UpstreamStats {
+  LatencyHistogram wait{kLatencyBounds};              // time to get a connection
+  std::atomic<std::uint64_t> timeouts{0};             // response-head timeouts
+  std::atomic<std::uint64_t> connect_failures{0};     // refused or timed out
+  std::atomic<std::uint64_t> retries{0};              // idempotent replays on a fresh connection
+  std::atomic<std::int64_t> connections{0};           // open connections (gauge)
+  std::atomic<std::int64_t> waiting{0};               // requests queued for a connection (gauge)
+};
+
+struct LaneStats {
+  std::array<std::atomic<std::uint64_t>, kStatusSlots> requests{};  // by status code
+  LatencyHistogram duration{kLatencyBounds};
+  std::atomic<std::int64_t> in_flight{0};
+  std::atomic<std::uint64_t> admitted{0};
+};
+
+struct Shard {
+  explicit Shard(std::size_t upstreams) : upstream(upstreams) {}
+  std::array<LaneStats, admission::kLaneCount> lane;
+  std::vector<UpstreamStats> upstream;
+  LagHistogram lag{kLagBounds};
+  std::atomic<std::int64_t> client_connections{0};
+  std::atomic<std::uint64_t> connections_refused{0};   // over SLUICE_MAX_CONNECTIONS
+  std::array<std::atomic<std::uint64_t>, kStatusSlots> client_errors{};  // answered before routing
+  std::atomic<std::uint64_t> websocket_tunnels{0};
+};
+
+}  // namespace sluice::proxy

@@ -1,0 +1,235 @@
+#include <boost/asio/connect.hpp>
+#include <boost/asio/post.hpp>
+#include <random>
+
+#include "proxy/runtime.hpp"
+
+namespace sluice::proxy {
+
+namespace {
+std::int64_t to_ns(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+}  // namespace
+
+// ---- UpstreamConnection ----
+
+void UpstreamConnection::on_deadline() {
+  connect_timed_out = true;
+  boost::system::error_code ignored;
+  socket.close(ignored);
+}
+
+// ---- UpstreamPool ----
+
+UpstreamPool::UpstreamPool(Worker& worker, std::size_t index, std::vector<tcp::endpoint> hosts,
+                           std::size_t max_connections)
+    : worker_(worker), index_(index), hosts_(std::move(hosts)), max_(max_connections) {
+  idle_.reserve(max_);
+}
+
+UpstreamPool::~UpstreamPool() { waiters_.clear(); }
+
+void UpstreamPool::acquire(PoolWaiter& w) {
+  w.wait_start = Clock::now();
+  if (!idle_.empty()) {
+    auto c = std::move(idle_.back());
+    idle_.pop_back();
+    hand(w, std::move(c), {});
+    return;
+  }
+  if (open_ < max_) {
+    connect_for(w);
+    return;
+  }
+  waiters_.push_back(w);
+  bump(worker_.stats().upstream[index_].waiting, std::int64_t{1});
+}
+
+bool UpstreamPool::cancel(PoolWaiter& w) {
+  if (!w.wait_hook.is_linked()) return false;
+  w.wait_hook.unlink();
+  bump(worker_.stats().upstream[index_].waiting, std::int64_t{-1});
+  return true;
+}
+
+void UpstreamPool::hand(PoolWaiter& w, std::unique_ptr<UpstreamConnection> c,
+                        boost::system::error_code ec) {
+  // Always through the queue: the waiter's continuation never runs inside the
+  // caller's handler, whichever session that is.
+  net::post(worker_.ioc(), [&w, c = std::move(c), ec]() mutable {
+    w.on_connection(std::move(c), ec);
+  });
+}
+
+void UpstreamPool::connect_for(PoolWaiter& w) {
+  ++open_;
+  bump(worker_.stats().upstream[index_].connections, std::int64_t{1});
+  std::size_t host = next_host_++ % hosts_.size();
+  auto c = std::make_unique<UpstreamConnection>(worker_.ioc(), host);
+  c->deadline = Clock::now() + worker_.config().connect_timeout;
+  worker_.track(*c);
+  auto* raw = c.get();
+  raw->socket.async_connect(
+      hosts_[host], [this, &w, c = std::move(c)](boost::system::error_code ec) mutable {
+        c->unlink();
+        c->deadline = Clock::time_point::max();
+        if (!ec) {
+          c->socket.set_option(tcp::no_delay(true), ec);
+          if (!ec) {
+            w.on_connection(std::move(c), {});
+            return;
+          }
+        }
+        if (c->connect_timed_out) ec = net::error::timed_out;
+        bump(worker_.stats().upstream[index_].connect_failures);
+        c.reset();
+        --open_;
+        bump(worker_.stats().upstream[index_].connections, std::int64_t{-1});
+        w.on_connection(nullptr, ec);
+        // The slot freed here may serve someone queued behind.
+        if (!waiters_.empty() && open_ < max_) {
+          auto& next = waiters_.front();
+          cancel(next);
+          connect_for(next);
+        }
+      });
+}
+
+void UpstreamPool::release(std::unique_ptr<UpstreamConnection> c, bool reusable) {
+  if (reusable && !worker_.runtime().draining.load(std::memory_order_relaxed)) {
+    ++c->uses;
+    if (!waiters_.empty()) {
+      auto& w = waiters_.front();
+      cancel(w);
+      hand(w, std::move(c), {});
+      return;
+    }
+    c->idle_since = Clock::now();
+    idle_.push_back(std::move(c));
+    return;
+  }
+  c.reset();
+  --open_;
+  bump(worker_.stats().upstream[index_].connections, std::int64_t{-1});
+  if (!waiters_.empty()) {
+    auto& w = waiters_.front();
+    cancel(w);
+    connect_for(w);
+  }
+}
+
+void UpstreamPool::sweep(Clock::time_point now) {
+  // idle_ is ordered by idle_since: the oldest are at the front.
+  auto limit = worker_.config().upstream_idle_timeout;
+  std::size_t n = 0;
+  while (n < idle_.size() && now - idle_[n]->idle_since >= limit) ++n;
+  if (n == 0) return;
+  idle_.erase(idle_.begin(), idle_.begin() + static_cast<std::ptrdiff_t>(n));
+  open_ -= n;
+  bump(worker_.stats().upstream[index_].connections, -static_cast<std::int64_t>(n));
+}
+
+void UpstreamPool::close_idle() {
+  open_ -= idle_.size();
+  bump(worker_.stats().upstream[index_].connections, -static_cast<std::int64_t>(idle_.size()));
+  idle_.clear();
+}
+
+// ---- Worker ----
+
+Worker::Worker(Runtime& rt, std::size_t index, int log_fd)
+    : rt_(rt), index_(index), heartbeat_(ioc_), stats_(rt.config.upstreams.size()), log_(log_fd) {
+  const auto& cfg = rt.config;
+  std::size_t threads = static_cast<std::size_t>(cfg.threads);
+  for (std::size_t u = 0; u < cfg.upstreams.size(); ++u) {
+    // This thread's share of the upstream's connections, at least one.
+    std::size_t share = cfg.upstream_max_connections / threads +
+                        (index < cfg.upstream_max_connections % threads ? 1 : 0);
+    pools_.push_back(
+        std::make_unique<UpstreamPool>(*this, u, rt.upstream_hosts[u], std::max<std::size_t>(share, 1)));
+  }
+  std::random_device rd;
+  std::uint64_t r = (std::uint64_t{rd()} << 32) ^ rd() ^ (std::uint64_t{index} << 56);
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (int i = 0; i < 16; ++i) id_prefix_[i] = kHex[(r >> (i * 4)) & 15];
+}
+
+Worker::~Worker() {
+  log_.flush();
+  pools_.clear();
+}
+
+const config::Config& Worker::config() const { return rt_.config; }
+
+char* Worker::request_id(char* out) {
+  // 16 hex digits unique to this thread and run, then 8 of a counter.
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::memcpy(out, id_prefix_, 16);
+  std::uint64_t n = ++id_seq_;
+  for (int i = 7; i >= 0; --i) {
+    out[16 + i] = kHex[n & 15];
+    n >>= 4;
+  }
+  return out + kRequestIdLen;
+}
+
+void Worker::start() {
+  auto now = Clock::now();
+  heartbeat_ns.store(to_ns(now), std::memory_order_relaxed);
+  expected_ = now + config().lag_probe_interval;
+  arm_heartbeat();
+  thread_ = std::thread([this] {
+    for (;;) {
+      try {
+        ioc_.run();
+        break;
+      } catch (const std::exception&) {
+        // A handler threw: that connection is gone, the loop goes on.
+      }
+    }
+    log_.flush();
+  });
+}
+
+void Worker::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void Worker::arm_heartbeat() {
+  heartbeat_.expires_at(expected_);
+  heartbeat_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) on_heartbeat();
+  });
+}
+
+void Worker::on_heartbeat() {
+  auto now = Clock::now();
+  // Lag: how late the loop ran a timer that was due at expected_.
+  double lag = std::chrono::duration<double>(now - expected_).count();
+  stats_.lag.observe(lag < 0 ? 0 : lag);
+  heartbeat_ns.store(to_ns(now), std::memory_order_relaxed);
+
+  for (auto it = tracked_.begin(); it != tracked_.end();) {
+    Tracked& t = *it++;
+    if (t.deadline <= now) {
+      t.deadline = Clock::time_point::max();
+      t.on_deadline();
+    }
+  }
+  for (auto& p : pools_) p->sweep(now);
+  log_.flush();
+
+  expected_ = now + config().lag_probe_interval;
+  arm_heartbeat();
+}
+
+void Worker::begin_drain() {
+  for (auto it = tracked_.begin(); it != tracked_.end();) {
+    Tracked& t = *it++;
+    t.on_drain();
+  }
+  for (auto& p : pools_) p->close_idle();
+}
+
+}  // namespace sluice::proxy
