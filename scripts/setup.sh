@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what Sluice needs to build and test on Debian 12, and nothing when it
+# is all there already. Safe to run any number of times.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config
+  libboost1.81-dev nlohmann-json3-dev prometheus-cpp-dev catch2
+  curl python3
+)
+if [ "$#" -gt 0 ]; then packages+=("$@"); fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ "${#missing[@]}" -eq 0 ]; then
+  exit 0
+fi
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

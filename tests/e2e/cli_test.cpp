@@ -1,0 +1,88 @@
+// The command line, through the real binary: configuration errors, check-config,
+// help and the health check.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tests/support/process.hpp"
+#include "tests/support/sluice.hpp"
+
+using namespace std::chrono_literals;
+using sluice::test::Process;
+using sluice::test::Sluice;
+using sluice::test::Upstream;
+
+namespace {
+const std::string kSluice = SLUICE_BIN;
+const std::string kUpstream = SLUICE_UPSTREAM_BIN;
+
+struct Ran {
+  int code;
+  std::string out, err;
+};
+
+Ran run(std::vector<std::string> args, std::map<std::string, std::string> env) {
+  args.insert(args.begin(), kSluice);
+  Process p(args, std::move(env));
+  auto code = p.wait_exit(10s);
+  return {code.value_or(-1), p.out(), p.err()};
+}
+}  // namespace
+
+TEST_CASE("check-config prints the effective configuration as JSON and exits 0", "[e2e][cli]") {
+  auto r = run({"check-config"}, {{"SLUICE_UPSTREAMS", "api=127.0.0.1:9000|127.0.0.1:9001"},
+                                  {"SLUICE_ADMIN_TOKEN", "s3cret-token"}});
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j.dump().find("127.0.0.1:9001") != std::string::npos);
+  CHECK(r.out.find("s3cret-token") == std::string::npos);
+}
+
+TEST_CASE("a bad value stops start-up with sluice: config: SLUICE_X and exit 2", "[e2e][cli]") {
+  for (auto cmd : {"check-config", "serve"}) {
+    INFO(cmd);
+    auto r = run({cmd}, {{"SLUICE_UPSTREAMS", "127.0.0.1:9000"},
+                         {"SLUICE_LISTEN", "127.0.0.1:0"},
+                         {"SLUICE_ADMIN_LISTEN", "127.0.0.1:0"},
+                         {"SLUICE_HEADER_TIMEOUT", "10"}});
+    CHECK(r.code == 2);
+    CHECK(r.err.starts_with("sluice: config: SLUICE_HEADER_TIMEOUT: "));
+    CHECK(r.err.find("listening") == std::string::npos);  // nothing was bound
+  }
+}
+
+TEST_CASE("an unknown SLUICE_ variable is refused, naming the likely one", "[e2e][cli]") {
+  auto r = run({"check-config"}, {{"SLUICE_UPSTREAMS", "127.0.0.1:9000"}, {"SLUICE_THREDS", "2"}});
+  CHECK(r.code == 2);
+  CHECK(r.err.starts_with("sluice: config: SLUICE_THREDS: "));
+  CHECK(r.err.find("SLUICE_THREADS") != std::string::npos);
+}
+
+TEST_CASE("SLUICE_UPSTREAMS is required", "[e2e][cli]") {
+  auto r = run({"check-config"}, {});
+  CHECK(r.code == 2);
+  CHECK(r.err.starts_with("sluice: config: SLUICE_UPSTREAMS: "));
+}
+
+TEST_CASE("--help lists every variable of the configuration table", "[e2e][cli]") {
+  auto r = run({"--help"}, {});
+  CHECK(r.code == 0);
+  for (auto* name : {"SLUICE_LISTEN", "SLUICE_UPSTREAMS", "SLUICE_ROUTES", "SLUICE_THREADS",
+                     "SLUICE_MAX_BODY_BYTES", "SLUICE_HEADER_TIMEOUT", "SLUICE_DRAIN_TIMEOUT"})
+    CHECK(r.out.find(name) != std::string::npos);
+  auto v = run({"--version"}, {});
+  CHECK(v.code == 0);
+  CHECK(v.out.starts_with("sluice "));
+}
+
+TEST_CASE("healthcheck exits 0 against a live instance and 1 when none answers", "[e2e][cli]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, {{"SLUICE_UPSTREAMS", "127.0.0.1:" + std::to_string(up.port)}});
+  auto ok = run({"healthcheck"}, {{"SLUICE_UPSTREAMS", "127.0.0.1:9"},
+                                  {"SLUICE_ADMIN_LISTEN", "127.0.0.1:" + std::to_string(s.admin)}});
+  CHECK(ok.code == 0);
+  auto down = run({"healthcheck"}, {{"SLUICE_UPSTREAMS", "127.0.0.1:9"},
+                                    {"SLUICE_ADMIN_LISTEN", "127.0.0.1:1"}});
+  CHECK(down.code == 1);
+}

@@ -1,0 +1,449 @@
+// End-to-end tests of the proxy: the real `sluice` in front of the real
+// `sluice-upstream`, both on free loopback ports, driven over real sockets.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "tests/support/client.hpp"
+#include "tests/support/process.hpp"
+#include "tests/support/sluice.hpp"
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using sluice::test::Conn;
+using sluice::test::format_request;
+using sluice::test::request;
+using sluice::test::Sluice;
+using sluice::test::Upstream;
+
+namespace {
+
+const std::string kSluice = SLUICE_BIN;
+const std::string kUpstream = SLUICE_UPSTREAM_BIN;
+
+std::map<std::string, std::string> env_for(const Upstream& up,
+                                            std::map<std::string, std::string> extra = {}) {
+  extra.emplace("SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(up.port));
+  return extra;
+}
+
+std::uint64_t upstream_requests(const Upstream& up) {
+  return json::parse(request(up.port, "GET", "/stats").body)["requests"].get<std::uint64_t>();
+}
+
+std::string pattern(std::size_t n) {
+  std::string s(n, '\0');
+  for (std::size_t i = 0; i < n; ++i) s[i] = static_cast<char>('a' + i % 26);
+  return s;
+}
+
+json headers_seen(const sluice::test::Response& res) {
+  json out = json::object();
+  for (auto& h : json::parse(res.body)["headers"]) {
+    std::string name = h[0];
+    for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    out[name] = h[1];
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a request is forwarded and its answer returned with a generated X-Request-Id",
+          "[e2e][proxy]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up));
+  auto res = request(s.port, "GET", "/hello?x=1");
+  CHECK(res.status == 200);
+  CHECK(res.body == "ok\n");
+  CHECK(res.header("X-Upstream-Port") == std::to_string(up.port));
+  CHECK(res.header("X-Request-Id").size() == 24);
+}
+
+TEST_CASE("the client's X-Request-Id is forwarded upstream and returned", "[e2e][proxy]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up));
+  auto res = request(s.port, "GET", "/headers", {{"X-Request-Id", "client-id-42"}});
+  CHECK(res.header("X-Request-Id") == "client-id-42");
+  CHECK(headers_seen(res)["x-request-id"] == "client-id-42");
+}
+
+TEST_CASE("hop-by-hop headers, and those Connection names, never reach the upstream",
+          "[e2e][proxy]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up));
+  auto res = request(s.port, "GET", "/headers",
+                     {{"Connection", "keep-alive, X-Secret-Hop"},
+                      {"X-Secret-Hop", "1"},
+                      {"Keep-Alive", "timeout=5"},
+                      {"TE", "trailers"},
+                      {"Proxy-Authorization", "Basic Zm9vOmJhcg=="},
+                      {"X-Forwarded-For", "203.0.113.9"},
+                      {"X-End-To-End", "kept"}});
+  REQUIRE(res.status == 200);
+  auto seen = headers_seen(res);
+  CHECK_FALSE(seen.contains("connection"));
+  CHECK_FALSE(seen.contains("x-secret-hop"));
+  CHECK_FALSE(seen.contains("keep-alive"));
+  CHECK_FALSE(seen.contains("te"));
+  CHECK_FALSE(seen.contains("proxy-authorization"));
+  CHECK(seen["x-end-to-end"] == "kept");
+  CHECK(seen["x-forwarded-for"] == "203.0.113.9, 127.0.0.1");
+  CHECK(seen["x-forwarded-proto"] == "http");
+  CHECK(seen["x-request-id"] == res.header("X-Request-Id"));
+}
+
+TEST_CASE("request and response bodies stream both ways with Content-Length", "[e2e][proxy]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up));
+  auto body = pattern(3 * 1024 * 1024 + 17);
+  auto res = request(s.port, "POST", "/echo", {{"Content-Type", "application/x-test"}}, body);
+  CHECK(res.status == 200);
+  CHECK(res.header("Content-Length") == std::to_string(body.size()));
+  CHECK(res.body == body);
+}
+
+TEST_CASE("a chunked request body is forwarded chunked and echoed intact", "[e2e][proxy]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up));
+  auto c = Conn::open(s.port);
+  std::string piece = pattern(40000);
+  char size[16];
+  std::snprintf(size, sizeof size, "%zx", piece.size());
+  std::string raw = "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n";
+  raw += std::string(size) + "\r\n" + piece + "\r\n5\r\nhello\r\n0\r\n\r\n";
+  REQUIRE(c.send(raw));
+  auto res = c.read_response();
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK(res->body == piece + "hello");
+}
+
+TEST_CASE("large responses stream through, chunked and with Content-Length", "[e2e][proxy]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up));
+  auto a = request(s.port, "GET", "/large?bytes=5000000");
+  CHECK(a.status == 200);
+  CHECK(a.body.size() == 5000000);
+  CHECK(a.header("Content-Length") == "5000000");
+  auto b = request(s.port, "GET", "/large?bytes=2000001&chunked=1");
+  CHECK(b.status == 200);
+  CHECK(b.body.size() == 2000001);
+  CHECK(b.header("Transfer-Encoding") == "chunked");
+}
+
+TEST_CASE("SSE events reach the client as the upstream sends them, not at the end",
+          "[e2e][proxy][sse]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up));
+  auto c = Conn::open(s.port);
+  REQUIRE(c.send(format_request("GET", "/sse?n=5&interval_ms=300", s.port,
+                                {{"Accept", "text/event-stream"}})));
+  auto r = sluice::test::read_streamed(c, 10s);
+  REQUIRE(r.head);
+  CHECK(r.head->status == 200);
+  CHECK(r.head->header("Content-Type") == "text/event-stream");
+  REQUIRE(r.complete);
+  REQUIRE(r.chunks.size() >= 2);
+  CHECK(r.body().find("data: event 1\n\n") != std::string::npos);
+  CHECK(r.body().find("data: event 5\n\n") != std::string::npos);
+  // The first event arrives about 1/5 of the way through the stream: well
+  // before the end, which a buffering proxy could not do.
+  auto first = r.chunks.front().first - r.head_at;
+  auto last = r.chunks.back().first - r.head_at;
+  CHECK(first * 2 < last);
+  // The SSE request is logged once it ends, in the heavy lane.
+  auto lines = s.wait_log_lines(1);
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0]["lane"] == "heavy");
+  CHECK(lines[0]["path"] == "/sse");
+}
+
+TEST_CASE("keep-alive holds on both sides: one client connection, one upstream connection",
+          "[e2e][proxy]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up, {{"SLUICE_THREADS", "1"}}));
+  auto c = Conn::open(s.port);
+  for (int i = 0; i < 5; ++i) {
+    REQUIRE(c.send(format_request("GET", "/", s.port)));
+    auto res = c.read_response();
+    REQUIRE(res);
+    CHECK(res->status == 200);
+    CHECK(res->keep_alive);
+  }
+  CHECK(s.metric("sluice_upstream_connections{upstream=\"api\"}") == 1);
+  CHECK(s.metric("sluice_requests_total{code=\"200\",lane=\"standard\"}") == 5);
+}
+
+TEST_CASE("a head above SLUICE_MAX_HEADER_BYTES gets 431 and never reaches the upstream",
+          "[e2e][proxy][limits]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up, {{"SLUICE_MAX_HEADER_BYTES", "4KiB"}}));
+  auto res = request(s.port, "GET", "/", {{"X-Big", std::string(8000, 'x')}});
+  CHECK(res.status == 431);
+  CHECK(upstream_requests(up) == 0);
+}
+
+TEST_CASE("a body above SLUICE_MAX_BODY_BYTES gets 413 and never reaches the upstream",
+          "[e2e][proxy][limits]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up, {{"SLUICE_MAX_BODY_BYTES", "1KiB"}}));
+  SECTION("declared by Content-Length") {
+    auto res = request(s.port, "POST", "/echo", {}, std::string(2000, 'b'));
+    CHECK(res.status == 413);
+  }
+  SECTION("found while reading a chunked body") {
+    auto c = Conn::open(s.port);
+    std::string raw = "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n7d0\r\n" +
+                      std::string(2000, 'b') + "\r\n0\r\n\r\n";
+    REQUIRE(c.send(raw));
+    auto res = c.read_response();
+    REQUIRE(res);
+    CHECK(res->status == 413);
+  }
+  CHECK(upstream_requests(up) == 0);
+}
+
+TEST_CASE("a head trickled in slower than SLUICE_HEADER_TIMEOUT gets 408 and is closed",
+          "[e2e][proxy][limits]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up, {{"SLUICE_HEADER_TIMEOUT", "300ms"}}));
+  auto c = Conn::open(s.port);
+  REQUIRE(c.send("GET / HTTP/1.1\r\nHost: t\r\n"));
+  for (int i = 0; i < 6; ++i) {  // slowloris: a byte every 100ms keeps the socket busy
+    std::this_thread::sleep_for(100ms);
+    if (!c.send("X")) break;
+  }
+  auto res = c.read_response(3s);
+  REQUIRE(res);
+  CHECK(res->status == 408);
+  CHECK(c.closed_by_peer(2s));
+  CHECK(upstream_requests(up) == 0);
+}
+
+TEST_CASE("an idle keep-alive connection is closed after SLUICE_IDLE_TIMEOUT",
+          "[e2e][proxy][limits]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up, {{"SLUICE_IDLE_TIMEOUT", "300ms"}}));
+  auto c = Conn::open(s.port);
+  REQUIRE(c.send(format_request("GET", "/", s.port)));
+  REQUIRE(c.read_response());
+  CHECK(c.closed_by_peer(3s));
+}
+
+TEST_CASE("an upstream that refuses connections gets 502", "[e2e][proxy][upstream-failure]") {
+  std::uint16_t dead_port;
+  {
+    Upstream up(kUpstream);
+    dead_port = up.port;
+  }  // stopped: its port now refuses
+  Sluice s(kSluice, {{"SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(dead_port)}});
+  auto res = request(s.port, "GET", "/");
+  CHECK(res.status == 502);
+  CHECK(res.header("Content-Type") == "application/json");
+  CHECK(s.metric("sluice_upstream_connect_failures_total{upstream=\"api\"}") >= 1);
+}
+
+TEST_CASE("an upstream slower than SLUICE_UPSTREAM_RESPONSE_TIMEOUT gets 504 and is counted",
+          "[e2e][proxy][upstream-failure]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up, {{"SLUICE_UPSTREAM_RESPONSE_TIMEOUT", "300ms"}}));
+  auto res = request(s.port, "GET", "/slow?ms=3000");
+  CHECK(res.status == 504);
+  CHECK(s.metric("sluice_upstream_timeouts_total{upstream=\"api\"}") == 1);
+}
+
+TEST_CASE("an SSE stream silent for SLUICE_SSE_IDLE_TIMEOUT is cut, visibly incomplete",
+          "[e2e][proxy][sse]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up, {{"SLUICE_SSE_IDLE_TIMEOUT", "300ms"}}));
+  auto c = Conn::open(s.port);
+  REQUIRE(c.send(format_request("GET", "/sse?n=3&interval_ms=2000", s.port,
+                                {{"Accept", "text/event-stream"}})));
+  auto r = sluice::test::read_streamed(c, 5s);
+  REQUIRE(r.head);
+  CHECK(r.head->status == 200);
+  CHECK_FALSE(r.complete);
+  CHECK(c.closed_by_peer(1s));
+}
+
+TEST_CASE("connections above SLUICE_MAX_CONNECTIONS are closed at once", "[e2e][proxy][limits]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up, {{"SLUICE_MAX_CONNECTIONS", "2"}}));
+  auto a = Conn::open(s.port);
+  auto b = Conn::open(s.port);
+  REQUIRE(a.send(format_request("GET", "/", s.port)));
+  REQUIRE(a.read_response());
+  REQUIRE(b.send(format_request("GET", "/", s.port)));
+  REQUIRE(b.read_response());
+  auto c = Conn::open(s.port);
+  CHECK(c.closed_by_peer(2s));
+  CHECK(s.metric("sluice_client_connections_refused_total") == 1);
+}
+
+TEST_CASE("malformed and ambiguous requests are refused and never forwarded",
+          "[e2e][proxy][framing]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up));
+  struct Case {
+    const char* name;
+    std::string raw;
+    int status;
+  };
+  std::vector<Case> cases{
+      {"garbage", "HELLO\r\n\r\n", 400},
+      {"content-length with transfer-encoding",
+       "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+       400},
+      {"transfer-encoding with content-length",
+       "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
+       400},
+      {"two different content-lengths",
+       "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 400},
+      {"bad chunk size", "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+       400},
+      {"transfer-encoding not ending in chunked",
+       "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked, identity\r\n\r\n", 400},
+      {"unknown transfer coding", "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+       501},
+      {"missing host", "GET / HTTP/1.1\r\n\r\n", 400},
+      {"two hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400},
+      {"obs-fold", "GET / HTTP/1.1\r\nHost: t\r\nX-A: b\r\n c\r\n\r\n", 400},
+      {"space before colon", "GET / HTTP/1.1\r\nHost: t\r\nX-A : b\r\n\r\n", 400},
+      {"bad target", "GET nope HTTP/1.1\r\nHost: t\r\n\r\n", 400},
+  };
+  for (auto& k : cases) {
+    INFO(k.name);
+    auto c = Conn::open(s.port);
+    REQUIRE(c.send(k.raw));
+    auto res = c.read_response(3s);
+    REQUIRE(res);
+    CHECK(res->status == k.status);
+    CHECK(c.closed_by_peer(2s));
+  }
+  CHECK(upstream_requests(up) == 0);
+}
+
+TEST_CASE("Expect: 100-continue gets its 100 from Sluice and the body goes through",
+          "[e2e][proxy]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up));
+  auto c = Conn::open(s.port);
+  REQUIRE(c.send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n"));
+  auto interim = c.read_response(3s);
+  REQUIRE(interim);
+  CHECK(interim->status == 100);
+  REQUIRE(c.send("hello"));
+  auto res = c.read_response(3s);
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK(res->body == "hello");
+}
+
+TEST_CASE("routes pick the lane and the upstream; no match gets 404", "[e2e][proxy][routes]") {
+  Upstream a(kUpstream);
+  Upstream b(kUpstream);
+  Sluice s(kSluice,
+           {{"SLUICE_UPSTREAMS", "a=127.0.0.1:" + std::to_string(a.port) + ";b=127.0.0.1:" +
+                                     std::to_string(b.port)},
+            {"SLUICE_ROUTES",
+             R"([{"name":"uploads","prefix":"/up","methods":["POST"],"lane":"bulk","upstream":"b"},)"
+             R"({"name":"api","prefix":"/api","lane":"standard"}])"}});
+  auto up = request(s.port, "POST", "/up/load", {}, "x");
+  CHECK(up.status == 200);
+  CHECK(up.header("X-Upstream-Port") == std::to_string(b.port));
+  auto api = request(s.port, "GET", "/api/v1");
+  CHECK(api.header("X-Upstream-Port") == std::to_string(a.port));
+  auto none = request(s.port, "GET", "/other");
+  CHECK(none.status == 404);
+  CHECK(upstream_requests(a) + upstream_requests(b) == 2);
+  auto lines = s.wait_log_lines(3);
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0]["lane"] == "bulk");
+  CHECK(lines[0]["route"] == "uploads");
+  CHECK(lines[0]["upstream"] == "b");
+  CHECK(s.metric("sluice_requests_total{code=\"200\",lane=\"bulk\"}") == 1);
+  CHECK(s.metric("sluice_client_errors_total{code=\"404\"}") == 1);
+}
+
+TEST_CASE("every access log line carries SPEC's fields", "[e2e][proxy][log]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up));
+  request(s.port, "POST", "/echo?secret=1", {{"X-Request-Id", "log-1"}}, "12345");
+  auto lines = s.wait_log_lines(1);
+  REQUIRE(lines.size() == 1);
+  auto& l = lines[0];
+  for (auto* f : {"ts", "request_id", "method", "path", "status", "lane", "route", "upstream",
+                  "decision", "reason", "level", "retry_after_s", "queue_ms", "upstream_wait_ms",
+                  "ttfb_ms", "duration_ms", "bytes_in", "bytes_out", "client"})
+    CHECK(l.contains(f));
+  CHECK(l["request_id"] == "log-1");
+  CHECK(l["method"] == "POST");
+  CHECK(l["path"] == "/echo");  // the query string is not logged
+  CHECK(l["status"] == 200);
+  CHECK(l["decision"] == "admitted");
+  CHECK(l["bytes_in"] == 5);
+  CHECK(l["client"] == "127.0.0.1");
+  std::string ts = l["ts"];
+  CHECK(ts.size() == 24);
+  CHECK(ts.back() == 'Z');
+}
+
+TEST_CASE("/metrics serves Prometheus text with the proxy's measurements", "[e2e][proxy][metrics]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up));
+  request(s.port, "GET", "/");
+  auto res = request(s.admin, "GET", "/metrics");
+  CHECK(res.status == 200);
+  CHECK(res.header("Content-Type").starts_with("text/plain; version=0.0.4"));
+  for (auto* name : {"# TYPE sluice_requests_total counter", "# TYPE sluice_event_loop_lag_seconds histogram",
+                     "# TYPE sluice_upstream_wait_seconds histogram",
+                     "# TYPE sluice_request_duration_seconds histogram", "sluice_lane_in_flight{lane=\"heavy\"}",
+                     "sluice_upstream_wait_seconds_count{upstream=\"api\"} 1",
+                     "sluice_event_loop_stall_seconds{thread=\"0\"}"})
+    CHECK(res.body.find(name) != std::string::npos);
+  CHECK(request(s.admin, "GET", "/healthz").status == 200);
+  CHECK(request(s.admin, "GET", "/readyz").status == 200);
+}
+
+TEST_CASE("on SIGTERM /readyz turns 503 at once and a request in flight still completes",
+          "[e2e][proxy][drain]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up, {{"SLUICE_DRAIN_DELAY", "300ms"}, {"SLUICE_DRAIN_TIMEOUT", "10s"}}));
+  auto c = Conn::open(s.port);
+  REQUIRE(c.send(format_request("GET", "/slow?ms=1500", s.port)));
+  std::this_thread::sleep_for(200ms);  // the request is with the upstream
+  REQUIRE(kill(s.process.pid(), SIGTERM) == 0);
+  REQUIRE(s.process.wait_for_err("draining", 2s));
+  CHECK(request(s.admin, "GET", "/readyz").status == 503);
+  auto res = c.read_response(5s);
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK(res->body == "slow\n");
+  CHECK_FALSE(res->keep_alive);  // draining: the connection is not kept
+  auto code = s.process.wait_exit(10s);
+  REQUIRE(code);
+  CHECK(*code == 0);
+  CHECK(s.log_lines().size() == 1);  // the log was flushed before exit
+}
+
+TEST_CASE("a drain ends an SSE stream cleanly", "[e2e][proxy][drain][sse]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up, {{"SLUICE_DRAIN_DELAY", "0s"}}));
+  auto c = Conn::open(s.port);
+  REQUIRE(c.send(format_request("GET", "/sse?n=100&interval_ms=100", s.port,
+                                {{"Accept", "text/event-stream"}})));
+  std::this_thread::sleep_for(350ms);
+  REQUIRE(kill(s.process.pid(), SIGTERM) == 0);
+  auto r = sluice::test::read_streamed(c, 5s);
+  REQUIRE(r.head);
+  CHECK(r.complete);  // the final chunk came: a clean end, not a cut
+  CHECK(r.body().find("data: event 1\n\n") != std::string::npos);
+  auto code = s.process.wait_exit(5s);
+  REQUIRE(code);
+  CHECK(*code == 0);
+}

@@ -1,0 +1,75 @@
+#pragma once
+// A running `sluice` on free loopback ports, for end-to-end tests.
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/client.hpp"
+#include "tests/support/process.hpp"
+
+namespace sluice::test {
+
+struct Sluice {
+  // env: SLUICE_ variables besides the listeners (SLUICE_UPSTREAMS at least).
+  explicit Sluice(const std::string& binary, std::map<std::string, std::string> env)
+      : process({binary}, with_listeners(std::move(env))) {
+    auto p = process.port_from_err("listening on ", std::chrono::seconds(10));
+    auto a = process.port_from_err("admin on ", std::chrono::seconds(1));
+    if (!p || !a) throw std::runtime_error("sluice did not start: " + process.err());
+    port = static_cast<std::uint16_t>(*p);
+    admin = static_cast<std::uint16_t>(*a);
+  }
+
+  std::string metrics() { return request(admin, "GET", "/metrics").body; }
+
+  // The value of one sample line of /metrics ("name{labels}"), or -1.
+  double metric(const std::string& series) {
+    auto text = metrics();
+    auto at = text.find("\n" + series + " ");
+    if (at == std::string::npos) return -1;
+    return std::stod(text.substr(at + series.size() + 2));
+  }
+
+  // The access log lines written so far, parsed.
+  std::vector<nlohmann::json> log_lines() {
+    std::vector<nlohmann::json> out;
+    auto text = process.out();
+    std::size_t at = 0;
+    while (at < text.size()) {
+      auto end = text.find('\n', at);
+      if (end == std::string::npos) break;
+      out.push_back(nlohmann::json::parse(text.substr(at, end - at)));
+      at = end + 1;
+    }
+    return out;
+  }
+
+  // Waits until the access log has at least n lines (it is flushed every heartbeat).
+  std::vector<nlohmann::json> wait_log_lines(std::size_t n,
+                                             std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      auto lines = log_lines();
+      if (lines.size() >= n || std::chrono::steady_clock::now() > deadline) return lines;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  Process process;
+  std::uint16_t port = 0;
+  std::uint16_t admin = 0;
+
+ private:
+  static std::map<std::string, std::string> with_listeners(std::map<std::string, std::string> env) {
+    env.emplace("SLUICE_LISTEN", "127.0.0.1:0");
+    env.emplace("SLUICE_ADMIN_LISTEN", "127.0.0.1:0");
+    env.emplace("SLUICE_THREADS", "2");
+    return env;
+  }
+};
+
+}  // namespace sluice::test
