@@ -1,0 +1,770 @@
+#include "config/config.hpp"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+namespace sluice::config {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// The one table: --help, check-config and docs/configuration.md all read it.
+constexpr Variable kVariables[] = {
+    {"SLUICE_LISTEN", "0.0.0.0:8080",
+     "Address the proxy accepts client connections on, as host:port or [IPv6]:port."},
+    {"SLUICE_ADMIN_LISTEN", "127.0.0.1:9901",
+     "Address of the admin listener, which serves /metrics, /healthz, /readyz and /admin/... and "
+     "is never gated by admission."},
+    {"SLUICE_ADMIN_TOKEN", "unset",
+     "Bearer token that mutating admin calls (POST and DELETE /admin/pins) must present; "
+     "required when the admin listener is not loopback."},
+    {"SLUICE_UPSTREAMS", "required",
+     "Upstreams as name=host:port[|host:port...] entries separated by ; (a bare host:port names "
+     "upstream default); the first one is where routes send requests unless they say otherwise."},
+    {"SLUICE_ROUTES", "built-in table",
+     "Routes as a JSON array, first match wins (schema in docs/configuration.md); without it and "
+     "without SLUICE_ROUTES_FILE, SSE requests go to lane heavy and the rest to lane standard, "
+     "all to the first upstream."},
+    {"SLUICE_ROUTES_FILE", "unset",
+     "Path of a file holding the routes JSON array, read once at start-up; set it or "
+     "SLUICE_ROUTES, not both."},
+    {"SLUICE_THREADS", "number of cores", "I/O threads, each running its own event loop (1..256)."},
+    {"SLUICE_ACCESS_LOG", "stdout",
+     "Where the JSON access log goes, one line per request: stdout, stderr, off, or a file path "
+     "(absolute or starting with ./)."},
+    {"SLUICE_UPSTREAM_MAX_CONNECTIONS", "512",
+     "Most connections open to each upstream, split evenly across the I/O threads' pools; a "
+     "request that finds its pool exhausted waits for a connection, and that wait is a pressure "
+     "signal."},
+    {"SLUICE_UPSTREAM_IDLE_TIMEOUT", "30s",
+     "A pooled upstream connection left idle this long is closed."},
+    {"SLUICE_MAX_HEADER_BYTES", "16KiB",
+     "A request head (request line and headers) above this gets 431 (1KiB..1MiB)."},
+    {"SLUICE_MAX_BODY_BYTES", "64MiB",
+     "A request body above this gets 413; 0 refuses every request that has a body."},
+    {"SLUICE_MAX_CONNECTIONS", "20000",
+     "Most client connections open at once; a connection beyond it is closed as soon as it is "
+     "accepted."},
+    {"SLUICE_HEADER_TIMEOUT", "10s",
+     "A request head not complete within this time gets 408 and the connection is closed "
+     "(slowloris)."},
+    {"SLUICE_IDLE_TIMEOUT", "60s",
+     "A keep-alive client connection idle this long between two requests is closed."},
+    {"SLUICE_BODY_TIMEOUT", "30s",
+     "A request body that makes no progress for this long gets 408 and the connection is "
+     "closed."},
+    {"SLUICE_SEND_TIMEOUT", "30s",
+     "A write to the client that makes no progress for this long closes the connection (slow "
+     "readers)."},
+    {"SLUICE_UPSTREAM_CONNECT_TIMEOUT", "2s",
+     "An upstream connect that fails or does not complete within this gets 502."},
+    {"SLUICE_UPSTREAM_RESPONSE_TIMEOUT", "30s",
+     "No upstream response head within this after the request was sent gets 504; a response "
+     "body that stalls this long is cut."},
+    {"SLUICE_SSE_IDLE_TIMEOUT", "5m",
+     "An SSE stream that receives nothing from the upstream for this long is closed."},
+    {"SLUICE_LAG_PROBE_INTERVAL", "50ms",
+     "How often each I/O thread measures its event-loop lag, the admission core's main pressure "
+     "signal (10ms..1s)."},
+    {"SLUICE_DRAIN_DELAY", "5s",
+     "On SIGTERM /readyz turns 503 at once and the listener keeps serving this long so load "
+     "balancers can deregister the instance (0 allowed)."},
+    {"SLUICE_DRAIN_TIMEOUT", "30s",
+     "After the drain delay the listener stops accepting and in-flight requests, SSE streams "
+     "included, get this long to finish before the process exits."},
+};
+
+constexpr std::string_view kUpstreamsExample =
+    "api=127.0.0.1:9000|127.0.0.1:9001;auth=127.0.0.1:9100";
+constexpr std::string_view kRoutesExample =
+    R"([{"prefix":"/v1/uploads","lane":"bulk"},{"prefix":"/v1/responses","sse":true,"lane":"heavy"},{"prefix":"/","lane":"standard"}])";
+constexpr std::string_view kDurationHint = "use e.g. 250ms, 5s, 2m";
+
+std::string in_quotes(std::string_view s) { return "\"" + std::string(s) + "\""; }
+
+[[noreturn]] void invalid(const std::string& message) { throw std::invalid_argument(message); }
+
+std::string_view default_of(std::string_view name) {
+  for (const auto& v : kVariables)
+    if (v.name == name) return v.default_value;
+  return {};
+}
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// Leading decimal digits of text as a number; `digits` gets how many there were.
+std::uint64_t leading_number(std::string_view text, std::size_t& digits) {
+  std::uint64_t value = 0;
+  digits = 0;
+  while (digits < text.size() && is_digit(text[digits])) {
+    unsigned d = static_cast<unsigned>(text[digits] - '0');
+    if (value > (std::numeric_limits<std::uint64_t>::max() - d) / 10)
+      invalid(in_quotes(text) + " is too large");
+    value = value * 10 + d;
+    ++digits;
+  }
+  return value;
+}
+
+std::uint64_t parse_count(std::string_view text) {
+  std::size_t digits = 0;
+  std::uint64_t value = leading_number(text, digits);
+  if (digits == 0 || digits != text.size())
+    invalid(in_quotes(text) + " is not a whole number; e.g. 512");
+  return value;
+}
+
+using Unit = std::pair<std::string_view, std::uint64_t>;
+constexpr std::array<Unit, 4> kDurationUnits{
+    {{"ms", 1}, {"s", 1'000}, {"m", 60'000}, {"h", 3'600'000}}};
+constexpr std::array<Unit, 4> kByteUnits{
+    {{"", 1}, {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}}};
+
+// The unit's multiplier, or 0 when the unit is not in the list.
+template <std::size_t N>
+std::uint64_t unit_factor(const std::array<Unit, N>& units, std::string_view unit) {
+  for (const auto& [name, factor] : units)
+    if (name == unit) return factor;
+  return 0;
+}
+
+std::string format_duration(Duration d) {
+  auto ms = d.count();
+  if (ms == 0) return "0s";
+  if (ms % 3'600'000 == 0) return std::to_string(ms / 3'600'000) + "h";
+  if (ms % 60'000 == 0) return std::to_string(ms / 60'000) + "m";
+  if (ms % 1'000 == 0) return std::to_string(ms / 1'000) + "s";
+  return std::to_string(ms) + "ms";
+}
+
+std::string format_bytes(std::uint64_t n) {
+  constexpr std::array<std::pair<std::uint64_t, std::string_view>, 3> kUnits{
+      {{1ull << 30, "GiB"}, {1ull << 20, "MiB"}, {1ull << 10, "KiB"}}};
+  for (const auto& [size, unit] : kUnits)
+    if (n != 0 && n % size == 0) return std::to_string(n / size) + std::string(unit);
+  return std::to_string(n);
+}
+
+bool is_ipv6(std::string_view host) {
+  in6_addr addr{};
+  return inet_pton(AF_INET6, std::string(host).c_str(), &addr) == 1;
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+void refuse_unknown(const Env& env) {
+  for (const auto& [name, value] : env) {
+    if (!name.starts_with("SLUICE_")) continue;
+    const Variable* nearest = nullptr;
+    std::size_t best = 4;  // suggest only names within edit distance 3
+    for (const auto& v : kVariables) {
+      std::size_t d = edit_distance(name, v.name);
+      if (d == 0) {
+        nearest = &v;
+        best = 0;
+        break;
+      }
+      if (d < best) {
+        best = d;
+        nearest = &v;
+      }
+    }
+    if (best == 0) continue;
+    if (nearest)
+      throw ConfigError(name, "unknown variable; did you mean " + std::string(nearest->name) + "?");
+    throw ConfigError(name, "unknown variable; `sluice --help` lists the valid ones");
+  }
+}
+
+const std::string* lookup(const Env& env, std::string_view name) {
+  auto it = env.find(name);
+  return it == env.end() ? nullptr : &it->second;
+}
+
+// Runs parse on the variable's value when it is set; parse errors name the variable.
+template <class T, class Parse>
+void read(const Env& env, std::string_view name, T& out, Parse parse) {
+  const std::string* value = lookup(env, name);
+  if (!value) return;
+  try {
+    out = parse(*value);
+  } catch (const std::logic_error& e) {  // invalid_argument and out_of_range
+    throw ConfigError(std::string(name), e.what());
+  }
+}
+
+void read_duration(const Env& env, std::string_view name, Duration& out, Duration lo, Duration hi) {
+  read(env, name, out, [&](const std::string& text) {
+    Duration d = parse_duration(text);
+    if (d < lo || d > hi)
+      invalid(in_quotes(text) + " is out of range; valid: " + format_duration(lo) + ".." +
+              format_duration(hi));
+    return d;
+  });
+}
+
+// Zero would mean "expire at once"; nobody wants that, and "never" is not offered.
+void read_timeout(const Env& env, std::string_view name, Duration& out) {
+  read(env, name, out, [&](const std::string& text) {
+    Duration d = parse_duration(text);
+    if (d.count() <= 0)
+      invalid(in_quotes(text) + " is not allowed; valid: greater than 0, e.g. " +
+              std::string(default_of(name)));
+    return d;
+  });
+}
+
+// A whole number (or a byte size) in lo..hi; without hi, anything the field can hold.
+template <class T>
+void read_count(const Env& env, std::string_view name, T& out, std::uint64_t lo,
+                std::optional<std::uint64_t> hi, bool bytes) {
+  read(env, name, out, [&](const std::string& text) {
+    std::uint64_t n = bytes ? parse_bytes(text) : parse_count(text);
+    auto limit = hi.value_or(static_cast<std::uint64_t>(std::numeric_limits<T>::max()));
+    if (n < lo || n > limit) {
+      std::string range = !hi     ? "at least " + std::to_string(lo)
+                          : bytes ? format_bytes(lo) + ".." + format_bytes(*hi)
+                                  : std::to_string(lo) + ".." + std::to_string(*hi);
+      invalid(in_quotes(text) + " is out of range; valid: " + range);
+    }
+    return static_cast<T>(n);
+  });
+}
+
+std::string read_file(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f)
+    throw ConfigError("SLUICE_ROUTES_FILE",
+                      "cannot read " + in_quotes(path) + ": " + std::strerror(errno));
+  std::string text;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  int error = std::ferror(f) ? errno : 0;
+  std::fclose(f);
+  if (error)
+    throw ConfigError("SLUICE_ROUTES_FILE",
+                      "cannot read " + in_quotes(path) + ": " + std::strerror(error));
+  return text;
+}
+
+void load_routes(const Env& env, Config& c) {
+  const std::string* inline_routes = lookup(env, "SLUICE_ROUTES");
+  const std::string* file = lookup(env, "SLUICE_ROUTES_FILE");
+  if (inline_routes && file)
+    throw ConfigError("SLUICE_ROUTES", "set together with SLUICE_ROUTES_FILE; set only one");
+  if (!inline_routes && !file) {
+    c.routes = routes::Table::defaults();
+    return;
+  }
+  std::vector<std::string> names;
+  for (const auto& u : c.upstreams) names.push_back(u.name);
+  if (file && file->empty())
+    throw ConfigError("SLUICE_ROUTES_FILE", "empty; give the path of a JSON routes file");
+  const char* variable = inline_routes ? "SLUICE_ROUTES" : "SLUICE_ROUTES_FILE";
+  std::string text = inline_routes ? *inline_routes : read_file(*file);
+  try {
+    c.routes = routes::Table::parse(text, names);
+  } catch (const routes::RouteError& e) {
+    throw ConfigError(variable, e.what());
+  }
+}
+
+Json route_json(const routes::Route& r, const std::vector<Upstream>& upstreams) {
+  auto upstream_name = [&](std::size_t i) {
+    return i < upstreams.size() ? upstreams[i].name : "#" + std::to_string(i);
+  };
+  // Only the match fields that are set, so the output can be pasted back into SLUICE_ROUTES.
+  Json j;
+  j["name"] = r.name;
+  if (r.prefix) j["prefix"] = *r.prefix;
+  if (r.regex_source) j["regex"] = *r.regex_source;
+  if (!r.methods.empty()) j["methods"] = r.methods;
+  if (r.header) j["header"] = {{"name", r.header->name}, {"value", r.header->value}};
+  if (r.sse) j["sse"] = *r.sse;
+  if (r.min_body_bytes) j["min_body_bytes"] = *r.min_body_bytes;
+  j["lane"] = std::string(admission::to_string(r.lane));
+  j["upstream"] = upstream_name(r.upstream);
+  j["alternatives"] = Json::array();
+  for (std::size_t a : r.alternatives) j["alternatives"].push_back(upstream_name(a));
+  j["pin"] = r.pin;
+  return j;
+}
+
+// Appends text wrapped to width, every line starting with indent spaces.
+void wrap(std::string& out, std::string_view text, std::size_t indent, std::size_t width) {
+  std::size_t column = 0;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find(' ', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view word = text.substr(pos, end - pos);
+    if (column > 0 && column + 1 + word.size() > width) {
+      out += '\n';
+      column = 0;
+    }
+    if (column == 0) {
+      out.append(indent, ' ');
+      column = indent;
+    } else {
+      out += ' ';
+      ++column;
+    }
+    out += word;
+    column += word.size();
+    pos = end + 1;
+  }
+  out += '\n';
+}
+
+// Phrases such as "unset" or "number of cores" are not values one could type.
+bool is_literal_default(std::string_view value) {
+  return value != "unset" && value != "required" && value.find(' ') == std::string_view::npos;
+}
+
+std::string escape_cell(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '|') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+ConfigError::ConfigError(std::string variable, const std::string& message)
+    : std::runtime_error(variable + ": " + message), variable_(std::move(variable)) {}
+
+std::string Endpoint::str() const {
+  std::string port_text = std::to_string(port);
+  if (host.find(':') != std::string::npos) return "[" + host + "]:" + port_text;
+  return host + ":" + port_text;
+}
+
+bool Endpoint::is_loopback() const {
+  std::string lower = host;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (lower == "localhost") return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+    if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+  }
+  return false;
+}
+
+std::span<const Variable> variables() { return kVariables; }
+
+Env sluice_environment(char** envp) {
+  Env env;
+  if (!envp) return env;
+  for (char** p = envp; *p; ++p) {
+    std::string_view entry(*p);
+    if (!entry.starts_with("SLUICE_")) continue;
+    auto eq = entry.find('=');
+    if (eq == std::string_view::npos) continue;
+    env.emplace(std::string(entry.substr(0, eq)), std::string(entry.substr(eq + 1)));
+  }
+  return env;
+}
+
+Duration parse_duration(std::string_view text) {
+  if (text.empty()) invalid("empty; " + std::string(kDurationHint));
+  if (text == "0") return Duration{0};
+  if (text.front() == '-') invalid(in_quotes(text) + " is negative; " + std::string(kDurationHint));
+  std::size_t digits = 0;
+  std::uint64_t value = leading_number(text, digits);
+  if (digits == 0) invalid(in_quotes(text) + " is not a duration; " + std::string(kDurationHint));
+  std::string_view unit = text.substr(digits);
+  if (unit.empty()) invalid(in_quotes(text) + " has no unit; " + std::string(kDurationHint));
+  if (unit.front() == '.')
+    invalid(in_quotes(text) + " has a fraction; use a smaller unit, e.g. 1500ms for 1.5s");
+  std::uint64_t factor = unit_factor(kDurationUnits, unit);
+  if (factor == 0)
+    invalid(in_quotes(text) + " has an unknown unit " + in_quotes(unit) +
+            "; valid units: ms, s, m, h");
+  constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<Duration::rep>::max());
+  if (value > kMax / factor) invalid(in_quotes(text) + " is too large");
+  return Duration{static_cast<Duration::rep>(value * factor)};
+}
+
+std::uint64_t parse_bytes(std::string_view text) {
+  constexpr std::string_view kHint = "use a byte count or KiB, MiB, GiB, e.g. 16384, 16KiB, 64MiB";
+  if (text.empty()) invalid("empty; " + std::string(kHint));
+  if (text.front() == '-') invalid(in_quotes(text) + " is negative; " + std::string(kHint));
+  std::size_t digits = 0;
+  std::uint64_t value = leading_number(text, digits);
+  if (digits == 0) invalid(in_quotes(text) + " is not a size; " + std::string(kHint));
+  std::string_view unit = text.substr(digits);
+  std::uint64_t factor = unit_factor(kByteUnits, unit);
+  if (factor == 0)
+    invalid(in_quotes(text) + " has an unknown unit " + in_quotes(unit) + "; " +
+            std::string(kHint));
+  if (value > std::numeric_limits<std::uint64_t>::max() / factor)
+    invalid(in_quotes(text) + " is too large");
+  return value * factor;
+}
+
+Endpoint parse_endpoint(std::string_view text) {
+  const std::string kHint = "; e.g. 127.0.0.1:8080, localhost:8080 or [::1]:8080";
+  Endpoint ep;
+  std::string_view port;
+  if (text.starts_with("[")) {
+    auto close = text.find(']');
+    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':')
+      invalid(in_quotes(text) + " is not [IPv6]:port" + kHint);
+    ep.host = std::string(text.substr(1, close - 1));
+    if (!is_ipv6(ep.host)) invalid(in_quotes(ep.host) + " is not an IPv6 address" + kHint);
+    port = text.substr(close + 2);
+  } else {
+    auto colon = text.rfind(':');
+    if (colon == std::string_view::npos) invalid(in_quotes(text) + " is not host:port" + kHint);
+    ep.host = std::string(text.substr(0, colon));
+    if (ep.host.find(':') != std::string::npos)
+      invalid(in_quotes(text) + ": an IPv6 address needs brackets, e.g. [::1]:8080");
+    if (ep.host.empty()) invalid(in_quotes(text) + " has no host" + kHint);
+    bool host_ok = std::all_of(ep.host.begin(), ep.host.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '.' ||
+             c == '-' || c == '_';
+    });
+    if (!host_ok) invalid(in_quotes(ep.host) + " is not a host name or address" + kHint);
+    port = text.substr(colon + 1);
+  }
+  std::size_t digits = 0;
+  std::uint64_t number = 0;
+  try {
+    number = leading_number(port, digits);
+  } catch (const std::invalid_argument&) {
+    digits = 0;
+  }
+  // Port 0 is accepted here: a listener may ask the system for a free port.
+  if (digits == 0 || digits != port.size() || number > 65535)
+    invalid(in_quotes(text) + " has port " + in_quotes(port) + "; valid ports: 0..65535");
+  ep.port = static_cast<std::uint16_t>(number);
+  return ep;
+}
+
+std::vector<Upstream> parse_upstreams(std::string_view text) {
+  const std::string kHint = "; e.g. " + std::string(kUpstreamsExample);
+  std::vector<Upstream> out;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    std::size_t end = std::min(text.find(';', pos), text.size());
+    std::string_view entry = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (entry.empty()) continue;  // tolerate "a=...;" and ";;"
+
+    Upstream u;
+    std::string_view hosts = entry;
+    if (auto eq = entry.find('='); eq != std::string_view::npos) {
+      u.name = std::string(entry.substr(0, eq));
+      hosts = entry.substr(eq + 1);
+      bool name_ok = !u.name.empty() && std::all_of(u.name.begin(), u.name.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '_' ||
+               c == '-';
+      });
+      if (!name_ok)
+        invalid("upstream name " + in_quotes(u.name) +
+                " is not valid; use letters, digits, _ and -" + kHint);
+    } else {
+      u.name = "default";
+    }
+    for (const auto& other : out)
+      if (other.name == u.name)
+        invalid("upstream " + in_quotes(u.name) + " is given twice; names must be unique" + kHint);
+
+    std::size_t hpos = 0;
+    while (hpos <= hosts.size()) {
+      std::size_t hend = std::min(hosts.find('|', hpos), hosts.size());
+      std::string_view host = hosts.substr(hpos, hend - hpos);
+      hpos = hend + 1;
+      if (host.empty())
+        invalid("upstream " + in_quotes(u.name) + " has an empty host; give host:port" + kHint);
+      Endpoint ep;
+      try {
+        ep = parse_endpoint(host);
+      } catch (const std::invalid_argument& e) {
+        invalid("upstream " + in_quotes(u.name) + ": " + e.what());
+      }
+      if (ep.port == 0)
+        invalid("upstream " + in_quotes(u.name) + ": " + in_quotes(host) +
+                " has port 0; valid ports: 1..65535");
+      u.hosts.push_back(std::move(ep));
+    }
+    out.push_back(std::move(u));
+  }
+  if (out.empty()) invalid("no upstream given" + kHint);
+  return out;
+}
+
+Config load(const Env& env) {
+  refuse_unknown(env);
+  Config c;
+
+  const std::string* upstreams = lookup(env, "SLUICE_UPSTREAMS");
+  if (!upstreams)
+    throw ConfigError("SLUICE_UPSTREAMS",
+                      "required; e.g. SLUICE_UPSTREAMS=" + std::string(kUpstreamsExample));
+  read(env, "SLUICE_UPSTREAMS", c.upstreams, parse_upstreams);
+
+  read(env, "SLUICE_LISTEN", c.listen, parse_endpoint);
+  read(env, "SLUICE_ADMIN_LISTEN", c.admin_listen, parse_endpoint);
+  if (const std::string* token = lookup(env, "SLUICE_ADMIN_TOKEN")) {
+    // An empty token usually means a secret that failed to expand; refusing beats running open.
+    if (token->empty())
+      throw ConfigError("SLUICE_ADMIN_TOKEN", "set but empty; give a token or unset it");
+    c.admin_token = *token;
+  }
+  if (c.admin_token.empty() && !c.admin_listen.is_loopback())
+    throw ConfigError("SLUICE_ADMIN_TOKEN",
+                      "required because SLUICE_ADMIN_LISTEN (" + c.admin_listen.str() +
+                          ") is not loopback; set a token or listen on 127.0.0.1");
+
+  load_routes(env, c);
+
+  c.threads = static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1u, 256u));
+  read_count(env, "SLUICE_THREADS", c.threads, 1, 256, false);
+
+  read(env, "SLUICE_ACCESS_LOG", c.access_log, [&](const std::string& v) {
+    if (v == "stdout") return AccessLog::stdout_;
+    if (v == "stderr") return AccessLog::stderr_;
+    if (v == "off") return AccessLog::off;
+    if (!v.starts_with("/") && !v.starts_with("./"))
+      invalid(in_quotes(v) +
+              " is not stdout, stderr, off or a file path; a path must be absolute or start "
+              "with ./");
+    c.access_log_path = v;
+    return AccessLog::file;
+  });
+
+  read_count(env, "SLUICE_UPSTREAM_MAX_CONNECTIONS", c.upstream_max_connections, 1, {}, false);
+  read_timeout(env, "SLUICE_UPSTREAM_IDLE_TIMEOUT", c.upstream_idle_timeout);
+  read_count(env, "SLUICE_MAX_HEADER_BYTES", c.max_header_bytes, 1ull << 10, 1ull << 20, true);
+  read_count(env, "SLUICE_MAX_BODY_BYTES", c.max_body_bytes, 0, {}, true);
+  read_count(env, "SLUICE_MAX_CONNECTIONS", c.max_connections, 1, {}, false);
+  read_timeout(env, "SLUICE_HEADER_TIMEOUT", c.header_timeout);
+  read_timeout(env, "SLUICE_IDLE_TIMEOUT", c.idle_timeout);
+  read_timeout(env, "SLUICE_BODY_TIMEOUT", c.body_timeout);
+  read_timeout(env, "SLUICE_SEND_TIMEOUT", c.send_timeout);
+  read_timeout(env, "SLUICE_UPSTREAM_CONNECT_TIMEOUT", c.connect_timeout);
+  read_timeout(env, "SLUICE_UPSTREAM_RESPONSE_TIMEOUT", c.response_timeout);
+  read_timeout(env, "SLUICE_SSE_IDLE_TIMEOUT", c.sse_idle_timeout);
+  read_duration(env, "SLUICE_LAG_PROBE_INTERVAL", c.lag_probe_interval, Duration{10},
+                Duration{1'000});
+  read(env, "SLUICE_DRAIN_DELAY", c.drain_delay, parse_duration);  // 0: stop at once
+  read_timeout(env, "SLUICE_DRAIN_TIMEOUT", c.drain_timeout);
+  return c;
+}
+
+std::string to_json(const Config& c) {
+  Json j;
+  j["listen"] = c.listen.str();
+  j["admin_listen"] = c.admin_listen.str();
+  j["admin_token"] = c.admin_token.empty() ? Json(nullptr) : Json("(set)");
+  j["upstreams"] = Json::array();
+  for (const auto& u : c.upstreams) {
+    Json hosts = Json::array();
+    for (const auto& h : u.hosts) hosts.push_back(h.str());
+    j["upstreams"].push_back({{"name", u.name}, {"hosts", hosts}});
+  }
+  j["routes"] = Json::array();
+  for (const auto& r : c.routes.routes()) j["routes"].push_back(route_json(r, c.upstreams));
+  j["threads"] = c.threads;
+  switch (c.access_log) {
+    case AccessLog::stdout_:
+      j["access_log"] = "stdout";
+      break;
+    case AccessLog::stderr_:
+      j["access_log"] = "stderr";
+      break;
+    case AccessLog::off:
+      j["access_log"] = "off";
+      break;
+    case AccessLog::file:
+      j["access_log"] = c.access_log_path;
+      break;
+  }
+  j["upstream_max_connections"] = c.upstream_max_connections;
+  j["upstream_idle_timeout"] = format_duration(c.upstream_idle_timeout);
+  j["max_header_bytes"] = c.max_header_bytes;
+  j["max_body_bytes"] = c.max_body_bytes;
+  j["max_connections"] = c.max_connections;
+  j["header_timeout"] = format_duration(c.header_timeout);
+  j["idle_timeout"] = format_duration(c.idle_timeout);
+  j["body_timeout"] = format_duration(c.body_timeout);
+  j["send_timeout"] = format_duration(c.send_timeout);
+  j["upstream_connect_timeout"] = format_duration(c.connect_timeout);
+  j["upstream_response_timeout"] = format_duration(c.response_timeout);
+  j["sse_idle_timeout"] = format_duration(c.sse_idle_timeout);
+  j["lag_probe_interval"] = format_duration(c.lag_probe_interval);
+  j["drain_delay"] = format_duration(c.drain_delay);
+  j["drain_timeout"] = format_duration(c.drain_timeout);
+  return j.dump(2);
+}
+
+std::string help_text() {
+  constexpr std::size_t kWidth = 100;
+  std::string out =
+      "Usage: sluice [serve|check-config|healthcheck|replay [FILE|-]] [--help|--version]\n"
+      "\n"
+      "Sluice is an HTTP/1.1 reverse proxy that sorts requests into lanes (bulk, standard, heavy)\n"
+      "and answers 503 with a measured Retry-After when its own pressure says to shed load.\n"
+      "\n"
+      "Commands:\n"
+      "  serve            Run the proxy (the default when no command is given).\n"
+      "  check-config     Validate the environment and print the effective configuration as JSON;\n"
+      "                   exit 0, or exit 2 with the error on an invalid value.\n"
+      "  healthcheck      Exit 0 when the local instance answers /healthz on the admin listener.\n"
+      "  replay [FILE|-]  Run the admission controller offline over a tick trace (- reads "
+      "standard\n"
+      "                   input) and print one JSON line per tick, then a summary line.\n"
+      "  --help           Print this text.\n"
+      "  --version        Print the version.\n"
+      "\n"
+      "Environment (a bad value or an unknown SLUICE_ name stops start-up; durations take a unit:\n"
+      "250ms, 5s, 2m, 1h; sizes are bytes or KiB, MiB, GiB; docs/configuration.md has the "
+      "details):\n";
+  for (const auto& v : kVariables) {
+    out += "\n  ";
+    out += v.name;
+    out += "  (default: ";
+    out += v.default_value;
+    out += ")\n";
+    wrap(out, v.meaning, 6, kWidth);
+  }
+  return out;
+}
+
+std::string reference_markdown() {
+  std::string out =
+      "# Configuration reference\n"
+      "\n"
+      "Generated from the variable table in `config/config.cpp` by `sluice config-reference`;\n"
+      "a unit test in CI fails when this file and the table differ, so edit the table, not this\n"
+      "file.\n"
+      "\n"
+      "Sluice reads its configuration once, at start-up, from environment variables with the\n"
+      "prefix `SLUICE_`. A bad value, or an unknown `SLUICE_` name (a typo), stops start-up with\n"
+      "`sluice: config: SLUICE_X: <what is wrong and what would be valid>` and exit status 2.\n"
+      "`sluice check-config` validates the environment and prints the effective configuration\n"
+      "as JSON (the admin token shown only as `(set)`).\n"
+      "\n"
+      "| variable | default | meaning |\n"
+      "|---|---|---|\n";
+  for (const auto& v : kVariables) {
+    out += "| `";
+    out += v.name;
+    out += "` | ";
+    if (is_literal_default(v.default_value)) {
+      out += "`" + escape_cell(v.default_value) + "`";
+    } else {
+      out += escape_cell(v.default_value);
+    }
+    out += " | ";
+    out += escape_cell(v.meaning);
+    out += " |\n";
+  }
+  out +=
+      "\n"
+      "## Durations\n"
+      "\n"
+      "A whole number followed by a unit: `ms`, `s`, `m` or `h` (`250ms`, `5s`, `2m`, `1h`).\n"
+      "`0` may stand alone. A number without a unit (`10`), a fraction (`1.5s`) or a negative\n"
+      "value is an error. Timeouts must be greater than zero; `SLUICE_DRAIN_DELAY` may be `0`.\n"
+      "\n"
+      "## Byte sizes\n"
+      "\n"
+      "A whole number of bytes, optionally with a binary unit: `KiB` (1024), `MiB` or `GiB`\n"
+      "(`16384`, `16KiB`, `64MiB`, `1GiB`). Decimal units such as `KB` or `MB` are refused rather\n"
+      "than guessed.\n"
+      "\n"
+      "## Upstreams\n"
+      "\n"
+      "`SLUICE_UPSTREAMS` lists the upstreams as `name=host:port[|host:port...]` entries\n"
+      "separated by `;`, for example\n"
+      "`SLUICE_UPSTREAMS=" +
+      std::string(kUpstreamsExample) +
+      "`.\n"
+      "\n"
+      "- A bare `host:port` (or `host:port|host:port`) names the upstream `default`.\n"
+      "- Names use letters, digits, `_` and `-`, and are unique.\n"
+      "- A host is an IPv4 address, a name resolved at start-up, or an IPv6 address in brackets\n"
+      "  (`[::1]:9000`); ports are 1..65535.\n"
+      "- The first upstream is where routes send requests unless they name another.\n"
+      "\n"
+      "## Routes\n"
+      "\n"
+      "`SLUICE_ROUTES` (inline) or `SLUICE_ROUTES_FILE` (a path, read at start-up) holds a JSON\n"
+      "array of routes; set one, not both. Each request goes to the first route that matches; a\n"
+      "request that matches none gets 404. Without either variable the built-in table applies:\n"
+      "a route `sse` (requests that accept `text/event-stream` go to lane `heavy`) and a route\n"
+      "`default` (everything else to lane `standard`), both to the first upstream.\n"
+      "\n"
+      "A route is a flat JSON object. Match fields are optional and all given ones must hold:\n"
+      "\n"
+      "| field | value | matches when |\n"
+      "|---|---|---|\n"
+      "| `prefix` | string starting with `/` | the path starts with it (not with `regex`) |\n"
+      "| `regex` | ECMAScript regular expression | it matches somewhere in the path (not with "
+      "`prefix`) |\n"
+      "| `methods` | non-empty array of methods | the method is one of them (written upper-case) "
+      "|\n"
+      "| `header` | `{\"name\": .., \"value\": ..}` | the header (name case-insensitive) has "
+      "exactly this non-empty value |\n"
+      "| `sse` | boolean | `true`: the request accepts `text/event-stream`; `false`: it does "
+      "not |\n"
+      "| `min_body_bytes` | non-negative integer | the request's Content-Length is at least this "
+      "(a request without one, or chunked, counts as 0) |\n"
+      "\n"
+      "Action and naming fields:\n"
+      "\n"
+      "| field | value | default | meaning |\n"
+      "|---|---|---|---|\n"
+      "| `name` | non-empty string, unique | `route<index>` (from 0) | the route's name in logs "
+      "and `/admin/state` |\n"
+      "| `lane` | `bulk`, `standard` or `heavy` | `standard` | the admission lane |\n"
+      "| `upstream` | an upstream name | the first upstream | where the request goes |\n"
+      "| `alternatives` | array of other upstream names, each once | none | upstreams to fall "
+      "back to |\n"
+      "| `pin` | boolean | `false` | `true`: never fall back (not with `alternatives`) |\n"
+      "\n"
+      "Any other field is an error, and so is an empty array. Errors name the route's index and\n"
+      "field, e.g. `SLUICE_ROUTES: route 1: field \"lane\": \"fast\" is not a lane; valid: bulk, "
+      "standard, heavy`.\n"
+      "\n"
+      "Example:\n"
+      "\n"
+      "```json\n" +
+      std::string(kRoutesExample) +
+      "\n"
+      "```\n";
+  return out;
+}
+
+}  // namespace sluice::config

@@ -1,0 +1,572 @@
+#include "config/config.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+
+namespace {
+
+using namespace std::chrono_literals;
+using sluice::config::AccessLog;
+using sluice::config::Config;
+using sluice::config::ConfigError;
+using sluice::config::Duration;
+using sluice::config::Env;
+using sluice::config::load;
+using sluice::config::parse_bytes;
+using sluice::config::parse_duration;
+using sluice::config::parse_endpoint;
+using sluice::config::parse_upstreams;
+using sluice::config::to_json;
+using sluice::config::variables;
+
+// The least environment load() accepts.
+Env minimal(Env extra = {}) {
+  Env env{{"SLUICE_UPSTREAMS", "127.0.0.1:9000"}};
+  for (auto& [k, v] : extra) env[k] = v;
+  return env;
+}
+
+std::string error_of(const Env& env) {
+  try {
+    load(env);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::string variable_of(const Env& env) {
+  try {
+    load(env);
+  } catch (const ConfigError& e) {
+    return e.variable();
+  }
+  return "(no error)";
+}
+
+template <class F>
+std::string parse_error(F f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// A file that removes itself.
+struct TempFile {
+  std::filesystem::path path;
+  explicit TempFile(const std::string& text) {
+    static int counter = 0;
+    path = std::filesystem::temp_directory_path() /
+           ("sluice-config-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    std::ofstream(path) << text;
+  }
+  ~TempFile() { std::filesystem::remove(path); }
+};
+
+std::string json_key(std::string_view variable) {
+  std::string key(variable.substr(std::string_view("SLUICE_").size()));
+  std::transform(key.begin(), key.end(), key.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return key;
+}
+
+}  // namespace
+
+TEST_CASE("the variable table names each variable once, with a default and a meaning", "[config]") {
+  std::set<std::string_view> names;
+  for (const auto& v : variables()) {
+    CHECK(v.name.starts_with("SLUICE_"));
+    CHECK_FALSE(v.default_value.empty());
+    CHECK_FALSE(v.meaning.empty());
+    CHECK(names.insert(v.name).second);
+  }
+  CHECK(names.size() == 23);
+}
+
+TEST_CASE("every variable in the table is read by load and shown by to_json", "[config]") {
+  auto shown = nlohmann::json::parse(to_json(load(minimal())));
+  std::set<std::string> table_keys;
+  for (const auto& v : variables()) {
+    if (v.name == "SLUICE_ROUTES_FILE") continue;  // shown as "routes", like SLUICE_ROUTES
+    table_keys.insert(json_key(v.name));
+    CHECK(shown.contains(json_key(v.name)));
+  }
+  for (const auto& [key, value] : shown.items()) CHECK(table_keys.count(key) == 1);
+}
+
+TEST_CASE("the defaults in the table are the defaults load applies", "[config]") {
+  // Setting a variable to its documented default must change nothing.
+  const std::string baseline = to_json(load(minimal()));
+  std::set<std::string_view> not_literal;
+  for (const auto& v : variables()) {
+    bool literal = v.default_value != "unset" && v.default_value != "required" &&
+                   v.default_value.find(' ') == std::string_view::npos;
+    if (!literal) {
+      not_literal.insert(v.name);
+      continue;
+    }
+    INFO(v.name << "=" << v.default_value);
+    CHECK(to_json(load(minimal({{std::string(v.name), std::string(v.default_value)}}))) ==
+          baseline);
+  }
+  CHECK(not_literal == std::set<std::string_view>{"SLUICE_ADMIN_TOKEN", "SLUICE_UPSTREAMS",
+                                                  "SLUICE_ROUTES", "SLUICE_ROUTES_FILE",
+                                                  "SLUICE_THREADS"});
+
+  // And the loaded defaults are the struct's.
+  Config expected;
+  Config loaded = load(minimal());
+  expected.upstreams = loaded.upstreams;
+  expected.routes = sluice::routes::Table::defaults();
+  expected.threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 256u));
+  CHECK(to_json(loaded) == to_json(expected));
+  CHECK(loaded.threads == expected.threads);
+  CHECK(loaded.admin_token.empty());
+  REQUIRE(loaded.routes.routes().size() == 2);
+  CHECK(loaded.routes.routes()[0].name == "sse");
+}
+
+TEST_CASE("SLUICE_UPSTREAMS is required", "[config]") {
+  CHECK(error_of({}) ==
+        "SLUICE_UPSTREAMS: required; e.g. "
+        "SLUICE_UPSTREAMS=api=127.0.0.1:9000|127.0.0.1:9001;auth=127.0.0.1:9100");
+}
+
+TEST_CASE("an unknown SLUICE_ variable is refused with the nearest name", "[config]") {
+  CHECK(error_of(minimal({{"SLUICE_LISTN", "0.0.0.0:1"}})) ==
+        "SLUICE_LISTN: unknown variable; did you mean SLUICE_LISTEN?");
+  CHECK(error_of(minimal({{"SLUICE_HEADER_TIMEOUTS", "1s"}})) ==
+        "SLUICE_HEADER_TIMEOUTS: unknown variable; did you mean SLUICE_HEADER_TIMEOUT?");
+  CHECK(variable_of(minimal({{"SLUICE_LISTN", "x"}})) == "SLUICE_LISTN");
+}
+
+TEST_CASE("an unknown SLUICE_ variable far from every name is refused without a guess",
+          "[config]") {
+  std::string e = error_of(minimal({{"SLUICE_COMPLETELY_DIFFERENT", "1"}}));
+  CHECK_THAT(e, Catch::StartsWith("SLUICE_COMPLETELY_DIFFERENT: unknown variable;"));
+  CHECK_THAT(e, !Catch::Contains("did you mean"));
+}
+
+TEST_CASE("an unknown variable is refused even when SLUICE_UPSTREAMS is missing", "[config]") {
+  // The typo is the likelier cause, so it is reported first.
+  CHECK(variable_of({{"SLUICE_UPSTREAM", "127.0.0.1:9000"}}) == "SLUICE_UPSTREAM");
+}
+
+TEST_CASE("sluice_environment keeps only the SLUICE_ entries", "[config]") {
+  std::string a = "SLUICE_LISTEN=127.0.0.1:1", b = "PATH=/bin", c = "SLUICE_ROUTES=[{\"a\"=1}]",
+              d = "SLUICE_NOEQUALS", e = "XSLUICE_LISTEN=1";
+  char* envp[] = {a.data(), b.data(), c.data(), d.data(), e.data(), nullptr};
+  Env env = sluice::config::sluice_environment(envp);
+  CHECK(env == Env{{"SLUICE_LISTEN", "127.0.0.1:1"}, {"SLUICE_ROUTES", "[{\"a\"=1}]"}});
+  CHECK(sluice::config::sluice_environment(nullptr).empty());
+}
+
+TEST_CASE("upstreams parse named, multi-host, bare and IPv6 forms", "[config][upstreams]") {
+  auto u = parse_upstreams("api=127.0.0.1:9000|10.0.0.2:9001;auth=auth.internal:9100");
+  REQUIRE(u.size() == 2);
+  CHECK(u[0].name == "api");
+  REQUIRE(u[0].hosts.size() == 2);
+  CHECK(u[0].hosts[0].host == "127.0.0.1");
+  CHECK(u[0].hosts[0].port == 9000);
+  CHECK(u[0].hosts[1].str() == "10.0.0.2:9001");
+  CHECK(u[1].name == "auth");
+  CHECK(u[1].hosts[0].str() == "auth.internal:9100");
+
+  auto bare = parse_upstreams("127.0.0.1:9000");
+  REQUIRE(bare.size() == 1);
+  CHECK(bare[0].name == "default");
+  CHECK(bare[0].hosts[0].str() == "127.0.0.1:9000");
+
+  auto v6 = parse_upstreams("v6=[::1]:9000|[fd00::2]:9001");
+  CHECK(v6[0].hosts[0].host == "::1");
+  CHECK(v6[0].hosts[1].str() == "[fd00::2]:9001");
+
+  auto trailing = parse_upstreams("a_1=h:1;b-2=h:2;");
+  CHECK(trailing.size() == 2);
+  CHECK(trailing[1].name == "b-2");
+}
+
+TEST_CASE("upstream names must be unique and made of letters, digits, _ and -",
+          "[config][upstreams]") {
+  CHECK_THAT(parse_error([] { parse_upstreams("a=h:1;a=h:2"); }),
+             Catch::StartsWith("upstream \"a\" is given twice; names must be unique"));
+  CHECK_THAT(parse_error([] { parse_upstreams("h:1;h:2"); }),
+             Catch::StartsWith("upstream \"default\" is given twice"));
+  CHECK_THAT(parse_error([] { parse_upstreams("a.b=h:1"); }),
+             Catch::StartsWith("upstream name \"a.b\" is not valid"));
+  CHECK_THAT(parse_error([] { parse_upstreams("=h:1"); }),
+             Catch::StartsWith("upstream name \"\" is not valid"));
+}
+
+TEST_CASE("upstream hosts need a host and a port in 1..65535", "[config][upstreams]") {
+  CHECK_THAT(parse_error([] { parse_upstreams("a=h:0"); }),
+             Catch::StartsWith("upstream \"a\": \"h:0\" has port 0; valid ports: 1..65535"));
+  CHECK_THAT(parse_error([] { parse_upstreams("a=h:65536"); }), Catch::Contains("valid ports"));
+  CHECK_THAT(parse_error([] { parse_upstreams("a=h"); }),
+             Catch::StartsWith("upstream \"a\": \"h\" is not host:port"));
+  CHECK_THAT(parse_error([] { parse_upstreams("a=h:1|"); }),
+             Catch::StartsWith("upstream \"a\" has an empty host"));
+  CHECK_THAT(parse_error([] { parse_upstreams(";"); }), Catch::StartsWith("no upstream given"));
+  CHECK_THAT(parse_error([] { parse_upstreams("a=::1:9000"); }),
+             Catch::Contains("an IPv6 address needs brackets"));
+  CHECK(variable_of({{"SLUICE_UPSTREAMS", "a=h"}}) == "SLUICE_UPSTREAMS");
+}
+
+TEST_CASE("endpoints parse host:port and [IPv6]:port and print the same way", "[config]") {
+  CHECK(parse_endpoint("0.0.0.0:8080").str() == "0.0.0.0:8080");
+  CHECK(parse_endpoint("[::]:8080").str() == "[::]:8080");
+  CHECK(parse_endpoint("127.0.0.1:0").port == 0);  // a listener may ask for any free port
+  CHECK_THAT(parse_error([] { parse_endpoint("[zz]:1"); }),
+             Catch::StartsWith("\"zz\" is not an IPv6 address"));
+  CHECK_THAT(parse_error([] { parse_endpoint(":8080"); }), Catch::Contains("has no host"));
+  CHECK_THAT(parse_error([] { parse_endpoint("h:http"); }), Catch::Contains("valid ports"));
+  CHECK_THAT(parse_error([] { parse_endpoint("a b:1"); }),
+             Catch::Contains("is not a host name or address"));
+  CHECK(variable_of(minimal({{"SLUICE_LISTEN", "8080"}})) == "SLUICE_LISTEN");
+  CHECK(load(minimal({{"SLUICE_LISTEN", "127.0.0.1:18080"}})).listen.port == 18080);
+}
+
+TEST_CASE("loopback means 127.0.0.0/8, ::1 and localhost", "[config]") {
+  for (const char* host : {"127.0.0.1", "127.1.2.3", "::1", "localhost", "LocalHost"})
+    CHECK(sluice::config::Endpoint{host, 1}.is_loopback());
+  for (const char* host : {"0.0.0.0", "10.0.0.1", "::", "128.0.0.1", "example.com"})
+    CHECK_FALSE(sluice::config::Endpoint{host, 1}.is_loopback());
+}
+
+TEST_CASE("the admin token is required when the admin listener is not loopback", "[config]") {
+  CHECK(error_of(minimal({{"SLUICE_ADMIN_LISTEN", "0.0.0.0:9901"}})) ==
+        "SLUICE_ADMIN_TOKEN: required because SLUICE_ADMIN_LISTEN (0.0.0.0:9901) is not "
+        "loopback; set a token or listen on 127.0.0.1");
+  Config c = load(minimal({{"SLUICE_ADMIN_LISTEN", "0.0.0.0:9901"}, {"SLUICE_ADMIN_TOKEN", "s3"}}));
+  CHECK(c.admin_token == "s3");
+  CHECK_NOTHROW(load(minimal({{"SLUICE_ADMIN_LISTEN", "[::1]:9901"}})));
+}
+
+TEST_CASE("an admin token set to the empty string is refused", "[config]") {
+  CHECK(error_of(minimal({{"SLUICE_ADMIN_TOKEN", ""}})) ==
+        "SLUICE_ADMIN_TOKEN: set but empty; give a token or unset it");
+}
+
+TEST_CASE("SLUICE_ROUTES is parsed against the configured upstreams", "[config][routes]") {
+  Config c = load({{"SLUICE_UPSTREAMS", "api=h:1;auth=h:2"},
+                   {"SLUICE_ROUTES", R"([{"prefix":"/auth","upstream":"auth"},{"prefix":"/"}])"}});
+  REQUIRE(c.routes.routes().size() == 2);
+  CHECK(c.routes.routes()[0].upstream == 1);
+  CHECK(c.routes.routes()[1].upstream == 0);
+}
+
+TEST_CASE("route errors are reported under the variable that holds the routes",
+          "[config][routes]") {
+  CHECK(error_of(minimal({{"SLUICE_ROUTES", R"([{"prefix":"/"},{"lane":"fast"}])"}})) ==
+        "SLUICE_ROUTES: route 1: field \"lane\": \"fast\" is not a lane; valid: bulk, standard, "
+        "heavy");
+  CHECK_THAT(error_of(minimal({{"SLUICE_ROUTES", "[{"}})),
+             Catch::StartsWith("SLUICE_ROUTES: invalid JSON: "));
+  TempFile file(R"([{"upstream":"nope"}])");
+  CHECK_THAT(error_of(minimal({{"SLUICE_ROUTES_FILE", file.path.string()}})),
+             Catch::StartsWith("SLUICE_ROUTES_FILE: route 0: field \"upstream\": \"nope\""));
+}
+
+TEST_CASE("SLUICE_ROUTES_FILE is read at load", "[config][routes]") {
+  TempFile file(R"([{"name":"from-file","prefix":"/","lane":"bulk"}])");
+  Config c = load(minimal({{"SLUICE_ROUTES_FILE", file.path.string()}}));
+  REQUIRE(c.routes.routes().size() == 1);
+  CHECK(c.routes.routes()[0].name == "from-file");
+}
+
+TEST_CASE("an unreadable SLUICE_ROUTES_FILE is an error naming the path", "[config][routes]") {
+  CHECK(error_of(minimal({{"SLUICE_ROUTES_FILE", "/nonexistent/routes.json"}})) ==
+        "SLUICE_ROUTES_FILE: cannot read \"/nonexistent/routes.json\": No such file or directory");
+  CHECK_THAT(error_of(minimal({{"SLUICE_ROUTES_FILE", "/"}})),
+             Catch::StartsWith("SLUICE_ROUTES_FILE: cannot read \"/\""));
+}
+
+TEST_CASE("SLUICE_ROUTES and SLUICE_ROUTES_FILE together are refused", "[config][routes]") {
+  TempFile file(R"([{"prefix":"/"}])");
+  CHECK(error_of(minimal({{"SLUICE_ROUTES", R"([{"prefix":"/"}])"},
+                          {"SLUICE_ROUTES_FILE", file.path.string()}})) ==
+        "SLUICE_ROUTES: set together with SLUICE_ROUTES_FILE; set only one");
+}
+
+TEST_CASE("SLUICE_THREADS accepts 1..256", "[config]") {
+  CHECK(load(minimal({{"SLUICE_THREADS", "1"}})).threads == 1);
+  CHECK(load(minimal({{"SLUICE_THREADS", "256"}})).threads == 256);
+  CHECK(error_of(minimal({{"SLUICE_THREADS", "0"}})) ==
+        "SLUICE_THREADS: \"0\" is out of range; valid: 1..256");
+  CHECK(variable_of(minimal({{"SLUICE_THREADS", "257"}})) == "SLUICE_THREADS");
+  CHECK_THAT(error_of(minimal({{"SLUICE_THREADS", "four"}})),
+             Catch::Contains("is not a whole number"));
+  CHECK_THAT(error_of(minimal({{"SLUICE_THREADS", "-1"}})),
+             Catch::Contains("is not a whole number"));
+}
+
+TEST_CASE("SLUICE_ACCESS_LOG takes stdout, stderr, off or an absolute or ./ path", "[config]") {
+  CHECK(load(minimal({{"SLUICE_ACCESS_LOG", "stderr"}})).access_log == AccessLog::stderr_);
+  CHECK(load(minimal({{"SLUICE_ACCESS_LOG", "off"}})).access_log == AccessLog::off);
+  Config abs = load(minimal({{"SLUICE_ACCESS_LOG", "/var/log/sluice.log"}}));
+  CHECK(abs.access_log == AccessLog::file);
+  CHECK(abs.access_log_path == "/var/log/sluice.log");
+  CHECK(load(minimal({{"SLUICE_ACCESS_LOG", "./access.log"}})).access_log_path == "./access.log");
+  CHECK(error_of(minimal({{"SLUICE_ACCESS_LOG", "access.log"}})) ==
+        "SLUICE_ACCESS_LOG: \"access.log\" is not stdout, stderr, off or a file path; a path must "
+        "be absolute or start with ./");
+}
+
+TEST_CASE("durations take a whole number and a unit of ms, s, m or h", "[config][parsers]") {
+  CHECK(parse_duration("250ms") == 250ms);
+  CHECK(parse_duration("5s") == 5s);
+  CHECK(parse_duration("2m") == 2min);
+  CHECK(parse_duration("1h") == 1h);
+  CHECK(parse_duration("0") == 0ms);
+  CHECK(parse_duration("0s") == 0ms);
+}
+
+TEST_CASE("a duration without a unit is refused with examples", "[config][parsers]") {
+  CHECK(error_of(minimal({{"SLUICE_HEADER_TIMEOUT", "10"}})) ==
+        "SLUICE_HEADER_TIMEOUT: \"10\" has no unit; use e.g. 250ms, 5s, 2m");
+}
+
+TEST_CASE("negative, fractional, unknown-unit and overflowing durations are refused",
+          "[config][parsers]") {
+  CHECK_THAT(parse_error([] { parse_duration("-5s"); }), Catch::Contains("is negative"));
+  CHECK_THAT(parse_error([] { parse_duration("1.5s"); }), Catch::Contains("has a fraction"));
+  CHECK_THAT(parse_error([] { parse_duration("5sec"); }),
+             Catch::Contains("unknown unit \"sec\"; valid units: ms, s, m, h"));
+  CHECK_THAT(parse_error([] { parse_duration("5 s"); }), Catch::Contains("unknown unit"));
+  CHECK_THAT(parse_error([] { parse_duration("s"); }), Catch::Contains("is not a duration"));
+  CHECK_THAT(parse_error([] { parse_duration(""); }), Catch::StartsWith("empty"));
+  CHECK_THAT(parse_error([] { parse_duration("9999999999999999h"); }),
+             Catch::Contains("is too large"));
+  CHECK_THAT(parse_error([] { parse_duration("99999999999999999999999ms"); }),
+             Catch::Contains("is too large"));
+}
+
+TEST_CASE("byte sizes take plain bytes or KiB, MiB, GiB", "[config][parsers]") {
+  CHECK(parse_bytes("16384") == 16384u);
+  CHECK(parse_bytes("16KiB") == 16384u);
+  CHECK(parse_bytes("64MiB") == 64ull << 20);
+  CHECK(parse_bytes("1GiB") == 1ull << 30);
+  CHECK(parse_bytes("0") == 0u);
+}
+
+TEST_CASE("decimal, negative and overflowing byte sizes are refused", "[config][parsers]") {
+  CHECK_THAT(parse_error([] { parse_bytes("16KB"); }), Catch::Contains("unknown unit \"KB\""));
+  CHECK_THAT(parse_error([] { parse_bytes("16k"); }), Catch::Contains("unknown unit \"k\""));
+  CHECK_THAT(parse_error([] { parse_bytes("-1"); }), Catch::Contains("is negative"));
+  CHECK_THAT(parse_error([] { parse_bytes("KiB"); }), Catch::Contains("is not a size"));
+  CHECK_THAT(parse_error([] { parse_bytes("17179869184GiB"); }), Catch::Contains("is too large"));
+  CHECK_THAT(parse_error([] { parse_bytes("18446744073709551616"); }),
+             Catch::Contains("is too large"));
+}
+
+TEST_CASE("every timeout must be greater than zero", "[config]") {
+  for (const char* name :
+       {"SLUICE_UPSTREAM_IDLE_TIMEOUT", "SLUICE_HEADER_TIMEOUT", "SLUICE_IDLE_TIMEOUT",
+        "SLUICE_BODY_TIMEOUT", "SLUICE_SEND_TIMEOUT", "SLUICE_UPSTREAM_CONNECT_TIMEOUT",
+        "SLUICE_UPSTREAM_RESPONSE_TIMEOUT", "SLUICE_SSE_IDLE_TIMEOUT", "SLUICE_DRAIN_TIMEOUT"}) {
+    INFO(name);
+    CHECK_THAT(error_of(minimal({{name, "0s"}})),
+               Catch::StartsWith(std::string(name) +
+                                 ": \"0s\" is not allowed; valid: greater than 0, e.g. "));
+    CHECK_NOTHROW(load(minimal({{name, "1ms"}})));
+  }
+  CHECK(error_of(minimal({{"SLUICE_HEADER_TIMEOUT", "0"}})) ==
+        "SLUICE_HEADER_TIMEOUT: \"0\" is not allowed; valid: greater than 0, e.g. 10s");
+}
+
+TEST_CASE("every duration variable is parsed into its field", "[config]") {
+  Config c = load(minimal({{"SLUICE_UPSTREAM_IDLE_TIMEOUT", "1ms"},
+                           {"SLUICE_HEADER_TIMEOUT", "2ms"},
+                           {"SLUICE_IDLE_TIMEOUT", "3ms"},
+                           {"SLUICE_BODY_TIMEOUT", "4ms"},
+                           {"SLUICE_SEND_TIMEOUT", "5ms"},
+                           {"SLUICE_UPSTREAM_CONNECT_TIMEOUT", "6ms"},
+                           {"SLUICE_UPSTREAM_RESPONSE_TIMEOUT", "7ms"},
+                           {"SLUICE_SSE_IDLE_TIMEOUT", "8ms"},
+                           {"SLUICE_LAG_PROBE_INTERVAL", "11ms"},
+                           {"SLUICE_DRAIN_DELAY", "9ms"},
+                           {"SLUICE_DRAIN_TIMEOUT", "10ms"}}));
+  CHECK(c.upstream_idle_timeout == 1ms);
+  CHECK(c.header_timeout == 2ms);
+  CHECK(c.idle_timeout == 3ms);
+  CHECK(c.body_timeout == 4ms);
+  CHECK(c.send_timeout == 5ms);
+  CHECK(c.connect_timeout == 6ms);
+  CHECK(c.response_timeout == 7ms);
+  CHECK(c.sse_idle_timeout == 8ms);
+  CHECK(c.lag_probe_interval == 11ms);
+  CHECK(c.drain_delay == 9ms);
+  CHECK(c.drain_timeout == 10ms);
+}
+
+TEST_CASE("the drain delay may be zero", "[config]") {
+  CHECK(load(minimal({{"SLUICE_DRAIN_DELAY", "0"}})).drain_delay == 0ms);
+  CHECK(variable_of(minimal({{"SLUICE_DRAIN_DELAY", "-1s"}})) == "SLUICE_DRAIN_DELAY");
+}
+
+TEST_CASE("SLUICE_LAG_PROBE_INTERVAL is limited to 10ms..1s", "[config]") {
+  CHECK(load(minimal({{"SLUICE_LAG_PROBE_INTERVAL", "10ms"}})).lag_probe_interval == 10ms);
+  CHECK(load(minimal({{"SLUICE_LAG_PROBE_INTERVAL", "1s"}})).lag_probe_interval == 1s);
+  CHECK(error_of(minimal({{"SLUICE_LAG_PROBE_INTERVAL", "9ms"}})) ==
+        "SLUICE_LAG_PROBE_INTERVAL: \"9ms\" is out of range; valid: 10ms..1s");
+  CHECK(variable_of(minimal({{"SLUICE_LAG_PROBE_INTERVAL", "1001ms"}})) ==
+        "SLUICE_LAG_PROBE_INTERVAL");
+}
+
+TEST_CASE("SLUICE_MAX_HEADER_BYTES is limited to 1KiB..1MiB", "[config]") {
+  CHECK(load(minimal({{"SLUICE_MAX_HEADER_BYTES", "1KiB"}})).max_header_bytes == 1024u);
+  CHECK(load(minimal({{"SLUICE_MAX_HEADER_BYTES", "1MiB"}})).max_header_bytes == 1u << 20);
+  CHECK(error_of(minimal({{"SLUICE_MAX_HEADER_BYTES", "1023"}})) ==
+        "SLUICE_MAX_HEADER_BYTES: \"1023\" is out of range; valid: 1KiB..1MiB");
+  CHECK(variable_of(minimal({{"SLUICE_MAX_HEADER_BYTES", "1048577"}})) ==
+        "SLUICE_MAX_HEADER_BYTES");
+}
+
+TEST_CASE("SLUICE_MAX_BODY_BYTES takes any size, zero included", "[config]") {
+  CHECK(load(minimal({{"SLUICE_MAX_BODY_BYTES", "0"}})).max_body_bytes == 0u);
+  CHECK(load(minimal({{"SLUICE_MAX_BODY_BYTES", "4GiB"}})).max_body_bytes == 4ull << 30);
+  CHECK(variable_of(minimal({{"SLUICE_MAX_BODY_BYTES", "1TB"}})) == "SLUICE_MAX_BODY_BYTES");
+}
+
+TEST_CASE("connection limits must be at least one", "[config]") {
+  CHECK(load(minimal({{"SLUICE_MAX_CONNECTIONS", "1"}})).max_connections == 1u);
+  CHECK(load(minimal({{"SLUICE_UPSTREAM_MAX_CONNECTIONS", "64"}})).upstream_max_connections == 64u);
+  CHECK(error_of(minimal({{"SLUICE_MAX_CONNECTIONS", "0"}})) ==
+        "SLUICE_MAX_CONNECTIONS: \"0\" is out of range; valid: at least 1");
+  CHECK(error_of(minimal({{"SLUICE_UPSTREAM_MAX_CONNECTIONS", "0"}})) ==
+        "SLUICE_UPSTREAM_MAX_CONNECTIONS: \"0\" is out of range; valid: at least 1");
+  CHECK_THAT(error_of(minimal({{"SLUICE_MAX_CONNECTIONS", "20k"}})),
+             Catch::Contains("is not a whole number"));
+}
+
+TEST_CASE("every config error starts with the variable it is about", "[config]") {
+  // One bad value per variable; each must be refused, and under its own name.
+  const std::vector<std::pair<std::string, std::string>> bad{
+      {"SLUICE_LISTEN", "nope"},
+      {"SLUICE_ADMIN_LISTEN", "nope"},
+      {"SLUICE_ADMIN_TOKEN", ""},
+      {"SLUICE_UPSTREAMS", "a=b"},
+      {"SLUICE_ROUTES", "[]"},
+      {"SLUICE_ROUTES_FILE", "/nonexistent"},
+      {"SLUICE_THREADS", "0"},
+      {"SLUICE_ACCESS_LOG", "syslog"},
+      {"SLUICE_UPSTREAM_MAX_CONNECTIONS", "0"},
+      {"SLUICE_UPSTREAM_IDLE_TIMEOUT", "30"},
+      {"SLUICE_MAX_HEADER_BYTES", "16KB"},
+      {"SLUICE_MAX_BODY_BYTES", "64MB"},
+      {"SLUICE_MAX_CONNECTIONS", "0"},
+      {"SLUICE_HEADER_TIMEOUT", "10"},
+      {"SLUICE_IDLE_TIMEOUT", "60"},
+      {"SLUICE_BODY_TIMEOUT", "30"},
+      {"SLUICE_SEND_TIMEOUT", "30"},
+      {"SLUICE_UPSTREAM_CONNECT_TIMEOUT", "2"},
+      {"SLUICE_UPSTREAM_RESPONSE_TIMEOUT", "30"},
+      {"SLUICE_SSE_IDLE_TIMEOUT", "5"},
+      {"SLUICE_LAG_PROBE_INTERVAL", "50"},
+      {"SLUICE_DRAIN_DELAY", "5"},
+      {"SLUICE_DRAIN_TIMEOUT", "30"},
+  };
+  REQUIRE(bad.size() == variables().size());
+  for (const auto& [name, value] : bad) {
+    INFO(name << "=" << value);
+    Env env = minimal();
+    env[name] = value;
+    try {
+      load(env);
+      FAIL("accepted");
+    } catch (const ConfigError& e) {
+      CHECK(e.variable() == name);
+      CHECK_THAT(std::string(e.what()), Catch::StartsWith(name + ": "));
+    }
+  }
+}
+
+TEST_CASE("to_json never contains the admin token", "[config][json]") {
+  Config c = load(
+      minimal({{"SLUICE_ADMIN_TOKEN", "hunter2-secret"}, {"SLUICE_ADMIN_LISTEN", "0.0.0.0:9901"}}));
+  std::string shown = to_json(c);
+  CHECK_THAT(shown, !Catch::Contains("hunter2-secret"));
+  CHECK(nlohmann::json::parse(shown)["admin_token"] == "(set)");
+  CHECK(nlohmann::json::parse(to_json(load(minimal())))["admin_token"].is_null());
+}
+
+TEST_CASE("to_json shows values in user units and routes by upstream name", "[config][json]") {
+  Config c = load({{"SLUICE_UPSTREAMS", "api=127.0.0.1:9000|[::1]:9001;auth=h:2"},
+                   {"SLUICE_HEADER_TIMEOUT", "250ms"},
+                   {"SLUICE_SSE_IDLE_TIMEOUT", "120s"},
+                   {"SLUICE_MAX_HEADER_BYTES", "32KiB"},
+                   {"SLUICE_ACCESS_LOG", "./a.log"},
+                   {"SLUICE_ROUTES", R"([{"prefix":"/a","upstream":"auth","lane":"heavy"}])"}});
+  auto j = nlohmann::json::parse(to_json(c));
+  CHECK(j["header_timeout"] == "250ms");
+  CHECK(j["sse_idle_timeout"] == "2m");
+  CHECK(j["max_header_bytes"] == 32768);
+  CHECK(j["access_log"] == "./a.log");
+  CHECK(j["upstreams"] == nlohmann::json::parse(
+                              R"([{"name":"api","hosts":["127.0.0.1:9000","[::1]:9001"]},
+                                  {"name":"auth","hosts":["h:2"]}])"));
+  CHECK(j["routes"] == nlohmann::json::parse(
+                           R"([{"name":"route0","prefix":"/a","lane":"heavy","upstream":"auth",
+                                "alternatives":[],"pin":false}])"));
+  CHECK(to_json(c).find("\n  \"listen\"") != std::string::npos);  // two-space indent
+}
+
+TEST_CASE("the routes to_json shows can be given back as SLUICE_ROUTES", "[config][json]") {
+  const std::string routes =
+      R"([{"name":"a","regex":"^/x","methods":["GET"],"header":{"name":"X-T","value":"v"},
+           "sse":true,"min_body_bytes":5,"lane":"bulk","upstream":"two","alternatives":["one"]},
+          {"prefix":"/","pin":true}])";
+  Env env{{"SLUICE_UPSTREAMS", "one=h:1;two=h:2"}, {"SLUICE_ROUTES", routes}};
+  std::string first = to_json(load(env));
+  env["SLUICE_ROUTES"] = nlohmann::json::parse(first)["routes"].dump();
+  CHECK(to_json(load(env)) == first);
+}
+
+TEST_CASE("help text starts with the usage line and lists every variable with its default",
+          "[config][docs]") {
+  std::string help = sluice::config::help_text();
+  CHECK_THAT(help, Catch::StartsWith("Usage: sluice [serve|check-config|healthcheck|replay "
+                                     "[FILE|-]] [--help|--version]\n"));
+  for (const auto& v : variables()) {
+    INFO(v.name);
+    CHECK_THAT(help, Catch::Contains(std::string(v.name) +
+                                     "  (default: " + std::string(v.default_value) + ")"));
+  }
+  std::istringstream lines(help);
+  for (std::string line; std::getline(lines, line);) {
+    INFO(line);
+    CHECK(line.size() <= 100);
+  }
+}
+
+TEST_CASE("the reference lists every variable with its default and meaning", "[config][docs]") {
+  std::string md = sluice::config::reference_markdown();
+  CHECK_THAT(md, Catch::StartsWith("# Configuration reference\n"));
+  for (const auto& v : variables()) {
+    INFO(v.name);
+    CHECK_THAT(md, Catch::Contains("| `" + std::string(v.name) + "` | "));
+    CHECK_THAT(md, Catch::Contains(std::string(v.default_value)));
+  }
+}
+
+TEST_CASE("docs/configuration.md is the generated reference", "[config][docs]") {
+  std::ifstream in(SLUICE_SOURCE_DIR "/docs/configuration.md", std::ios::binary);
+  REQUIRE(in);
+  std::ostringstream text;
+  text << in.rdbuf();
+  // On failure: regenerate with `sluice config-reference > docs/configuration.md`.
+  CHECK(text.str() == sluice::config::reference_markdown());
+}
