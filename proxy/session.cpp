@@ -255,6 +255,7 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
   void parse_head() {
     error_code ec;
     auto used = req_->put(buf_.data(), ec);
+    bool folded = !ec && has_obs_fold(used);
     buf_.consume(used);
     if (ec == http::error::need_more) {
       read_head();
@@ -264,7 +265,22 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
       refuse_malformed(ec);
       return;
     }
+    if (folded) {
+      respond_error(400, "obs_fold", true);
+      return;
+    }
     on_head();
+  }
+
+  // Beast unfolds obs-fold (a line starting with a space or tab); a proxy must
+  // refuse it instead, or an upstream could read the fold differently. The
+  // check looks at the head's bytes before they are consumed.
+  bool has_obs_fold(std::size_t head_len) const {
+    std::string_view head(static_cast<const char*>(buf_.data().data()), head_len);
+    for (std::size_t i = head.find('\n'); i != std::string_view::npos && i + 1 < head.size();
+         i = head.find('\n', i + 1))
+      if (head[i + 1] == ' ' || head[i + 1] == '\t') return true;
+    return false;
   }
 
   void refuse_malformed(error_code ec) {
@@ -288,13 +304,18 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
       why = "http_version";
       return 505;
     }
-    auto te = m.find(http::field::transfer_encoding);
-    if (te != m.end()) {
-      // Only a lone "chunked" is framing both sides read the same way.
-      if (m.version() != 11 || !req_->chunked() || !iequals(te->value(), "chunked") ||
+    if (m.find(http::field::transfer_encoding) != m.end()) {
+      // Chunked must be the final coding (else the length is unknowable: 400),
+      // and the only one: Sluice re-chunks the body, so another coding before
+      // it could not be passed on as it was (501). HTTP/1.0 has no chunking.
+      if (!req_->chunked() || m.version() != 11 ||
           m.count(http::field::transfer_encoding) != 1) {
         why = "transfer_encoding";
-        return req_->chunked() || m.version() != 11 ? 400 : 501;
+        return 400;
+      }
+      if (!iequals(m[http::field::transfer_encoding], "chunked")) {
+        why = "transfer_coding";
+        return 501;
       }
     }
     if (m.version() == 11 && m.count(http::field::host) != 1) {

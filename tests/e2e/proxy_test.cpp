@@ -43,7 +43,8 @@ std::string pattern(std::size_t n) {
 
 json headers_seen(const sluice::test::Response& res) {
   json out = json::object();
-  for (auto& h : json::parse(res.body)["headers"]) {
+  json parsed = json::parse(res.body);
+  for (auto& h : parsed["headers"]) {
     std::string name = h[0];
     for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     out[name] = h[1];
