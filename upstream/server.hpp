@@ -1,0 +1,67 @@
+// sluice-upstream: the demo and test upstream behind the proxy.
+//
+// Threading: one io_context per thread, each run by exactly one thread. A single
+// acceptor (on the first context) hands accepted sockets round-robin to the
+// contexts, so every handler of a session runs on one thread and needs no strand.
+// The counters in Stats are the only state shared between threads.
+#pragma once
+
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sluice::upstream {
+
+struct Options {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;
+  int threads = 1;
+  std::uint64_t capacity = 0;  // 0: unlimited
+  std::chrono::milliseconds service_time{0};
+};
+
+// Counters over all threads, reported by /stats (which does not count itself).
+struct Stats {
+  std::atomic<std::uint64_t> requests{0};
+  std::atomic<std::uint64_t> in_flight{0};
+  std::atomic<std::uint64_t> max_in_flight{0};
+  std::atomic<std::uint64_t> rejected{0};
+};
+
+// What every session reads; lives longer than all io_contexts.
+struct Shared {
+  Options options;
+  Stats stats;
+  std::string port_text;  // the bound port, for X-Upstream-Port
+};
+
+// Accepts on one endpoint and spreads connections over the contexts.
+class Listener : public std::enable_shared_from_this<Listener> {
+ public:
+  // Binds and listens at once so the caller can print the real port.
+  Listener(std::vector<boost::asio::io_context*> contexts, boost::asio::ip::tcp::endpoint endpoint,
+           Shared& shared);
+
+  boost::asio::ip::tcp::endpoint local_endpoint() const;
+  void run();
+  void stop();
+
+ private:
+  void accept();
+  void on_accept(boost::system::error_code ec, boost::asio::ip::tcp::socket socket);
+  void on_retry(boost::system::error_code ec);
+
+  std::vector<boost::asio::io_context*> contexts_;
+  std::size_t next_ = 0;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::steady_timer retry_timer_;
+  Shared& shared_;
+};
+
+}  // namespace sluice::upstream
