@@ -81,6 +81,9 @@ constexpr Variable kVariables[] = {
     {"SLUICE_DRAIN_TIMEOUT", "30s",
      "After the drain delay the listener stops accepting and in-flight requests, SSE streams "
      "included, get this long to finish before the process exits."},
+    {"SLUICE_DEBUG_ENDPOINTS", "false",
+     "true enables fault injection on the admin listener (POST /admin/debug/block stalls an I/O "
+     "thread's event loop) for tests and game days; mutating calls still need the admin token."},
 };
 
 constexpr std::string_view kUpstreamsExample =
@@ -579,6 +582,11 @@ Config load(const Env& env) {
                 Duration{1'000});
   read(env, "SLUICE_DRAIN_DELAY", c.drain_delay, parse_duration);  // 0: stop at once
   read_timeout(env, "SLUICE_DRAIN_TIMEOUT", c.drain_timeout);
+  read(env, "SLUICE_DEBUG_ENDPOINTS", c.debug_endpoints, [](const std::string& v) {
+    if (v == "true" || v == "1") return true;
+    if (v == "false" || v == "0") return false;
+    invalid(in_quotes(v) + " is not a boolean; valid: true, false");
+  });
   return c;
 }
 
@@ -625,6 +633,7 @@ std::string to_json(const Config& c) {
   j["lag_probe_interval"] = format_duration(c.lag_probe_interval);
   j["drain_delay"] = format_duration(c.drain_delay);
   j["drain_timeout"] = format_duration(c.drain_timeout);
+  j["debug_endpoints"] = c.debug_endpoints;
   return j.dump(2);
 }
 

@@ -63,6 +63,9 @@ struct Config {
   Duration drain_delay{5'000};     // keep accepting after /readyz turns 503
   Duration drain_timeout{30'000};  // then let in-flight requests finish up to this
 
+  // fault injection on the admin listener (POST /admin/debug/...), off by default
+  bool debug_endpoints = false;
+
   // access log
   AccessLog access_log = AccessLog::stdout_;
   std::string access_log_path;  // when access_log == file

@@ -8,6 +8,9 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
+#include <boost/asio/post.hpp>
+#include <charconv>
+#include <optional>
 #include <sstream>
 
 namespace sluice::proxy {
@@ -329,6 +332,10 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
         return;
       }
     }
+    if (path.starts_with("/admin/")) {
+      handle_admin(path, target);
+      return;
+    }
     if (path == "/metrics") {
       res_.result(http::status::ok);
       res_.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
@@ -345,6 +352,71 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
       res_.result(http::status::not_found);
       res_.body() = "not found\n";
     }
+  }
+
+  // Mutating calls need the bearer token when one is set (compared in constant time).
+  bool authorized() const {
+    const auto& token = rt_.config.admin_token;
+    if (token.empty()) return true;
+    std::string_view auth = req_[http::field::authorization];
+    std::string_view expected_prefix = "Bearer ";
+    if (!auth.starts_with(expected_prefix)) return false;
+    auth.remove_prefix(expected_prefix.size());
+    unsigned diff = auth.size() == token.size() ? 0u : 1u;
+    for (std::size_t i = 0; i < token.size(); ++i)
+      diff |= static_cast<unsigned char>(token[i]) ^
+              static_cast<unsigned char>(i < auth.size() ? auth[i] : 0);
+    return diff == 0;
+  }
+
+  static std::optional<long> query_number(std::string_view target, std::string_view key) {
+    auto q = target.find('?');
+    if (q == std::string_view::npos) return std::nullopt;
+    std::string_view rest = target.substr(q + 1);
+    while (!rest.empty()) {
+      auto amp = rest.find('&');
+      auto pair = rest.substr(0, amp);
+      if (pair.starts_with(key) && pair.size() > key.size() && pair[key.size()] == '=') {
+        auto v = pair.substr(key.size() + 1);
+        long n = 0;
+        auto r = std::from_chars(v.data(), v.data() + v.size(), n);
+        if (r.ec != std::errc{} || r.ptr != v.data() + v.size()) return std::nullopt;
+        return n;
+      }
+      if (amp == std::string_view::npos) break;
+      rest.remove_prefix(amp + 1);
+    }
+    return std::nullopt;
+  }
+
+  void reply(http::status status, std::string body) {
+    res_.result(status);
+    res_.set(http::field::content_type, "application/json");
+    res_.body() = std::move(body);
+  }
+
+  void handle_admin(std::string_view path, std::string_view target) {
+    if (path == "/admin/debug/block" && rt_.config.debug_endpoints) {
+      if (req_.method() != http::verb::post) {
+        res_.set(http::field::allow, "POST");
+        return reply(http::status::method_not_allowed, R"({"error":"method_not_allowed"})");
+      }
+      if (!authorized()) return reply(http::status::unauthorized, R"({"error":"unauthorized"})");
+      auto thread = query_number(target, "thread").value_or(0);
+      auto ms = query_number(target, "ms");
+      if (!ms || *ms <= 0 || *ms > 60'000 || thread < 0 ||
+          thread >= static_cast<long>(rt_.workers.size()))
+        return reply(http::status::bad_request,
+                     R"({"error":"bad_request","valid":"thread=0..threads-1&ms=1..60000"})");
+      // Fault injection: the loop runs a handler that blocks it, as a slow
+      // callback would in production.
+      net::post(rt_.workers[static_cast<std::size_t>(thread)]->ioc(), [ms = *ms] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      });
+      return reply(http::status::accepted, "{\"blocked_thread\":" + std::to_string(thread) +
+                                               ",\"ms\":" + std::to_string(*ms) + "}");
+    }
+    reply(http::status::not_found, R"({"error":"not_found"})");
   }
 
   void write() {

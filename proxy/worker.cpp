@@ -1,5 +1,8 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/post.hpp>
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <random>
 
 #include "proxy/runtime.hpp"
@@ -30,11 +33,29 @@ UpstreamPool::UpstreamPool(Worker& worker, std::size_t index, std::vector<tcp::e
 
 UpstreamPool::~UpstreamPool() { waiters_.clear(); }
 
+namespace {
+// A connection idle this long may have been closed by the upstream meanwhile;
+// one peek (a system call only for such connections, never under steady load)
+// finds out before a request is written into it.
+constexpr auto kCheckIdleAfter = std::chrono::milliseconds(500);
+
+bool still_open(tcp::socket& s) {
+  char c;
+  ssize_t n = ::recv(s.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);  // open, and nothing unasked-for
+}
+}  // namespace
+
 void UpstreamPool::acquire(PoolWaiter& w) {
   w.wait_start = Clock::now();
-  if (!idle_.empty()) {
+  while (!idle_.empty()) {
     auto c = std::move(idle_.back());
     idle_.pop_back();
+    if (w.wait_start - c->idle_since >= kCheckIdleAfter && !still_open(c->socket)) {
+      --open_;
+      bump(worker_.stats().upstream[index_].connections, std::int64_t{-1});
+      continue;
+    }
     hand(w, std::move(c), {});
     return;
   }

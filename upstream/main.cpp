@@ -22,13 +22,14 @@ using tcp = net::ip::tcp;
 namespace {
 
 constexpr std::string_view kUsage =
-    "usage: sluice-upstream [--listen HOST:PORT] [--threads N] [--capacity C] [--service-ms S]\n"
+    "usage: sluice-upstream [--listen HOST:PORT] [--threads N] [--capacity C] [--service-ms S] [--keepalive-ms K]\n"
     "  --listen HOST:PORT  address to bind (default 127.0.0.1:0, a free port)\n"
     "  --threads N         I/O threads, one io_context each (default 1)\n"
     "  --capacity C        requests in flight before answering 429 (default 0, unlimited)\n"
     "  --service-ms S      extra time before each response except /sse and /stats (default 0)\n"
+    "  --keepalive-ms K    close a keep-alive connection idle this long (default 120000)\n"
     "endpoints: /echo /headers /slow?ms=N /sse?n=N&interval_ms=M /status/NNN\n"
-    "           /large?bytes=N[&chunked=1] /stats, anything else answers \"ok\"\n";
+    "           /large?bytes=N[&chunked=1] /stats /ws (upgrade, then echo), anything else answers \"ok\"\n";
 
 [[noreturn]] void usage_error(const std::string& message) {
   std::fprintf(stderr, "sluice-upstream: %s\n%s", message.c_str(), kUsage.data());
@@ -81,6 +82,9 @@ sluice::upstream::Options parse_args(int argc, char** argv) {
       options.threads = parse_number<int>(arg, value, 1, 1024);
     } else if (arg == "--capacity") {
       options.capacity = parse_number<std::uint64_t>(arg, value, 0, UINT64_MAX);
+    } else if (arg == "--keepalive-ms") {
+      options.keepalive =
+          std::chrono::milliseconds(parse_number<std::int64_t>(arg, value, 1, 86'400'000));
     } else if (arg == "--service-ms") {
       options.service_time =
           std::chrono::milliseconds(parse_number<std::int64_t>(arg, value, 0, 86'400'000));

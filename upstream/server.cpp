@@ -44,7 +44,7 @@ const std::array<char, kPiece> kPattern = [] {
   return pattern;
 }();
 
-enum class Route { kOk, kEcho, kHeaders, kSlow, kSse, kStatus, kLarge, kStats, kBadRequest };
+enum class Route { kOk, kEcho, kHeaders, kSlow, kSse, kStatus, kLarge, kStats, kWs, kBadRequest };
 
 // A move-only lease on one in-flight slot (seastar's semaphore_units): the destructor gives the
 // slot back, so a session that dies mid-request cannot leak it.
@@ -132,7 +132,7 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->header_limit(kHeaderLimit);
     // Bodies are relayed or counted piece by piece, never stored, so any size is fine.
     parser_->body_limit(boost::none);
-    stream_.expires_after(kIdleTimeout);
+    stream_.expires_after(shared_.options.keepalive);
     http::async_read_header(stream_, buffer_, *parser_,
                             beast::bind_front_handler(&Session::on_header, shared_from_this()));
   }
@@ -184,6 +184,8 @@ class Session : public std::enable_shared_from_this<Session> {
       large_chunked_ = query_param(query, "chunked") == "1";
     } else if (path == "/stats") {
       route_ = Route::kStats;
+    } else if (path == "/ws") {
+      route_ = Route::kWs;
     } else if (path.substr(0, kStatusPrefix.size()) == kStatusPrefix) {
       status_ = number_or<unsigned>(path.substr(kStatusPrefix.size()), 0);
       route_ = status_ >= 200 && status_ <= 599 ? Route::kStatus : Route::kBadRequest;
@@ -258,6 +260,8 @@ class Session : public std::enable_shared_from_this<Session> {
         return write_small(prepare_small(static_cast<http::status>(status_), "text/plain", body_));
       case Route::kLarge:
         return start_large();
+      case Route::kWs:
+        return start_ws();
       case Route::kStats:
         body_ = stats_json();
         return write_small(prepare_small(http::status::ok, "application/json", body_));
@@ -568,6 +572,45 @@ class Session : public std::enable_shared_from_this<Session> {
     error_code ignored;
     stream_.socket().cancel(ignored);  // ends watch_peer before the next read starts
     finish();
+  }
+
+  // /ws: an upgrade (WebSocket or any other protocol) answered 101, after
+  // which every byte is echoed back until the peer closes.
+  void start_ws() {
+    if (!parser_->upgrade()) {
+      body_ = "upgrade required\n";
+      return write_small(prepare_small(http::status::upgrade_required, "text/plain", body_));
+    }
+    body_ = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: " +
+            std::string(parser_->get()[http::field::upgrade]) +
+            "\r\nConnection: Upgrade\r\nX-Upstream-Port: " + shared_.port_text + "\r\n\r\n";
+    stream_.expires_after(kIoTimeout);
+    net::async_write(stream_, net::buffer(body_), [self = shared_from_this()](error_code ec, std::size_t) {
+      if (ec) return self->abandon();
+      self->ws_echo();
+    });
+  }
+
+  void ws_echo() {
+    if (buffer_.size() > 0) {  // bytes that came with the upgrade request
+      auto n = net::buffer_copy(net::buffer(piece_), buffer_.data());
+      buffer_.consume(n);
+      return ws_write(n);
+    }
+    stream_.expires_after(kIdleTimeout);
+    stream_.async_read_some(net::buffer(piece_), [self = shared_from_this()](error_code ec, std::size_t n) {
+      if (ec) return self->abandon();
+      self->ws_write(n);
+    });
+  }
+
+  void ws_write(std::size_t n) {
+    stream_.expires_after(kIoTimeout);
+    net::async_write(stream_, net::buffer(piece_.data(), n),
+                     [self = shared_from_this()](error_code ec, std::size_t) {
+                       if (ec) return self->abandon();
+                       self->ws_echo();
+                     });
   }
 
   // Closing cancels the peer watch and the timer's successor writes, so the session can die.

@@ -24,6 +24,7 @@ struct Options {
   int threads = 1;
   std::uint64_t capacity = 0;  // 0: unlimited
   std::chrono::milliseconds service_time{0};
+  std::chrono::milliseconds keepalive{120'000};  // an idle keep-alive connection is closed after
 };
 
 // Counters over all threads, reported by /stats (which does not count itself).

@@ -1,6 +1,8 @@
 // End-to-end tests of the proxy: the real `sluice` in front of the real
 // `sluice-upstream`, both on free loopback ports, driven over real sockets.
 #include <signal.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -447,4 +449,102 @@ TEST_CASE("a drain ends an SSE stream cleanly", "[e2e][proxy][drain][sse]") {
   auto code = s.process.wait_exit(5s);
   REQUIRE(code);
   CHECK(*code == 0);
+}
+
+TEST_CASE("the watchdog sees a stalled event loop while it is stalled", "[e2e][proxy][pressure]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up, {{"SLUICE_DEBUG_ENDPOINTS", "true"}}));
+  CHECK(s.metric("sluice_event_loop_stall_seconds{thread=\"1\"}") < 0.25);
+  auto res = request(s.admin, "POST", "/admin/debug/block?thread=1&ms=1500");
+  REQUIRE(res.status == 202);
+  std::this_thread::sleep_for(600ms);
+  // Read during the stall, from the admin thread, which is not stalled.
+  CHECK(s.metric("sluice_event_loop_stall_seconds{thread=\"1\"}") >= 0.3);
+  CHECK(s.metric("sluice_event_loop_stall_seconds{thread=\"0\"}") < 0.25);
+  CHECK(s.metric("sluice_event_loop_stalls_total") == 1);
+  std::this_thread::sleep_for(1500ms);
+  // Afterwards: no stall now, and the probe timer recorded the late run as lag.
+  CHECK(s.metric("sluice_event_loop_stall_seconds{thread=\"1\"}") < 0.25);
+  CHECK(s.metric("sluice_event_loop_lag_seconds_bucket{le=\"1\"}") <
+        s.metric("sluice_event_loop_lag_seconds_count"));
+}
+
+TEST_CASE("fault injection is off unless enabled and needs the token when one is set",
+          "[e2e][proxy][admin]") {
+  Upstream up(kUpstream);
+  {
+    Sluice s(kSluice, env_for(up));
+    CHECK(request(s.admin, "POST", "/admin/debug/block?ms=10").status == 404);
+  }
+  Sluice s(kSluice, env_for(up, {{"SLUICE_DEBUG_ENDPOINTS", "true"}, {"SLUICE_ADMIN_TOKEN", "t0k"}}));
+  CHECK(request(s.admin, "POST", "/admin/debug/block?ms=10").status == 401);
+  CHECK(request(s.admin, "POST", "/admin/debug/block?ms=10", {{"Authorization", "Bearer nope"}})
+            .status == 401);
+  CHECK(request(s.admin, "POST", "/admin/debug/block?ms=10", {{"Authorization", "Bearer t0k"}})
+            .status == 202);
+  CHECK(request(s.admin, "POST", "/admin/debug/block?ms=0", {{"Authorization", "Bearer t0k"}})
+            .status == 400);
+}
+
+TEST_CASE("a GET on a pooled connection the upstream has closed is retried, once, unseen",
+          "[e2e][proxy][retry]") {
+  Upstream up(kUpstream, {"--keepalive-ms", "200"});
+  Sluice s(kSluice, env_for(up, {{"SLUICE_THREADS", "1"}}));
+  CHECK(request(s.port, "GET", "/").status == 200);
+  std::this_thread::sleep_for(400ms);  // the upstream closes its idle side
+  CHECK(request(s.port, "GET", "/").status == 200);
+  CHECK(request(s.port, "POST", "/echo", {}, "x").status == 200);
+}
+
+TEST_CASE("a POST on a pooled connection the upstream has closed is not replayed: 502",
+          "[e2e][proxy][retry]") {
+  Upstream up(kUpstream, {"--keepalive-ms", "200"});
+  Sluice s(kSluice, env_for(up, {{"SLUICE_THREADS", "1"}}));
+  CHECK(request(s.port, "GET", "/").status == 200);
+  std::this_thread::sleep_for(400ms);
+  CHECK(request(s.port, "POST", "/echo", {}, "x").status == 502);
+  CHECK(s.metric("sluice_upstream_retries_total{upstream=\"api\"}") == 0);
+}
+
+TEST_CASE("a pooled connection idle long enough is checked before use, so nothing fails",
+          "[e2e][proxy][retry]") {
+  Upstream up(kUpstream, {"--keepalive-ms", "200"});
+  Sluice s(kSluice, env_for(up, {{"SLUICE_THREADS", "1"}}));
+  CHECK(request(s.port, "GET", "/").status == 200);
+  std::this_thread::sleep_for(900ms);  // past the 500ms after which a reuse is checked
+  CHECK(request(s.port, "POST", "/echo", {}, "x").status == 200);
+  CHECK(s.metric("sluice_upstream_retries_total{upstream=\"api\"}") == 0);
+}
+
+TEST_CASE("a WebSocket upgrade is tunnelled both ways for its lifetime", "[e2e][proxy][websocket]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up));
+  auto c = Conn::open(s.port);
+  REQUIRE(c.send("GET /ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+                 "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"));
+  auto head = c.read_response(3s);
+  REQUIRE(head);
+  CHECK(head->status == 101);
+  CHECK(head->header("Upgrade") == "websocket");
+  for (std::string msg : {"first frame bytes", "second, after a pause"}) {
+    REQUIRE(c.send(msg));
+    std::string got;
+    auto deadline = std::chrono::steady_clock::now() + 3s;
+    while (got.size() < msg.size() && std::chrono::steady_clock::now() < deadline) {
+      pollfd pfd{c.fd(), POLLIN, 0};
+      if (::poll(&pfd, 1, 100) <= 0) continue;
+      char buf[256];
+      auto n = ::recv(c.fd(), buf, sizeof buf, 0);
+      if (n <= 0) break;
+      got.append(buf, static_cast<std::size_t>(n));
+    }
+    CHECK(got == msg);
+    std::this_thread::sleep_for(100ms);
+  }
+  c.shutdown_write();
+  CHECK(c.closed_by_peer(3s));
+  CHECK(s.metric("sluice_websocket_tunnels_total") == 1);
+  auto lines = s.wait_log_lines(1);
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0]["status"] == 101);
 }
