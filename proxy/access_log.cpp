@@ -15,25 +15,31 @@ AccessLog::AccessLog(int fd) : fd_(fd) {
 
 AccessLog::~AccessLog() { flush(); }
 
+namespace {
+constexpr bool needs_escape(unsigned char c) { return c < 0x20 || c >= 0x7f || c == '"' || c == '\\'; }
+}  // namespace
+
 void append_json_escaped(std::string& out, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
-  for (unsigned char c : s) {
+  std::size_t run = 0;  // start of the current stretch of plain characters
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    auto c = static_cast<unsigned char>(s[i]);
+    if (!needs_escape(c)) continue;
+    out.append(s.data() + run, i - run);  // plain stretches go in one append
+    run = i + 1;
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
       case '\n': out += "\\n"; break;
       case '\r': out += "\\r"; break;
       case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20 || c >= 0x7f) {  // keeps the line ASCII whatever the client sent
-          out += "\\u00";
-          out += kHex[c >> 4];
-          out += kHex[c & 15];
-        } else {
-          out += static_cast<char>(c);
-        }
+      default: {  // keeps the line ASCII whatever the client sent
+        char u[6] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 15]};
+        out.append(u, 6);
+      }
     }
   }
+  out.append(s.data() + run, s.size() - run);
 }
 
 void AccessLog::append_escaped(std::string_view s) { append_json_escaped(buf_, s); }

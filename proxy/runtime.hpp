@@ -102,7 +102,8 @@ class UpstreamPool {
   UpstreamPool(Worker& worker, std::size_t index, std::vector<tcp::endpoint> hosts,
                std::size_t max_connections);
   ~UpstreamPool();
-  // Hands a connection to w (maybe later). w must stay alive until then or cancel().
+  // Hands a connection to w: at once (inside this call) when one is idle, else
+  // later. w must stay alive until then or cancel().
   void acquire(PoolWaiter& w);
   // Takes w out of the queue; false when w is not queued (its connect is under
   // way and will still call back).

@@ -56,7 +56,7 @@ void UpstreamPool::acquire(PoolWaiter& w) {
       bump(worker_.stats().upstream[index_].connections, std::int64_t{-1});
       continue;
     }
-    hand(w, std::move(c), {});
+    w.on_connection(std::move(c), {});  // the caller is w itself: no need to go round the queue
     return;
   }
   if (open_ < max_) {
