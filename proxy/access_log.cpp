@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <climits>
@@ -16,7 +17,12 @@ AccessLog::AccessLog(int fd) : fd_(fd) {
 AccessLog::~AccessLog() { flush(); }
 
 namespace {
-constexpr bool needs_escape(unsigned char c) { return c < 0x20 || c >= 0x7f || c == '"' || c == '\\'; }
+constexpr auto kNeedsEscape = [] {
+  std::array<bool, 256> t{};
+  for (int c = 0; c < 256; ++c) t[c] = c < 0x20 || c >= 0x7f || c == '"' || c == '\\';
+  return t;
+}();
+constexpr bool needs_escape(unsigned char c) { return kNeedsEscape[c]; }
 }  // namespace
 
 void append_json_escaped(std::string& out, std::string_view s) {
@@ -72,14 +78,18 @@ void append_int(std::string& out, std::int64_t v) {
   auto r = std::to_chars(tmp, tmp + sizeof tmp, v);
   out.append(tmp, r.ptr);
 }
+// Milliseconds with three decimals, from whole microseconds (integer
+// formatting: a double's to_chars costs ten times as much).
 void append_ms(std::string& out, double v) {
   if (v < 0) {
     out += "null";
     return;
   }
-  char tmp[32];
-  auto r = std::to_chars(tmp, tmp + sizeof tmp, v, std::chars_format::fixed, 3);
-  out.append(tmp, r.ptr);
+  auto us = static_cast<std::int64_t>(v * 1000.0 + 0.5);
+  append_int(out, us / 1000);
+  char frac[4] = {'.', static_cast<char>('0' + us / 100 % 10), static_cast<char>('0' + us / 10 % 10),
+                  static_cast<char>('0' + us % 10)};
+  out.append(frac, 4);
 }
 }  // namespace
 

@@ -27,6 +27,9 @@ namespace sluice::proxy {
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
+// Sockets bound to an io_context's own executor: no type-erased executor to
+// copy on every asynchronous operation.
+using Socket = net::basic_stream_socket<tcp, net::io_context::executor_type>;
 
 // Something with a deadline on a Worker. Deadlines are checked by the Worker's
 // heartbeat (every SLUICE_LAG_PROBE_INTERVAL), not by a timer per operation:
@@ -73,9 +76,9 @@ struct UpstreamConnection;
 // A pooled keep-alive connection to one host of an upstream.
 struct UpstreamConnection : Tracked {
   UpstreamConnection(net::io_context& ioc, std::size_t host_index)
-      : socket(ioc), host(host_index) {}
+      : socket(ioc.get_executor()), host(host_index) {}
   void on_deadline() override;  // connect timed out
-  tcp::socket socket;
+  Socket socket;
   boost::beast::flat_buffer buffer;  // bytes read from this connection, not yet parsed
   std::size_t host;
   Clock::time_point idle_since{};
@@ -186,6 +189,6 @@ struct Runtime {
 };
 
 // Starts a client session on the worker that owns the socket's io_context.
-void start_session(Worker& worker, tcp::socket socket);
+void start_session(Worker& worker, Socket socket);
 
 }  // namespace sluice::proxy

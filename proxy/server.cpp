@@ -80,7 +80,7 @@ class Acceptor {
  private:
   void accept() {
     auto& target = *rt_.workers[next_++ % rt_.workers.size()];
-    a_.async_accept(target.ioc(), [this, &target](error_code ec, tcp::socket s) {
+    a_.async_accept(target.ioc(), [this, &target](error_code ec, Socket s) {
       if (ec == net::error::operation_aborted || !a_.is_open()) return;
       if (ec) {
         // Out of descriptors or similar: pause instead of spinning.

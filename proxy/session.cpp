@@ -98,7 +98,7 @@ enum class Phase : std::uint8_t {
 
 class Session : public Tracked, public PoolWaiter, public std::enable_shared_from_this<Session> {
  public:
-  Session(Worker& w, tcp::socket s)
+  Session(Worker& w, Socket s)
       : w_(w), cfg_(w.config()), st_(w.stats()), sock_(std::move(s)) {}
 
   ~Session() override {
@@ -896,7 +896,7 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
   Worker& w_;
   const config::Config& cfg_;
   Shard& st_;
-  tcp::socket sock_;
+  Socket sock_;
   beast::flat_buffer buf_;
   std::optional<http::request_parser<http::buffer_body>> req_;
   std::optional<http::serializer<true, http::buffer_body>> req_sr_;
@@ -946,7 +946,7 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
 
 }  // namespace
 
-void start_session(Worker& worker, tcp::socket socket) {
+void start_session(Worker& worker, Socket socket) {
   std::make_shared<Session>(worker, std::move(socket))->run();
 }
 

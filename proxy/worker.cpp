@@ -39,7 +39,7 @@ namespace {
 // finds out before a request is written into it.
 constexpr auto kCheckIdleAfter = std::chrono::milliseconds(500);
 
-bool still_open(tcp::socket& s) {
+bool still_open(Socket& s) {
   char c;
   ssize_t n = ::recv(s.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);  // open, and nothing unasked-for
