@@ -13,7 +13,9 @@
 //   tick level    = max evidence over the FRESH signals; its trigger is the signal
 //                   that gave it (ties: lag, then upstream_wait, then upstream_timeout)
 //   stall         = max(stall_ms, fresh lag_ms) >= emergency_stall  -> level 3 at once
-//                   (trigger stall; no gate, no spacing, no dwell; clears the streak)
+//                   (trigger stall; no gate, no spacing, no dwell; clears the streak;
+//                   SPEC excepts stalls from the dwell, so this is the one automatic
+//                   way from below 2 straight to 3)
 // Rise gate: a tick whose level is above the current level extends the streak; a
 //   tick whose only elevated reading is a stale lag holds it (neither extends nor
 //   resets); any other tick resets it. When the streak reaches rise_ticks, the
@@ -22,18 +24,24 @@
 //   and only once 2 has lasted emergency_dwell (seed 003: no automatic jump to
 //   emergency); a rise above 2 from below 2 stops at 2. Every tick that had
 //   fresh evidence above the current level and did not raise it reports (and
-//   counts) `suppressed {to, trigger}`: to = the level a rise would have entered.
+//   counts) `suppressed {to, trigger}`: to = the level a rise would have entered,
+//   trigger = the streak's. Not while a pin holds the level: the gate held nothing.
+//   Rises are decided only on ticks that extend the streak.
 // Exit line of level L: every signal below exit_ratio * E_s[L] (a stale lag
 //   counts with its value; no upstream timeout in the window when L <= 2).
-//   calm_since = the time of the last tick that was not calm, or of the last
-//   level change. The level steps down ONE level (trigger decay) when
+//   calm_since = the time of the last tick that was not calm (a failed read is
+//   not calm), of the last level change, or of the last pin or unpin. The level
+//   steps down ONE level (trigger decay) when
 //   now - calm_since >= hold[L]; then calm_since = now.
-// Spacing: no automatic change (rise or decay) within `spacing` of the last change.
-// Signal loss: a reading with ok == false holds everything; the second consecutive
-//   one releases to 0 (trigger signal_loss, no spacing) unless a pin holds the level.
+// Spacing: no automatic change (rise or decay) within `spacing` of the last change
+//   (of any kind, pins included; none before the first change).
+// Signal loss: a reading with ok == false holds the level and the streak and is not
+//   calm; the second consecutive one releases to 0 (trigger signal_loss, no
+//   spacing) unless a pin holds the level.
 // Pins select any level at once (trigger pin) and hold it until they expire or are
 //   removed (trigger unpin); automatic decisions then continue from the pinned
-//   level with an empty streak and calm_since = now.
+//   level with an empty streak and calm_since = now. A pin or unpin that leaves the
+//   level as it was still reports its trigger, with changed == false.
 //
 // Threading: not thread-safe; one owner calls it (the proxy's ticker thread, or
 // `sluice replay`). Plain C++: time comes in with each reading, nothing is scheduled.
@@ -98,7 +106,9 @@ struct Decision {
   bool changed = false;
   Level from = Level::normal;
   Level to = Level::normal;
-  Trigger trigger = Trigger::none;  // of the change; none when unchanged
+  // Of the change; when unchanged: pin or unpin if a pin was set, removed or expired
+  // at this time, none otherwise.
+  Trigger trigger = Trigger::none;
   struct Suppressed {
     Level to;
     Trigger trigger;
@@ -167,7 +177,13 @@ class Controller {
   Level streak_low_ = Level::normal;
   Trigger streak_low_trigger_ = Trigger::none;
   std::optional<PinState> pin_;
+  bool changed_once_ = false;  // spacing applies only after a first change
   ControllerStats stats_;
+
+  void change(Level to, Trigger trigger, Millis now, Decision& d);
+  void end_pin(Millis now);
+  void reset_streak();
+  bool spacing_allows(Millis now) const;
 };
 
 }  // namespace sluice::admission

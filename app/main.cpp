@@ -5,14 +5,18 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <string_view>
 
 #include "config/config.hpp"
 #include "proxy/serve.hpp"
+#include "replay/trace.hpp"
 
 extern char** environ;
 
@@ -70,6 +74,39 @@ int healthcheck(const sluice::config::Config& cfg) {
   return ok ? 0 : 1;
 }
 
+// `sluice replay [FILE|-]`: the admission controller offline over a tick trace,
+// configured from the environment like `serve` (only the admission variables).
+int replay(int argc, char** argv) {
+  if (argc > 3) {
+    std::fprintf(stderr, "sluice: replay: one trace at most; usage: sluice replay [FILE|-]\n");
+    return 2;
+  }
+  sluice::replay::ReplayOptions options;
+  try {
+    auto a = sluice::config::load_admission(sluice::config::sluice_environment(environ));
+    options.controller = a.controller;
+    options.mode = a.mode;
+    options.factors = a.factors;
+    options.retry = a.retry;
+  } catch (const std::exception& e) {
+    return config_error(e);
+  }
+  std::ios::sync_with_stdio(false);  // a day of ticks is 86,400 lines
+  std::string path = argc > 2 ? argv[2] : "-";
+  if (path == "-") return sluice::replay::run_replay(std::cin, std::cout, std::cerr, options);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    std::fprintf(stderr, "sluice: replay: cannot read %s: it is a directory\n", path.c_str());
+    return 2;
+  }
+  std::ifstream file(path);
+  if (!file) {
+    std::fprintf(stderr, "sluice: replay: cannot read %s: %s\n", path.c_str(), std::strerror(errno));
+    return 2;
+  }
+  return sluice::replay::run_replay(file, std::cout, std::cerr, options);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -86,6 +123,7 @@ int main(int argc, char** argv) {
     std::cout << sluice::config::reference_markdown();
     return 0;
   }
+  if (cmd == "replay") return replay(argc, argv);
   if (cmd != "serve" && cmd != "check-config" && cmd != "healthcheck") {
     std::fprintf(stderr, "sluice: unknown command \"%.*s\"; see sluice --help\n",
                  static_cast<int>(cmd.size()), cmd.data());

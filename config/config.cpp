@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -81,6 +82,46 @@ constexpr Variable kVariables[] = {
     {"SLUICE_DRAIN_TIMEOUT", "30s",
      "After the drain delay the listener stops accepting and in-flight requests, SSE streams "
      "included, get this long to finish before the process exits."},
+    {"SLUICE_ADMISSION_MODE", "enforce",
+     "enforce (refuse with 503), observe (decide and count would_shed, forward everything) or "
+     "off."},
+    {"SLUICE_ADMISSION_PROFILE", "fast",
+     "Timing defaults: fast (a tick controller, seconds) or sentinel (tick 1m, hold 5m,5m,5m, "
+     "exit ratio 1.0, spacing 5m, emergency dwell 3m); any variable below overrides its profile "
+     "value."},
+    {"SLUICE_TICK", "1s", "The admission controller's tick: one reading, one decision (10ms..1h)."},
+    {"SLUICE_ADMISSION_LAG_MS", "200,250,600",
+     "Event-loop lag entry thresholds of levels 1,2,3 in ms; strictly increasing."},
+    {"SLUICE_ADMISSION_UPSTREAM_WAIT_MS", "150,200,600",
+     "Upstream-wait (p95 over 1.5 ticks) entry thresholds of levels 1,2,3 in ms; strictly "
+     "increasing."},
+    {"SLUICE_ADMISSION_RISE_TICKS", "3",
+     "Consecutive ticks of fresh evidence before a level rises (1..100)."},
+    {"SLUICE_ADMISSION_EMERGENCY_MS", "1000",
+     "A single stall (or lag sample) this long in ms goes to level 3 at once."},
+    {"SLUICE_ADMISSION_HOLD", "5s,15s,15s",
+     "Per level 1,2,3: how long the signals must stay under the exit line before the level "
+     "steps down one."},
+    {"SLUICE_ADMISSION_EXIT_RATIO", "0.6",
+     "Exit line = ratio x the level's entry threshold (0 < ratio <= 1)."},
+    {"SLUICE_ADMISSION_SPACING", "0s",
+     "Least time between two automatic level changes (5m in sentinel)."},
+    {"SLUICE_ADMISSION_EMERGENCY_DWELL", "0s",
+     "Level 2 must have lasted this long before sustained pressure may enter level 3 (3m in "
+     "sentinel); stalls and pins excepted."},
+    {"SLUICE_ADMISSION_TIMEOUT_PIN", "30s",
+     "An upstream timeout within this window is evidence for level 2."},
+    {"SLUICE_LANE_FACTORS", "bulk=1,0.5,0,0;standard=1,1,1,0.5;heavy=1,0.5,0.25,0.25",
+     "Per lane, the admitted fraction of new requests at levels 0..3 (each in 0..1, never rising "
+     "with the level); lanes left out keep their defaults."},
+    {"SLUICE_RETRY_AFTER", "bulk=120s:180s;standard=1s:30s;heavy=2s:60s",
+     "Per lane, floor and cap of the derived Retry-After; lanes left out keep their defaults."},
+    {"SLUICE_PINS_FILE", "unset",
+     "A JSON file of pins ({\"level\":N,\"ttl\":\"10m\",\"reason\":\"...\"} or {} for none), "
+     "re-read when it changes; a missing or unreadable file acts as no pin."},
+    {"SLUICE_TICK_LOG", "unset",
+     "Append every tick's reading and decision to this file in the trace format `sluice replay` "
+     "reads."},
     {"SLUICE_DEBUG_ENDPOINTS", "false",
      "true enables fault injection on the admin listener (POST /admin/debug/block stalls an I/O "
      "thread's event loop) for tests and game days; mutating calls still need the admin token."},
@@ -526,6 +567,157 @@ std::vector<Upstream> parse_upstreams(std::string_view text) {
   return out;
 }
 
+namespace {
+
+std::vector<std::string_view> split(std::string_view text, char sep) {
+  std::vector<std::string_view> out;
+  std::size_t start = 0;
+  for (;;) {
+    auto at = text.find(sep, start);
+    out.push_back(text.substr(start, at == std::string_view::npos ? at : at - start));
+    if (at == std::string_view::npos) return out;
+    start = at + 1;
+  }
+}
+
+double parse_decimal(std::string_view text) {
+  double v = 0;
+  auto r = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || r.ec != std::errc{} || r.ptr != text.data() + text.size() || !(v >= 0))
+    invalid(in_quotes(text) + " is not a non-negative number");
+  return v;
+}
+
+std::array<double, 3> parse_thresholds(std::string_view text) {
+  auto parts = split(text, ',');
+  if (parts.size() != 3)
+    invalid(in_quotes(text) + " needs three thresholds in ms for levels 1,2,3; e.g. 200,250,600");
+  std::array<double, 3> out{};
+  for (std::size_t i = 0; i < 3; ++i) {
+    out[i] = static_cast<double>(parse_count(parts[i]));
+    if (out[i] <= 0) invalid(in_quotes(text) + ": thresholds must be above 0");
+  }
+  if (!(out[0] < out[1] && out[1] < out[2]))
+    invalid(in_quotes(text) + " is not strictly increasing; each level's entry must be above "
+                              "the one below, e.g. 200,250,600");
+  return out;
+}
+
+std::array<Duration, 3> parse_holds(std::string_view text) {
+  auto parts = split(text, ',');
+  if (parts.size() != 3) invalid(in_quotes(text) + " needs three durations; e.g. 5s,15s,15s");
+  std::array<Duration, 3> out{};
+  for (std::size_t i = 0; i < 3; ++i) {
+    out[i] = parse_duration(parts[i]);
+    if (out[i].count() <= 0) invalid(in_quotes(text) + ": each hold must be above 0");
+  }
+  return out;
+}
+
+// "bulk=...;standard=..." into per-lane values; lanes left out keep theirs.
+template <class T, class ParseOne>
+void parse_per_lane(std::string_view text, std::array<T, admission::kLaneCount>& out,
+                    ParseOne parse_one, std::string_view example) {
+  for (auto entry : split(text, ';')) {
+    if (entry.empty()) continue;
+    auto eq = entry.find('=');
+    if (eq == std::string_view::npos)
+      invalid(in_quotes(entry) + " is not lane=value; e.g. " + std::string(example));
+    auto lane = admission::lane_from_string(entry.substr(0, eq));
+    if (!lane)
+      invalid(in_quotes(entry.substr(0, eq)) + " is not a lane; valid: bulk, standard, heavy");
+    out[admission::index(*lane)] = parse_one(entry.substr(eq + 1));
+  }
+}
+
+admission::LaneFactors parse_factors(std::string_view text, admission::LaneFactors out) {
+  parse_per_lane(text, out, [&](std::string_view v) {
+    auto parts = split(v, ',');
+    if (parts.size() != admission::kLevelCount)
+      invalid(in_quotes(v) + " needs four factors for levels 0..3; e.g. bulk=1,0.5,0,0");
+    std::array<double, admission::kLevelCount> f{};
+    for (std::size_t i = 0; i < f.size(); ++i) {
+      f[i] = parse_decimal(parts[i]);
+      if (f[i] > 1) invalid(in_quotes(parts[i]) + " is above 1; a factor is a fraction 0..1");
+      // More pressure never admits more of a lane.
+      if (i > 0 && f[i] > f[i - 1])
+        invalid(in_quotes(v) + " rises with the level; factors must not increase from level 0 to 3");
+    }
+    return f;
+  }, "bulk=1,0.5,0,0;standard=1,1,1,0.5");
+  return out;
+}
+
+admission::RetryBands parse_bands(std::string_view text, admission::RetryBands out) {
+  parse_per_lane(text, out, [&](std::string_view v) {
+    auto colon = v.find(':');
+    if (colon == std::string_view::npos)
+      invalid(in_quotes(v) + " is not floor:cap; e.g. standard=1s:30s");
+    admission::RetryBand band{parse_duration(v.substr(0, colon)), parse_duration(v.substr(colon + 1))};
+    if (band.floor < Duration{1000})
+      invalid(in_quotes(v) + ": the floor must be at least 1s (Retry-After is whole seconds)");
+    if (band.cap < band.floor) invalid(in_quotes(v) + ": the cap is below the floor");
+    return band;
+  }, "bulk=120s:180s;standard=1s:30s");
+  return out;
+}
+
+Admission read_admission(const Env& env) {
+  Admission a;
+  read(env, "SLUICE_ADMISSION_MODE", a.mode, [](const std::string& v) {
+    if (v == "enforce") return admission::Mode::enforce;
+    if (v == "observe") return admission::Mode::observe;
+    if (v == "off") return admission::Mode::off;
+    invalid(in_quotes(v) + " is not a mode; valid: enforce, observe, off");
+  });
+  read(env, "SLUICE_ADMISSION_PROFILE", a.profile, [](const std::string& v) {
+    if (v != "fast" && v != "sentinel")
+      invalid(in_quotes(v) + " is not a profile; valid: fast, sentinel");
+    return v;
+  });
+  auto& c = a.controller;
+  if (a.profile == "sentinel") {
+    c = admission::ControllerConfig::sentinel();
+    a.tick = Duration{60'000};
+  }
+  read_duration(env, "SLUICE_TICK", a.tick, Duration{10}, Duration{3'600'000});
+  read(env, "SLUICE_ADMISSION_LAG_MS", c.lag_ms, parse_thresholds);
+  read(env, "SLUICE_ADMISSION_UPSTREAM_WAIT_MS", c.upstream_wait_ms, parse_thresholds);
+  read_count(env, "SLUICE_ADMISSION_RISE_TICKS", c.rise_ticks, 1, 100, false);
+  std::uint64_t emergency = static_cast<std::uint64_t>(c.emergency_stall.count());
+  read_count(env, "SLUICE_ADMISSION_EMERGENCY_MS", emergency, 1, 3'600'000, false);
+  c.emergency_stall = Duration{static_cast<Duration::rep>(emergency)};
+  read(env, "SLUICE_ADMISSION_HOLD", c.hold, parse_holds);
+  read(env, "SLUICE_ADMISSION_EXIT_RATIO", c.exit_ratio, [](const std::string& v) {
+    double r = parse_decimal(v);
+    if (r <= 0 || r > 1) invalid(in_quotes(v) + " is out of range; valid: above 0, at most 1");
+    return r;
+  });
+  read(env, "SLUICE_ADMISSION_SPACING", c.spacing, parse_duration);
+  read(env, "SLUICE_ADMISSION_EMERGENCY_DWELL", c.emergency_dwell, parse_duration);
+  read_timeout(env, "SLUICE_ADMISSION_TIMEOUT_PIN", c.timeout_window);
+  read(env, "SLUICE_LANE_FACTORS", a.factors,
+       [&](const std::string& v) { return parse_factors(v, a.factors); });
+  read(env, "SLUICE_RETRY_AFTER", a.retry,
+       [&](const std::string& v) { return parse_bands(v, a.retry); });
+  read(env, "SLUICE_PINS_FILE", a.pins_file, [](const std::string& v) {
+    if (v.empty()) invalid("empty; give the path of a JSON pins file");
+    return v;
+  });
+  read(env, "SLUICE_TICK_LOG", a.tick_log, [](const std::string& v) {
+    if (v.empty()) invalid("empty; give the path of a file to append ticks to");
+    return v;
+  });
+  return a;
+}
+
+}  // namespace
+
+Admission load_admission(const Env& env) {
+  refuse_unknown(env);
+  return read_admission(env);
+}
+
 Config load(const Env& env) {
   refuse_unknown(env);
   Config c;
@@ -582,6 +774,7 @@ Config load(const Env& env) {
                 Duration{1'000});
   read(env, "SLUICE_DRAIN_DELAY", c.drain_delay, parse_duration);  // 0: stop at once
   read_timeout(env, "SLUICE_DRAIN_TIMEOUT", c.drain_timeout);
+  c.admission = read_admission(env);
   read(env, "SLUICE_DEBUG_ENDPOINTS", c.debug_endpoints, [](const std::string& v) {
     if (v == "true" || v == "1") return true;
     if (v == "false" || v == "0") return false;
@@ -633,6 +826,42 @@ std::string to_json(const Config& c) {
   j["lag_probe_interval"] = format_duration(c.lag_probe_interval);
   j["drain_delay"] = format_duration(c.drain_delay);
   j["drain_timeout"] = format_duration(c.drain_timeout);
+  const auto& a = c.admission;
+  const auto& k = a.controller;
+  auto list = [](const auto& values, auto format) {
+    std::string out;
+    for (const auto& v : values) out += (out.empty() ? "" : ",") + format(v);
+    return out;
+  };
+  auto number = [](double v) {
+    char buf[32];
+    auto r = std::to_chars(buf, buf + sizeof buf, v);
+    return std::string(buf, r.ptr);
+  };
+  j["admission_mode"] = std::string(admission::to_string(a.mode));
+  j["admission_profile"] = a.profile;
+  j["tick"] = format_duration(a.tick);
+  j["admission_lag_ms"] = list(k.lag_ms, number);
+  j["admission_upstream_wait_ms"] = list(k.upstream_wait_ms, number);
+  j["admission_rise_ticks"] = k.rise_ticks;
+  j["admission_emergency_ms"] = k.emergency_stall.count();
+  j["admission_hold"] = list(k.hold, format_duration);
+  j["admission_exit_ratio"] = k.exit_ratio;
+  j["admission_spacing"] = format_duration(k.spacing);
+  j["admission_emergency_dwell"] = format_duration(k.emergency_dwell);
+  j["admission_timeout_pin"] = format_duration(k.timeout_window);
+  std::string factors, bands;
+  for (auto lane : admission::kLanes) {
+    auto i = admission::index(lane);
+    factors += (factors.empty() ? "" : ";") + std::string(admission::to_string(lane)) + "=" +
+               list(a.factors[i], number);
+    bands += (bands.empty() ? "" : ";") + std::string(admission::to_string(lane)) + "=" +
+             format_duration(a.retry[i].floor) + ":" + format_duration(a.retry[i].cap);
+  }
+  j["lane_factors"] = factors;
+  j["retry_after"] = bands;
+  j["pins_file"] = a.pins_file.empty() ? Json(nullptr) : Json(a.pins_file);
+  j["tick_log"] = a.tick_log.empty() ? Json(nullptr) : Json(a.tick_log);
   j["debug_endpoints"] = c.debug_endpoints;
   return j.dump(2);
 }

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "admission/controller.hpp"
+#include "admission/gate.hpp"
 #include "routes/routes.hpp"
 
 namespace sluice::config {
@@ -31,7 +33,21 @@ struct Upstream {
 
 enum class AccessLog { stdout_, stderr_, off, file };
 
+// The admission variables (SPEC's table), also all that `sluice replay` needs.
+struct Admission {
+  admission::Mode mode = admission::Mode::enforce;
+  std::string profile = "fast";  // fast | sentinel: the timing defaults
+  Duration tick{1000};
+  admission::ControllerConfig controller = admission::ControllerConfig::fast();
+  admission::LaneFactors factors = admission::default_lane_factors();
+  admission::RetryBands retry = admission::default_retry_bands();
+  std::string pins_file;  // empty: unset
+  std::string tick_log;   // empty: unset
+};
+
 struct Config {
+  Admission admission;
+
   // listeners
   Endpoint listen{"0.0.0.0", 8080};
   Endpoint admin_listen{"127.0.0.1", 9901};
@@ -97,6 +113,10 @@ Env sluice_environment(char** envp);
 
 // Parses and validates. Unknown SLUICE_ names are refused. Throws ConfigError.
 Config load(const Env& env);
+
+// Only the admission variables (for `sluice replay`): SLUICE_UPSTREAMS is not
+// required; every other variable is still validated. Throws ConfigError.
+Admission load_admission(const Env& env);
 
 // Effective configuration as pretty JSON (check-config); the token is redacted.
 std::string to_json(const Config& config);

@@ -1,5 +1,9 @@
 #include "proxy/admin.hpp"
 
+#include <nlohmann/json.hpp>
+
+#include "proxy/ticker.hpp"
+
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
 
@@ -48,10 +52,14 @@ void Watchdog::loop() {
     auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                    Clock::now().time_since_epoch())
                    .count();
+    heartbeat_ns_.store(now, std::memory_order_relaxed);
     for (std::size_t i = 0; i < rt_.workers.size(); ++i) {
       auto beat = rt_.workers[i]->heartbeat_ns.load(std::memory_order_relaxed);
       auto stall = std::max<std::int64_t>(0, now - beat - interval.count());
       stall_ns_[i].store(stall, std::memory_order_relaxed);
+      auto seen = max_since_read_ns_.load(std::memory_order_relaxed);
+      while (stall > seen && !max_since_read_ns_.compare_exchange_weak(seen, stall)) {
+      }
       bool episode = static_cast<double>(stall) / 1e9 >= kStallEpisode;
       if (episode && !in_episode_[i]) stalls_total_.fetch_add(1, std::memory_order_relaxed);
       in_episode_[i] = episode;
@@ -109,10 +117,78 @@ T sum_workers(Runtime& rt, Get get) {
 
 }  // namespace
 
-std::string render_metrics(Runtime& rt, const Watchdog& watchdog) {
+std::string render_metrics(Runtime& rt, const Watchdog& watchdog, const Ticker& ticker) {
   using admission::kLanes;
   const auto& cfg = rt.config;
   std::vector<prom::MetricFamily> out;
+
+  {
+    const auto& c = ticker.controller();
+    auto level = family("sluice_admission_level", "The admission level: 0 normal .. 3 emergency.",
+                        prom::MetricType::Gauge);
+    prom::ClientMetric lm;
+    lm.gauge.value = static_cast<double>(c.level());
+    level.metric.push_back(std::move(lm));
+    out.push_back(std::move(level));
+
+    auto changes = family("sluice_admission_level_changes_total",
+                          "Level changes, by from, to and trigger.", prom::MetricType::Counter);
+    auto suppressed = family("sluice_admission_rise_suppressed_total",
+                             "Ticks whose evidence would have raised the level but the rise gate "
+                             "held it back, by the level it would have entered and trigger.",
+                             prom::MetricType::Counter);
+    const auto& st = c.stats();
+    for (std::size_t from = 0; from < admission::kLevelCount; ++from)
+      for (std::size_t to = 0; to < admission::kLevelCount; ++to)
+        for (std::size_t t = 0; t < admission::kTriggerCount; ++t)
+          if (auto n = st.changes[from][to][t]) {
+            auto m = with_labels({{"from", std::to_string(from)},
+                                  {"to", std::to_string(to)},
+                                  {"trigger", std::string(admission::to_string(
+                                                  static_cast<admission::Trigger>(t)))}});
+            m.counter.value = static_cast<double>(n);
+            changes.metric.push_back(std::move(m));
+          }
+    for (std::size_t to = 0; to < admission::kLevelCount; ++to)
+      for (std::size_t t = 0; t < admission::kTriggerCount; ++t)
+        if (auto n = st.suppressed[to][t]) {
+          auto m = with_labels(
+              {{"to", std::to_string(to)},
+               {"trigger", std::string(admission::to_string(static_cast<admission::Trigger>(t)))}});
+          m.counter.value = static_cast<double>(n);
+          suppressed.metric.push_back(std::move(m));
+        }
+    out.push_back(std::move(changes));
+    out.push_back(std::move(suppressed));
+
+    auto pinned = family("sluice_admission_pinned", "1 while a pin holds the level.",
+                         prom::MetricType::Gauge);
+    prom::ClientMetric pm;
+    pm.gauge.value = c.pin_state() ? 1 : 0;
+    pinned.metric.push_back(std::move(pm));
+    out.push_back(std::move(pinned));
+
+    auto decisions = family("sluice_admission_decisions_total",
+                            "Admission decisions, by lane, outcome and reason.",
+                            prom::MetricType::Counter);
+    for (auto lane : kLanes)
+      for (std::size_t o = 0; o < kOutcomes; ++o)
+        for (std::size_t r = 0; r < kReasons; ++r) {
+          auto n = sum_workers<std::uint64_t>(rt, [&](Shard& s) -> auto& {
+            return s.lane[admission::index(lane)].decisions[o][r];
+          });
+          // Admissions always show (a dashboard's denominator); refusals once they happen.
+          if (n == 0 && o != 0) continue;
+          if (o == 0 && r != 0) continue;
+          auto m = with_labels(
+              {{"lane", std::string(to_string(lane))},
+               {"outcome", std::string(admission::to_string(static_cast<admission::Outcome>(o)))},
+               {"reason", std::string(admission::to_string(static_cast<admission::Reason>(r)))}});
+          m.counter.value = static_cast<double>(n);
+          decisions.metric.push_back(std::move(m));
+        }
+    out.push_back(std::move(decisions));
+  }
 
   {
     auto f = family("sluice_requests_total", "Requests answered, by lane and status code.",
@@ -278,8 +354,8 @@ namespace {
 
 class AdminSession : public std::enable_shared_from_this<AdminSession> {
  public:
-  AdminSession(tcp::socket s, Runtime& rt, const Watchdog& wd)
-      : sock_(std::move(s)), rt_(rt), wd_(wd), timer_(sock_.get_executor()) {}
+  AdminSession(tcp::socket s, Runtime& rt, const Watchdog& wd, Ticker& ticker)
+      : sock_(std::move(s)), rt_(rt), wd_(wd), ticker_(ticker), timer_(sock_.get_executor()) {}
 
   void run() { read(); }
 
@@ -339,7 +415,7 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
     if (path == "/metrics") {
       res_.result(http::status::ok);
       res_.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-      res_.body() = render_metrics(rt_, wd_);
+      res_.body() = render_metrics(rt_, wd_, ticker_);
     } else if (path == "/healthz") {
       res_.result(http::status::ok);
       res_.body() = "ok\n";
@@ -416,7 +492,59 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
       return reply(http::status::accepted, "{\"blocked_thread\":" + std::to_string(thread) +
                                                ",\"ms\":" + std::to_string(*ms) + "}");
     }
+    if (path == "/admin/state") {
+      if (req_.method() != http::verb::get) {
+        res_.set(http::field::allow, "GET");
+        return reply(http::status::method_not_allowed, R"({"error":"method_not_allowed"})");
+      }
+      return reply(http::status::ok, ticker_.state_json());
+    }
+    if (path == "/admin/pins") return handle_pins();
     reply(http::status::not_found, R"({"error":"not_found"})");
+  }
+
+  // POST {"level":N,"ttl":"10m","reason":"...","who":"..."} pins; DELETE removes the pin.
+  void handle_pins() {
+    using nlohmann::json;
+    if (req_.method() == http::verb::get) return reply(http::status::ok, ticker_.state_json());
+    if (req_.method() != http::verb::post && req_.method() != http::verb::delete_) {
+      res_.set(http::field::allow, "GET, POST, DELETE");
+      return reply(http::status::method_not_allowed, R"({"error":"method_not_allowed"})");
+    }
+    if (!authorized()) return reply(http::status::unauthorized, R"({"error":"unauthorized"})");
+    std::string who = "admin@" + peer();
+    if (req_.method() == http::verb::delete_) {
+      ticker_.unpin(who);
+      return reply(http::status::ok, ticker_.state_json());
+    }
+    json body;
+    try {
+      body = json::parse(req_.body());
+      if (!body.is_object()) throw std::invalid_argument("not an object");
+      for (auto& [k, v] : body.items())
+        if (k != "level" && k != "ttl" && k != "reason" && k != "who")
+          throw std::invalid_argument("unknown field \"" + k + "\"; valid: level, ttl, reason, who");
+      if (!body.contains("level") || !body["level"].is_number_integer())
+        throw std::invalid_argument("\"level\" (0..3) is required");
+      std::optional<admission::Millis> ttl;
+      if (body.contains("ttl")) ttl = config::parse_duration(body["ttl"].get<std::string>());
+      if (ttl && ttl->count() <= 0) throw std::invalid_argument("\"ttl\" must be above 0");
+      std::string reason = body.value("reason", std::string());
+      if (reason.size() > 500) throw std::invalid_argument("\"reason\" is longer than 500 bytes");
+      if (body.contains("who")) who = body["who"].get<std::string>() + " (" + who + ")";
+      auto result = ticker_.pin(body["level"].get<int>(), ttl, reason, who);
+      if (!result.ok) throw std::invalid_argument(result.error);
+    } catch (const std::exception& e) {
+      return reply(http::status::bad_request,
+                   json{{"error", "bad_request"}, {"detail", e.what()}}.dump());
+    }
+    reply(http::status::ok, ticker_.state_json());
+  }
+
+  std::string peer() const {
+    error_code ec;
+    auto ep = sock_.remote_endpoint(ec);
+    return ec ? "unknown" : ep.address().to_string();
   }
 
   void write() {
@@ -436,6 +564,7 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
   tcp::socket sock_;
   Runtime& rt_;
   const Watchdog& wd_;
+  Ticker& ticker_;
   net::steady_timer timer_;
   beast::flat_buffer buf_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -443,18 +572,18 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
   http::response<http::string_body> res_;
 };
 
-void do_accept(tcp::acceptor& acceptor, Runtime& rt, const Watchdog& wd) {
-  acceptor.async_accept([&acceptor, &rt, &wd](error_code ec, tcp::socket s) {
+void do_accept(tcp::acceptor& acceptor, Runtime& rt, const Watchdog& wd, Ticker& ticker) {
+  acceptor.async_accept([&acceptor, &rt, &wd, &ticker](error_code ec, tcp::socket s) {
     if (ec == net::error::operation_aborted) return;
-    if (!ec) std::make_shared<AdminSession>(std::move(s), rt, wd)->run();
-    do_accept(acceptor, rt, wd);
+    if (!ec) std::make_shared<AdminSession>(std::move(s), rt, wd, ticker)->run();
+    do_accept(acceptor, rt, wd, ticker);
   });
 }
 
 }  // namespace
 
-void start_admin(tcp::acceptor& acceptor, Runtime& rt, const Watchdog& watchdog) {
-  do_accept(acceptor, rt, watchdog);
+void start_admin(tcp::acceptor& acceptor, Runtime& rt, const Watchdog& watchdog, Ticker& ticker) {
+  do_accept(acceptor, rt, watchdog, ticker);
 }
 
 }  // namespace sluice::proxy

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "admission/gate.hpp"
 #include "config/config.hpp"
 #include "proxy/access_log.hpp"
 #include "proxy/stats.hpp"
@@ -119,6 +120,7 @@ class UpstreamPool {
 
  private:
   void connect_for(PoolWaiter& w);
+  void note_oldest();  // publishes when the oldest queued request started waiting
   void hand(PoolWaiter& w, std::unique_ptr<UpstreamConnection> c, boost::system::error_code ec);
   Worker& worker_;
   std::size_t index_;
@@ -133,6 +135,48 @@ class UpstreamPool {
                                     &PoolWaiter::wait_hook>,
       boost::intrusive::constant_time_size<false>>
       waiters_;
+};
+
+// Upstream-wait samples of one Worker, newest last, for the sampler's p95 over
+// the last 1.5 ticks. Single writer; the sampler reads slots racily, which at
+// worst mixes one sample's fields: it is a sample either way.
+class WaitRing {
+ public:
+  static constexpr std::size_t kSize = 1024;
+  void add(std::int64_t t_ns, std::uint32_t wait_us, std::uint16_t upstream) {
+    auto i = next_.load(std::memory_order_relaxed);
+    slots_[i % kSize].t_ns.store(t_ns, std::memory_order_relaxed);
+    slots_[i % kSize].value.store((std::uint64_t{upstream} << 32) | wait_us,
+                                  std::memory_order_relaxed);
+    next_.store(i + 1, std::memory_order_release);
+  }
+  // Calls f(upstream, wait_us) for every sample taken at or after since_ns.
+  template <class F>
+  void for_each_since(std::int64_t since_ns, F f) const {
+    auto end = next_.load(std::memory_order_acquire);
+    auto begin = end > kSize ? end - kSize : 0;
+    for (auto i = end; i-- > begin;) {
+      const auto& s = slots_[i % kSize];
+      if (s.t_ns.load(std::memory_order_relaxed) < since_ns) break;
+      auto v = s.value.load(std::memory_order_relaxed);
+      f(static_cast<std::uint16_t>(v >> 32), static_cast<std::uint32_t>(v));
+    }
+  }
+
+ private:
+  struct Slot {
+    std::atomic<std::int64_t> t_ns{0};
+    std::atomic<std::uint64_t> value{0};
+  };
+  std::array<Slot, kSize> slots_{};
+  std::atomic<std::uint64_t> next_{0};
+};
+
+// What the ticker publishes for every request to read: a few relaxed loads.
+struct Published {
+  std::atomic<std::uint8_t> level{0};
+  // Per lane: ms until the level admits the lane again (-1: not foreseeable).
+  std::array<std::atomic<std::int64_t>, admission::kLaneCount> readmit_ms{};
 };
 
 struct Runtime;
@@ -159,6 +203,10 @@ class Worker {
   void stop() { ioc_.stop(); }
   // Nanoseconds (steady clock) of the last heartbeat: the watchdog reads it.
   std::atomic<std::int64_t> heartbeat_ns{0};
+  // (epoch << 48) | the largest lag in microseconds seen in that tick epoch.
+  std::atomic<std::uint64_t> lag_epoch_max{0};
+  WaitRing waits;
+  admission::Rng& rng() { return rng_; }
   std::atomic<std::int64_t> active_sessions{0};
 
  private:
@@ -176,16 +224,25 @@ class Worker {
   TrackedList tracked_;
   std::thread thread_;
   std::uint64_t id_seq_ = 0;
+  std::uint64_t lag_epoch_ = ~std::uint64_t{0};
+  std::uint64_t lag_max_us_ = 0;
+  admission::Rng rng_{0};
   char id_prefix_[16];
 };
 
 struct Runtime {
-  explicit Runtime(const config::Config& c) : config(c) {}
+  explicit Runtime(const config::Config& c)
+      : config(c), gate(c.admission.mode, c.admission.factors) {}
   const config::Config& config;
   std::vector<std::vector<tcp::endpoint>> upstream_hosts;  // resolved once at start
   std::vector<std::unique_ptr<Worker>> workers;
   std::atomic<bool> draining{false};
   std::atomic<std::int64_t> connections{0};  // open client connections, all workers
+  admission::Gate gate;
+  Published published;
+  // Lag samples are grouped by tick: the ticker advances the epoch, each Worker
+  // tags its lag maximum with the epoch it was taken in.
+  std::atomic<std::uint64_t> tick_epoch{0};
 };
 
 // Starts a client session on the worker that owns the socket's io_context.

@@ -15,6 +15,7 @@
 #include "proxy/admin.hpp"
 #include "proxy/runtime.hpp"
 #include "proxy/serve.hpp"
+#include "proxy/ticker.hpp"
 
 namespace sluice::proxy {
 
@@ -160,11 +161,13 @@ int serve(const config::Config& cfg) {
   std::fflush(stderr);
 
   Watchdog watchdog(rt);
+  Ticker ticker(rt, watchdog, admin_ioc, log_fd);
   Acceptor acceptor(rt, listener);
   for (auto& w : rt.workers) w->start();
   watchdog.start();
+  ticker.start();
   net::post(rt.workers[0]->ioc(), [&] { acceptor.start(); });
-  start_admin(admin, rt, watchdog);
+  start_admin(admin, rt, watchdog, ticker);
 
   // Drain: /readyz turns 503 at once; clients are still accepted for the
   // drain delay (load balancers deregister meanwhile); then the listener

@@ -169,8 +169,14 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
   // ---- PoolWaiter ----
   void on_connection(std::unique_ptr<UpstreamConnection> c, error_code ec) override {
     auto self = std::move(self_);
-    upstream_wait_ = Clock::now() - wait_start;
+    auto now = Clock::now();
+    upstream_wait_ = now - wait_start;
     st_.upstream[upstream_].wait.observe(std::chrono::duration<double>(upstream_wait_).count());
+    w_.waits.add(std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count(),
+                 static_cast<std::uint32_t>(std::min<std::int64_t>(
+                     std::chrono::duration_cast<std::chrono::microseconds>(upstream_wait_).count(),
+                     UINT32_MAX)),
+                 static_cast<std::uint16_t>(upstream_));
     if (ec) {
       if (c) w_.pool(upstream_).release(std::move(c), false);
       respond_error(ec == net::error::timed_out ? 504 : 502,
@@ -204,6 +210,9 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     id_len_ = 0;
     status_override_ = 0;
     end_stream_ = false;
+    decision_ = {};
+    retry_after_ = -1;
+    client_keep_alive_ = true;
     bytes_in_ = bytes_out_ = 0;
     upstream_wait_ = Clock::duration(-1);
     ttfb_ = Clock::duration(-1);
@@ -347,6 +356,10 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     }
     auto target = m.target();
     path_ = target.substr(0, target.find('?'));
+    client_keep_alive_ = req_->keep_alive();
+    client_version_ = m.version();
+    method_ = m.method();
+    take_request_id();
 
     // Route: every request gets its route, lane and upstream before anything is forwarded.
     routes::RequestView view;
@@ -368,21 +381,21 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     }
     lane_ = route_->lane;
     upstream_ = route_->upstream;
+
+    // The level gate: a relaxed load of the published level and one draw.
+    auto& rt = w_.runtime();
+    level_ = static_cast<admission::Level>(rt.published.level.load(std::memory_order_relaxed));
+    decision_ = rt.gate.admit(lane_, level_, w_.rng());
+    bump(st_.lane[admission::index(lane_)]
+             .decisions[static_cast<std::size_t>(decision_.outcome)]
+                       [static_cast<std::size_t>(decision_.reason)]);
+    if (decision_.outcome == admission::Outcome::shed) {
+      refuse();
+      return;
+    }
     bump(st_.lane[admission::index(lane_)].in_flight, std::int64_t{1});
-    bump(st_.lane[admission::index(lane_)].admitted);
     lane_counted_ = true;
 
-    // Request id: the client's when it sent a usable one, else a fresh one.
-    if (auto it = m.find("x-request-id"); it != m.end() && valid_request_id(it->value())) {
-      id_len_ = it->value().size();
-      std::memcpy(id_, it->value().data(), id_len_);
-    } else {
-      id_len_ = static_cast<std::size_t>(w_.request_id(id_) - id_);
-    }
-
-    client_keep_alive_ = req_->keep_alive();
-    client_version_ = m.version();
-    method_ = m.method();
     expect_continue_ = false;
     if (auto it = m.find(http::field::expect); it != m.end()) {
       if (!iequals(it->value(), "100-continue")) {
@@ -398,6 +411,44 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     deadline = Clock::now() + cfg_.response_timeout;
     self_ = shared_from_this();
     w_.pool(upstream_).acquire(*this);
+  }
+
+  // Request id: the client's when it sent a usable one, else a fresh one.
+  void take_request_id() {
+    auto& m = req_->get();
+    if (auto it = m.find("x-request-id"); it != m.end() && valid_request_id(it->value())) {
+      id_len_ = it->value().size();
+      std::memcpy(id_, it->value().data(), id_len_);
+    } else {
+      id_len_ = static_cast<std::size_t>(w_.request_id(id_) - id_);
+    }
+  }
+
+  // SPEC's refusal: 503, Retry-After derived from what the controller knows,
+  // X-Sluice-Reject, and a JSON body saying why.
+  void refuse() {
+    auto lane = admission::index(lane_);
+    auto readmit = w_.runtime().published.readmit_ms[lane].load(std::memory_order_relaxed);
+    std::optional<admission::Millis> derived;
+    if (readmit >= 0) derived = admission::Millis(readmit);
+    retry_after_ = admission::retry_after_seconds(derived, cfg_.admission.retry[lane], w_.rng());
+    auto reason = admission::to_string(decision_.reason);
+    std::string_view id(id_, id_len_);
+    std::string body = "{\"error\":\"admission_rejected\",\"reason\":\"";
+    body += reason;
+    body += "\",\"lane\":\"";
+    body += admission::to_string(lane_);
+    body += "\",\"level\":";
+    body += std::to_string(static_cast<int>(level_));
+    body += ",\"retry_after_s\":";
+    body += std::to_string(retry_after_);
+    body += ",\"request_id\":\"";
+    append_json_escaped(body, id);
+    body += "\"}\n";
+    std::string headers = "Retry-After: " + std::to_string(retry_after_) +
+                          "\r\nX-Sluice-Reject: " + std::string(reason) + "\r\n";
+    reason_ = reason;
+    write_own_response(503, headers, body, !req_->is_done());
   }
 
   void prepare_upstream_request() {
@@ -810,8 +861,11 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     r.lane = route_ ? admission::to_string(lane_) : "";
     r.route = route_ ? std::string_view(route_->name) : "";
     r.upstream = route_ ? std::string_view(cfg_.upstreams[upstream_].name) : "";
-    r.decision = route_ ? "admitted" : "";
-    r.reason = reason_;
+    r.decision = route_ ? admission::to_string(decision_.outcome) : "";
+    r.reason = decision_.reason != admission::Reason::none ? admission::to_string(decision_.reason)
+                                                           : reason_;
+    r.level = static_cast<int>(level_);
+    r.retry_after_s = retry_after_;
     r.client = std::string_view(client_, client_len_);
     r.upstream_wait_ms = upstream_wait_.count() >= 0 ? ms(upstream_wait_) : -1;
     r.ttfb_ms = ttfb_.count() >= 0 ? ms(ttfb_) : -1;
@@ -821,7 +875,7 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     log.write(r);
   }
 
-  // A response Sluice writes itself (errors, refusals).
+  // An error Sluice answers itself.
   void respond_error(int status, std::string_view reason, bool close_after) {
     release_upstream(false);
     if (header_sent_) {  // too late for a status: cut the connection
@@ -831,24 +885,32 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     }
     if (id_len_ == 0) id_len_ = static_cast<std::size_t>(w_.request_id(id_) - id_);
     reason_ = reason;
+    std::string body = "{\"error\":\"";
+    body += reason;
+    body += "\",\"status\":";
+    body += std::to_string(status);
+    body += ",\"request_id\":\"";
+    append_json_escaped(body, std::string_view(id_, id_len_));
+    body += "\"}\n";
+    write_own_response(status, {}, body, close_after);
+  }
+
+  // Writes a response Sluice makes itself (errors, refusals): JSON body,
+  // X-Request-Id, extra_headers (each line ending in CRLF).
+  void write_own_response(int status, std::string_view extra_headers, std::string_view body,
+                          bool close_after) {
     if (w_.runtime().draining.load(std::memory_order_relaxed)) close_after = true;
     close_after_error_ = close_after || !client_keep_alive_;
-    std::string_view id(id_, id_len_);
     out_.clear();
     out_ += "HTTP/1.1 ";
     out_ += std::to_string(status);
     out_ += ' ';
     out_ += reason_phrase(status);
     out_ += "\r\nContent-Type: application/json\r\nX-Request-Id: ";
-    out_ += id;
-    std::string body = "{\"error\":\"";
-    body += reason;
-    body += "\",\"status\":";
-    body += std::to_string(status);
-    body += ",\"request_id\":\"";
-    append_json_escaped(body, id);
-    body += "\"}\n";
-    out_ += "\r\nContent-Length: ";
+    out_ += std::string_view(id_, id_len_);
+    out_ += "\r\n";
+    out_ += extra_headers;
+    out_ += "Content-Length: ";
     out_ += std::to_string(body.size());
     if (close_after_error_) out_ += "\r\nConnection: close";
     out_ += "\r\n\r\n";
@@ -929,6 +991,9 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
 
   const routes::Route* route_ = nullptr;
   Lane lane_ = Lane::standard;
+  admission::Level level_ = admission::Level::normal;
+  admission::GateDecision decision_{};
+  int retry_after_ = -1;
   std::size_t upstream_ = 0;
   std::string_view path_;
   std::string_view reason_;

@@ -52,13 +52,18 @@ struct UpstreamStats {
   std::atomic<std::uint64_t> retries{0};              // idempotent replays on a fresh connection
   std::atomic<std::int64_t> connections{0};           // open connections (gauge)
   std::atomic<std::int64_t> waiting{0};               // requests queued for a connection (gauge)
+  std::atomic<std::int64_t> oldest_waiting_since_ns{0};  // 0: nobody is queued
 };
 
+inline constexpr std::size_t kOutcomes = 3;  // admission::Outcome
+inline constexpr std::size_t kReasons = 4;   // admission::Reason
+
 struct LaneStats {
+  // Admission decisions by [outcome][reason].
+  std::array<std::array<std::atomic<std::uint64_t>, kReasons>, kOutcomes> decisions{};
   std::array<std::atomic<std::uint64_t>, kStatusSlots> requests{};  // by status code
   LatencyHistogram duration{kLatencyBounds};
   std::atomic<std::int64_t> in_flight{0};
-  std::atomic<std::uint64_t> admitted{0};
 };
 
 struct Shard {

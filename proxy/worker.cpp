@@ -65,12 +65,20 @@ void UpstreamPool::acquire(PoolWaiter& w) {
   }
   waiters_.push_back(w);
   bump(worker_.stats().upstream[index_].waiting, std::int64_t{1});
+  note_oldest();
+}
+
+void UpstreamPool::note_oldest() {
+  std::int64_t since = 0;
+  if (!waiters_.empty()) since = to_ns(waiters_.front().wait_start);
+  worker_.stats().upstream[index_].oldest_waiting_since_ns.store(since, std::memory_order_relaxed);
 }
 
 bool UpstreamPool::cancel(PoolWaiter& w) {
   if (!w.wait_hook.is_linked()) return false;
   w.wait_hook.unlink();
   bump(worker_.stats().upstream[index_].waiting, std::int64_t{-1});
+  note_oldest();
   return true;
 }
 
@@ -174,6 +182,8 @@ Worker::Worker(Runtime& rt, std::size_t index, int log_fd)
   std::uint64_t r = (std::uint64_t{rd()} << 32) ^ rd() ^ (std::uint64_t{index} << 56);
   static constexpr char kHex[] = "0123456789abcdef";
   for (int i = 0; i < 16; ++i) id_prefix_[i] = kHex[(r >> (i * 4)) & 15];
+  // The gate's draws: seeded per thread, so a run can be repeated.
+  rng_ = admission::Rng(0x5eed0000ull + index);
 }
 
 Worker::~Worker() {
@@ -227,9 +237,15 @@ void Worker::arm_heartbeat() {
 void Worker::on_heartbeat() {
   auto now = Clock::now();
   // Lag: how late the loop ran a timer that was due at expected_.
-  double lag = std::chrono::duration<double>(now - expected_).count();
-  stats_.lag.observe(lag < 0 ? 0 : lag);
+  double lag = std::max(0.0, std::chrono::duration<double>(now - expected_).count());
+  stats_.lag.observe(lag);
   heartbeat_ns.store(to_ns(now), std::memory_order_relaxed);
+  auto epoch = rt_.tick_epoch.load(std::memory_order_relaxed) & 0xFFFF;
+  auto lag_us = static_cast<std::uint64_t>(lag * 1e6);
+  lag_max_us_ = epoch == lag_epoch_ ? std::max(lag_max_us_, lag_us) : lag_us;
+  lag_epoch_ = epoch;
+  lag_epoch_max.store((epoch << 48) | std::min(lag_max_us_, (std::uint64_t{1} << 48) - 1),
+                      std::memory_order_relaxed);
 
   for (auto it = tracked_.begin(); it != tracked_.end();) {
     Tracked& t = *it++;

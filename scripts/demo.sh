@@ -39,6 +39,14 @@ Try, in another terminal:
   curl -s http://127.0.0.1:$admin/metrics | grep ^sluice_                  # the metrics
   curl -i http://127.0.0.1:$admin/readyz                                   # readiness
 
+A shed request: pin the admission level to critical for a minute, then send bulk work.
+
+  curl -s -X POST -d '{"level":2,"ttl":"1m","reason":"demo"}' http://127.0.0.1:$admin/admin/pins
+  curl -i -X POST --data-binary 'x' http://127.0.0.1:$port/echo             # bulk lane: 503 with Retry-After
+  curl -i http://127.0.0.1:$port/hello                                  # standard lane: still admitted
+  curl -s http://127.0.0.1:$admin/admin/state                              # level, pin, lanes
+  curl -s -X DELETE http://127.0.0.1:$admin/admin/pins                     # unpin; the level decays on its own
+
 Access log lines appear below. Ctrl-C stops the demo.
 
 MSG

@@ -93,7 +93,7 @@ TEST_CASE("the variable table names each variable once, with a default and a mea
     CHECK_FALSE(v.meaning.empty());
     CHECK(names.insert(v.name).second);
   }
-  CHECK(names.size() == 24);
+  CHECK(names.size() == 40);
 }
 
 TEST_CASE("every variable in the table is read by load and shown by to_json", "[config]") {
@@ -124,7 +124,8 @@ TEST_CASE("the defaults in the table are the defaults load applies", "[config]")
   }
   CHECK(not_literal == std::set<std::string_view>{"SLUICE_ADMIN_TOKEN", "SLUICE_UPSTREAMS",
                                                   "SLUICE_ROUTES", "SLUICE_ROUTES_FILE",
-                                                  "SLUICE_THREADS"});
+                                                  "SLUICE_THREADS", "SLUICE_PINS_FILE",
+                                                  "SLUICE_TICK_LOG"});
 
   // And the loaded defaults are the struct's.
   Config expected;
@@ -478,6 +479,22 @@ TEST_CASE("every config error starts with the variable it is about", "[config]")
       {"SLUICE_LAG_PROBE_INTERVAL", "50"},
       {"SLUICE_DRAIN_DELAY", "5"},
       {"SLUICE_DRAIN_TIMEOUT", "30"},
+      {"SLUICE_ADMISSION_MODE", "shed"},
+      {"SLUICE_ADMISSION_PROFILE", "slow"},
+      {"SLUICE_TICK", "1"},
+      {"SLUICE_ADMISSION_LAG_MS", "250,200,600"},
+      {"SLUICE_ADMISSION_UPSTREAM_WAIT_MS", "1,2"},
+      {"SLUICE_ADMISSION_RISE_TICKS", "0"},
+      {"SLUICE_ADMISSION_EMERGENCY_MS", "1s"},
+      {"SLUICE_ADMISSION_HOLD", "5s,15s"},
+      {"SLUICE_ADMISSION_EXIT_RATIO", "1.5"},
+      {"SLUICE_ADMISSION_SPACING", "5"},
+      {"SLUICE_ADMISSION_EMERGENCY_DWELL", "-1s"},
+      {"SLUICE_ADMISSION_TIMEOUT_PIN", "0s"},
+      {"SLUICE_LANE_FACTORS", "bulk=1,2,0,0"},
+      {"SLUICE_RETRY_AFTER", "bulk=10s:5s"},
+      {"SLUICE_PINS_FILE", ""},
+      {"SLUICE_TICK_LOG", ""},
       {"SLUICE_DEBUG_ENDPOINTS", "yes"},
   };
   REQUIRE(bad.size() == variables().size());
@@ -570,4 +587,65 @@ TEST_CASE("docs/configuration.md is the generated reference", "[config][docs]") 
   text << in.rdbuf();
   // On failure: regenerate with `sluice config-reference > docs/configuration.md`.
   CHECK(text.str() == sluice::config::reference_markdown());
+}
+
+TEST_CASE("the sentinel profile sets seed 003's timings and single variables override it",
+          "[config][admission]") {
+  auto fast = load(minimal()).admission;
+  CHECK(fast.profile == "fast");
+  CHECK(fast.tick == 1000ms);
+  CHECK(fast.controller.hold[0] == 5000ms);
+  CHECK(fast.controller.exit_ratio == 0.6);
+  auto sentinel = load(minimal({{"SLUICE_ADMISSION_PROFILE", "sentinel"}})).admission;
+  CHECK(sentinel.tick == 60'000ms);
+  CHECK(sentinel.controller.hold == std::array<sluice::config::Duration, 3>{300'000ms, 300'000ms, 300'000ms});
+  CHECK(sentinel.controller.exit_ratio == 1.0);
+  CHECK(sentinel.controller.spacing == 300'000ms);
+  CHECK(sentinel.controller.emergency_dwell == 180'000ms);
+  auto overridden = load(minimal({{"SLUICE_ADMISSION_PROFILE", "sentinel"},
+                                  {"SLUICE_ADMISSION_SPACING", "1m"},
+                                  {"SLUICE_TICK", "30s"}}))
+                        .admission;
+  CHECK(overridden.controller.spacing == 60'000ms);
+  CHECK(overridden.tick == 30'000ms);
+  CHECK(overridden.controller.emergency_dwell == 180'000ms);
+}
+
+TEST_CASE("lane factors: lanes left out keep their defaults, a factor never rises with the level",
+          "[config][admission]") {
+  auto a = load(minimal({{"SLUICE_LANE_FACTORS", "bulk=1,0.25,0,0"}})).admission;
+  CHECK(a.factors[0] == std::array<double, 4>{1, 0.25, 0, 0});
+  CHECK(a.factors[1] == sluice::admission::default_lane_factors()[1]);
+  CHECK(variable_of(minimal({{"SLUICE_LANE_FACTORS", "bulk=0.5,1,1,1"}})) == "SLUICE_LANE_FACTORS");
+  CHECK_THAT(error_of(minimal({{"SLUICE_LANE_FACTORS", "bulk=0.5,1,1,1"}})),
+             Catch::Contains("must not increase"));
+  CHECK_THAT(error_of(minimal({{"SLUICE_LANE_FACTORS", "fast=1,1,1,1"}})),
+             Catch::Contains("not a lane"));
+  CHECK_THAT(error_of(minimal({{"SLUICE_LANE_FACTORS", "bulk=1,1,1"}})),
+             Catch::Contains("four factors"));
+}
+
+TEST_CASE("thresholds must be three, positive and strictly increasing", "[config][admission]") {
+  CHECK(load(minimal({{"SLUICE_ADMISSION_LAG_MS", "100,250,600"}})).admission.controller.lag_ms ==
+        std::array<double, 3>{100, 250, 600});
+  CHECK_THAT(error_of(minimal({{"SLUICE_ADMISSION_LAG_MS", "250,250,600"}})),
+             Catch::Contains("strictly increasing"));
+  CHECK_THAT(error_of(minimal({{"SLUICE_ADMISSION_UPSTREAM_WAIT_MS", "0,1,2"}})),
+             Catch::Contains("above 0"));
+}
+
+TEST_CASE("Retry-After bands need floor <= cap and a floor of at least 1s", "[config][admission]") {
+  auto a = load(minimal({{"SLUICE_RETRY_AFTER", "standard=2s:10s"}})).admission;
+  CHECK(a.retry[1].floor == 2000ms);
+  CHECK(a.retry[1].cap == 10'000ms);
+  CHECK(a.retry[0].floor == 120'000ms);
+  CHECK_THAT(error_of(minimal({{"SLUICE_RETRY_AFTER", "standard=500ms:10s"}})),
+             Catch::Contains("at least 1s"));
+}
+
+TEST_CASE("load_admission needs no upstreams but still refuses unknown names", "[config][admission]") {
+  auto a = sluice::config::load_admission({{"SLUICE_ADMISSION_MODE", "observe"}});
+  CHECK(a.mode == sluice::admission::Mode::observe);
+  CHECK_THROWS_AS(sluice::config::load_admission({{"SLUICE_ADMISION_MODE", "observe"}}),
+                  ConfigError);
 }

@@ -1,0 +1,353 @@
+#include "replay/trace.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <istream>
+#include <nlohmann/json.hpp>
+#include <ostream>
+
+namespace sluice::replay {
+
+using admission::Decision;
+using admission::Lane;
+using admission::Level;
+using admission::Millis;
+using admission::Reading;
+using Json = nlohmann::json;
+
+namespace {
+
+constexpr std::string_view kInputKeys =
+    "t, lag_ms, lag_fresh, upstream_wait_ms, upstream_timeout, stall_ms, ok, requests, pin, unpin";
+
+// The decision's fields, written by the tick log and the replay: ignored on input.
+bool is_output_key(std::string_view key) {
+  for (std::string_view k :
+       {"level", "changed", "from", "to", "trigger", "suppressed", "admitted", "shed"})
+    if (k == key) return true;
+  return false;
+}
+
+[[noreturn]] void fail(const std::string& message) { throw TraceError(message); }
+
+std::string in_quotes(std::string_view key) { return "\"" + std::string(key) + "\""; }
+
+std::string shown(const Json& value) {
+  std::string s = value.dump();
+  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+}
+
+// A measured value: a finite number >= 0; null means not measured.
+std::optional<double> measurement(std::string_view key, const Json& value) {
+  if (value.is_null()) return std::nullopt;
+  if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < 0)
+    fail(in_quotes(key) + ": expected a number of milliseconds >= 0, got " + shown(value));
+  return value.get<double>();
+}
+
+bool boolean(std::string_view key, const Json& value) {
+  if (!value.is_boolean()) fail(in_quotes(key) + ": expected true or false, got " + shown(value));
+  return value.get<bool>();
+}
+
+std::uint64_t count(std::string_view key, const Json& value) {
+  if (value.is_number_unsigned()) return value.get<std::uint64_t>();
+  if (value.is_number_integer() && value.get<std::int64_t>() >= 0)
+    return static_cast<std::uint64_t>(value.get<std::int64_t>());
+  fail(in_quotes(key) + ": expected an integer >= 0, got " + shown(value));
+}
+
+Requests parse_requests(const Json& value) {
+  if (!value.is_object())
+    fail("\"requests\": expected an object like {\"bulk\":N,\"standard\":N,\"heavy\":N}, got " +
+         shown(value));
+  Requests out{};
+  for (const auto& [key, n] : value.items()) {
+    auto lane = admission::lane_from_string(key);
+    if (!lane)
+      fail("\"requests\": " + in_quotes(key) + " is not a lane; valid: bulk, standard, heavy");
+    out[admission::index(*lane)] = count("requests." + key, n);
+  }
+  return out;
+}
+
+PinRequest parse_pin(const Json& value) {
+  if (!value.is_object())
+    fail("\"pin\": expected an object like {\"level\":2,\"ttl\":\"60s\"}, got " + shown(value));
+  PinRequest pin;
+  bool has_level = false;
+  for (const auto& [key, v] : value.items()) {
+    if (key == "level") {
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > 3)
+        fail("\"pin.level\": expected 0, 1, 2 or 3, got " + shown(v));
+      pin.level = static_cast<Level>(v.get<std::int64_t>());
+      has_level = true;
+    } else if (key == "ttl") {
+      if (!v.is_string()) fail("\"pin.ttl\": expected a duration like \"60s\", got " + shown(v));
+      try {
+        pin.ttl = parse_duration(v.get<std::string>());
+      } catch (const TraceError& e) {
+        fail(std::string("\"pin.ttl\": ") + e.what());
+      }
+      if (pin.ttl->count() <= 0)
+        fail("\"pin.ttl\": must be above 0; leave it out to pin until unpin");
+    } else if (key == "reason") {
+      if (!v.is_string()) fail("\"pin.reason\": expected a string, got " + shown(v));
+      pin.reason = v.get<std::string>();
+    } else {
+      fail("\"pin\": unknown key " + in_quotes(key) + "; valid: level, ttl, reason");
+    }
+  }
+  if (!has_level) fail("\"pin\": \"level\" is required");
+  return pin;
+}
+
+void append_number(std::string& out, double value) {
+  if (!std::isfinite(value)) {
+    out += "null";
+    return;
+  }
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
+  out.append(buf, ec == std::errc{} ? end : buf);
+}
+
+void append_lanes(std::string& out, std::string_view key, const Requests& r) {
+  out += ",\"";
+  out += key;
+  out += "\":{";
+  for (Lane lane : admission::kLanes) {
+    if (lane != Lane::bulk) out += ',';
+    out += '"';
+    out += admission::to_string(lane);
+    out += "\":";
+    out += std::to_string(r[admission::index(lane)]);
+  }
+  out += '}';
+}
+
+// ,"level":..,"changed":..,"from":..,"to":..,"trigger":..,"suppressed":..
+void append_decision(std::string& out, const Decision& d) {
+  auto level = [](Level l) { return std::to_string(static_cast<int>(l)); };
+  out += ",\"level\":" + level(d.level);
+  out += d.changed ? ",\"changed\":true" : ",\"changed\":false";
+  out += ",\"from\":" + level(d.from);
+  out += ",\"to\":" + level(d.to);
+  out += ",\"trigger\":\"";
+  out += admission::to_string(d.trigger);
+  out += '"';
+  if (d.suppressed) {
+    out += ",\"suppressed\":{\"to\":" + level(d.suppressed->to) + ",\"trigger\":\"";
+    out += admission::to_string(d.suppressed->trigger);
+    out += "\"}";
+  } else {
+    out += ",\"suppressed\":null";
+  }
+}
+
+std::string format_duration(Millis ms) {
+  auto n = ms.count();
+  if (n % 3'600'000 == 0 && n != 0) return std::to_string(n / 3'600'000) + "h";
+  if (n % 60'000 == 0 && n != 0) return std::to_string(n / 60'000) + "m";
+  if (n % 1000 == 0 && n != 0) return std::to_string(n / 1000) + "s";
+  return std::to_string(n) + "ms";
+}
+
+// One report per line: the pin's change (made before the tick) folded into the tick's.
+Decision merge(const std::optional<Decision>& before, Decision tick) {
+  if (!before) return tick;
+  if (before->changed) {
+    if (!tick.changed) {
+      tick.to = before->to;
+      tick.trigger = before->trigger;
+    }
+    tick.changed = true;
+    tick.from = before->from;
+  } else if (!tick.changed && tick.trigger == admission::Trigger::none) {
+    tick.trigger = before->trigger;
+  }
+  return tick;
+}
+
+}  // namespace
+
+Millis parse_duration(std::string_view text) {
+  std::size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  std::string_view unit = text.substr(digits);
+  std::int64_t n = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + digits, n);
+  if (digits == 0 || ec != std::errc{} || ptr != text.data() + digits)
+    fail(in_quotes(text) + " is not a duration; use an integer and ms, s, m or h, e.g. 60s");
+  std::int64_t scale = 0;
+  if (unit == "ms")
+    scale = 1;
+  else if (unit == "s")
+    scale = 1000;
+  else if (unit == "m")
+    scale = 60'000;
+  else if (unit == "h")
+    scale = 3'600'000;
+  else
+    fail(in_quotes(text) + " has no unit; use ms, s, m or h, e.g. 60s");
+  if (n > INT64_MAX / scale) fail(in_quotes(text) + " is too long");
+  return Millis{n * scale};
+}
+
+TraceLine parse_trace_line(std::string_view line, std::optional<Millis> previous_t) {
+  Json j = Json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) fail("not valid JSON; each line is one JSON object");
+  if (!j.is_object()) fail("expected a JSON object, got " + shown(j));
+  TraceLine out;
+  Reading& r = out.reading;
+  bool has_t = false;
+  for (const auto& [key, v] : j.items()) {
+    if (key == "t") {
+      if (!v.is_number_integer() ||
+          (v.is_number_integer() && !v.is_number_unsigned() && v.get<std::int64_t>() < 0))
+        fail("\"t\": expected an integer of milliseconds >= 0, got " + shown(v));
+      r.t = Millis{v.get<std::int64_t>()};
+      has_t = true;
+    } else if (key == "lag_ms") {
+      r.lag_ms = measurement(key, v);
+    } else if (key == "lag_fresh") {
+      r.lag_fresh = boolean(key, v);
+    } else if (key == "upstream_wait_ms") {
+      r.upstream_wait_ms = measurement(key, v);
+    } else if (key == "upstream_timeout") {
+      r.upstream_timeout = boolean(key, v);
+    } else if (key == "stall_ms") {
+      r.stall_ms = measurement(key, v);
+    } else if (key == "ok") {
+      r.ok = boolean(key, v);
+    } else if (key == "requests") {
+      out.requests = parse_requests(v);
+    } else if (key == "pin") {
+      out.pin = parse_pin(v);
+    } else if (key == "unpin") {
+      out.unpin = boolean(key, v);
+    } else if (!is_output_key(key)) {
+      fail("unknown key " + in_quotes(key) + "; valid: " + std::string(kInputKeys));
+    }
+  }
+  if (!has_t) fail("\"t\" is required (ms from the start of the trace)");
+  if (previous_t && r.t < *previous_t)
+    fail("\"t\": " + std::to_string(r.t.count()) + " goes back from " +
+         std::to_string(previous_t->count()));
+  return out;
+}
+
+std::string tick_log_line(const Reading& reading, const Requests* requests,
+                          const Decision& decision, const TickLogExtras& extras) {
+  std::string out = "{\"t\":" + std::to_string(reading.t.count());
+  if (!reading.ok) out += ",\"ok\":false";
+  if (reading.lag_ms) {
+    out += ",\"lag_ms\":";
+    append_number(out, *reading.lag_ms);
+    out += reading.lag_fresh ? ",\"lag_fresh\":true" : ",\"lag_fresh\":false";
+  }
+  if (reading.upstream_wait_ms) {
+    out += ",\"upstream_wait_ms\":";
+    append_number(out, *reading.upstream_wait_ms);
+  }
+  if (reading.upstream_timeout) out += ",\"upstream_timeout\":true";
+  if (reading.stall_ms) {
+    out += ",\"stall_ms\":";
+    append_number(out, *reading.stall_ms);
+  }
+  if (requests) append_lanes(out, "requests", *requests);
+  if (extras.unpin) out += ",\"unpin\":true";
+  if (extras.pin) {
+    out += ",\"pin\":{\"level\":" + std::to_string(static_cast<int>(extras.pin->level));
+    if (extras.pin->ttl) out += ",\"ttl\":\"" + format_duration(*extras.pin->ttl) + "\"";
+    if (!extras.pin->reason.empty()) out += ",\"reason\":" + Json(extras.pin->reason).dump();
+    out += '}';
+  }
+  append_decision(out, decision);
+  if (extras.admitted) append_lanes(out, "admitted", *extras.admitted);
+  if (extras.shed) append_lanes(out, "shed", *extras.shed);
+  out += '}';
+  return out;
+}
+
+int run_replay(std::istream& in, std::ostream& out, std::ostream& err,
+               const ReplayOptions& options) {
+  admission::Controller controller(options.controller);
+  admission::Gate gate(options.mode, options.factors);
+  admission::Rng rng(options.seed);
+  Requests total_admitted{}, total_shed{};
+  std::uint64_t ticks = 0;
+  Level max_level = Level::normal;
+  std::optional<Millis> previous_t;
+
+  std::string line;
+  for (std::size_t line_no = 1; std::getline(in, line); ++line_no) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (std::all_of(line.begin(), line.end(), [](char c) { return c == ' ' || c == '\t'; }))
+      continue;
+    TraceLine tl;
+    try {
+      tl = parse_trace_line(line, previous_t);
+    } catch (const TraceError& e) {
+      err << "sluice: replay: line " << line_no << ": " << e.what() << "\n";
+      return 2;
+    }
+    previous_t = tl.reading.t;
+    const Millis t = tl.reading.t;
+
+    // A pin or unpin recorded on a line happened before that tick's reading.
+    std::optional<Decision> before;
+    if (tl.unpin) before = controller.unpin(t, "replay");
+    if (tl.pin) {
+      Decision p = controller.pin(tl.pin->level, tl.pin->ttl, t, tl.pin->reason, "replay");
+      before = before ? merge(before, p) : p;
+    }
+    Decision d = merge(before, controller.step(tl.reading));
+    ++ticks;
+    max_level = std::max(max_level, d.level);
+
+    std::string row = "{\"t\":" + std::to_string(t.count());
+    append_decision(row, d);
+    if (tl.requests) {
+      Requests admitted{}, shed{};
+      for (Lane lane : admission::kLanes) {
+        auto i = admission::index(lane);
+        for (std::uint64_t n = 0; n < (*tl.requests)[i]; ++n) {
+          auto g = gate.admit(lane, d.level, rng);
+          ++(g.outcome == admission::Outcome::admitted ? admitted : shed)[i];
+        }
+        total_admitted[i] += admitted[i];
+        total_shed[i] += shed[i];
+      }
+      append_lanes(row, "admitted", admitted);
+      append_lanes(row, "shed", shed);
+    }
+    row += "}\n";
+    out << row;
+  }
+
+  if (in.bad()) {
+    err << "sluice: replay: reading the trace failed\n";
+    return 2;
+  }
+  std::uint64_t changes = 0, suppressed = 0;
+  const auto& stats = controller.stats();
+  for (const auto& from : stats.changes)
+    for (const auto& to : from)
+      for (auto n : to) changes += n;
+  for (const auto& to : stats.suppressed)
+    for (auto n : to) suppressed += n;
+  std::string summary = "{\"summary\":{\"ticks\":" + std::to_string(ticks) +
+                        ",\"level_changes\":" + std::to_string(changes) +
+                        ",\"rise_suppressed\":" + std::to_string(suppressed) +
+                        ",\"max_level\":" + std::to_string(static_cast<int>(max_level));
+  append_lanes(summary, "shed", total_shed);
+  append_lanes(summary, "admitted", total_admitted);
+  summary += "}}\n";
+  out << summary;
+  out.flush();
+  return 0;
+}
+
+}  // namespace sluice::replay
