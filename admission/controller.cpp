@@ -138,7 +138,7 @@ Decision Controller::step(const Reading& r) {
   // Stall: immediate, past the gate, spacing and dwell.
   double stall = std::max(r.stall_ms.value_or(0.0), fresh_lag.value_or(0.0));
   if (stall >= static_cast<double>(c.emergency_stall.count())) {
-    reset_streak();
+    // The change clears any streak; at level 3 there can be none.
     calm_since_ = r.t;
     if (level_ != Level::emergency) change(Level::emergency, Trigger::stall, r.t, d);
     d.level = level_;
@@ -198,8 +198,8 @@ Decision Controller::step(const Reading& r) {
 
 void Controller::end_pin(Millis now) {
   pin_.reset();
-  // Automatic decisions continue from the pinned level, judged from now on.
-  reset_streak();
+  // Automatic decisions continue from the pinned level, judged from now on (the
+  // streak is already empty: pin() cleared it and nothing extends it while pinned).
   calm_since_ = now;
 }
 

@@ -225,6 +225,10 @@ TEST_CASE("(c) the emergency path is still immediate: one 1 s stall at idle goes
     Ticker t;
     require_change(t.lag(1200), Level::normal, Level::emergency, Trigger::stall);
   }
+  SECTION("a stale repeat of a stall-length lag is not a new stall") {
+    Ticker t;
+    CHECK(t.lag(1500, /*fresh=*/false).level == Level::normal);
+  }
   SECTION("just under the stall length is ordinary evidence") {
     Ticker t;
     Decision d = t.stall(999);
@@ -499,6 +503,18 @@ TEST_CASE("a rise above critical from below critical stops at critical",
     t.repeat(2, lag(700));
     require_change(t.lag(700), Level::critical, Level::emergency, Trigger::lag);
   }
+}
+
+TEST_CASE("a held-back rise reports the level the rise would have entered",
+          "[admission][controller]") {
+  Ticker t;
+  Decision d = t.lag(700);  // evidence for 3, but from 0 a rise would stop at 2
+  REQUIRE(d.suppressed);
+  CHECK(d.suppressed->to == Level::critical);
+  d = t.lag(220);  // the streak's lowest is now 1
+  REQUIRE(d.suppressed);
+  CHECK(d.suppressed->to == Level::constrained);
+  CHECK(d.suppressed->trigger == Trigger::lag);
 }
 
 TEST_CASE("no automatic change within the spacing of the last change", "[admission][controller]") {
