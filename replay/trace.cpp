@@ -85,13 +85,13 @@ PinRequest parse_pin(const Json& value) {
       has_level = true;
     } else if (key == "ttl") {
       if (!v.is_string()) fail("\"pin.ttl\": expected a duration like \"60s\", got " + shown(v));
+      // 0 is valid: the tick log writes the TTL left at the tick, and a pin set and
+      // expired between two ticks is replayed as set and expired at that tick.
       try {
         pin.ttl = parse_duration(v.get<std::string>());
       } catch (const TraceError& e) {
         fail(std::string("\"pin.ttl\": ") + e.what());
       }
-      if (pin.ttl->count() <= 0)
-        fail("\"pin.ttl\": must be above 0; leave it out to pin until unpin");
     } else if (key == "reason") {
       if (!v.is_string()) fail("\"pin.reason\": expected a string, got " + shown(v));
       pin.reason = v.get<std::string>();

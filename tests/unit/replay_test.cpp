@@ -171,7 +171,7 @@ TEST_CASE("a wrongly typed value is an error naming its field", "[replay][trace]
   CHECK_THAT(parse_error(R"({"t":0,"pin":{"ttl":"5s"}})"),
              Catch::Contains("\"level\" is required"));
   CHECK_THAT(parse_error(R"({"t":0,"pin":{"level":1,"ttl":"60"}})"), Catch::Contains("pin.ttl"));
-  CHECK_THAT(parse_error(R"({"t":0,"pin":{"level":1,"ttl":"0s"}})"), Catch::Contains("above 0"));
+  CHECK_THAT(parse_error(R"({"t":0,"pin":{"level":1,"ttl":"-5s"}})"), Catch::Contains("pin.ttl"));
   CHECK_THAT(parse_error(R"({"t":0,)"), Catch::Contains("not valid JSON"));
   CHECK_THAT(parse_error(R"([1,2])"), Catch::Contains("JSON object"));
 }
@@ -339,6 +339,21 @@ TEST_CASE("a pin in the trace applies before its tick's reading and reports the 
   CHECK(r.ticks[5]["changed"] == false);
   CHECK(r.summary["level_changes"] == 2);
   CHECK(r.summary["max_level"] == 3);
+}
+
+TEST_CASE("a pin that expired before its tick is replayed as set and expired at that tick",
+          "[replay]") {
+  // The tick log writes the TTL a pin had left at the tick: 0 when it ran out in between.
+  Run r = replay(
+      "{\"t\":1000,\"lag_ms\":5}\n"
+      "{\"t\":2000,\"lag_ms\":5,\"pin\":{\"level\":2,\"ttl\":\"0ms\"}}\n"
+      "{\"t\":3000,\"lag_ms\":5}\n");
+  REQUIRE(r.code == 0);
+  CHECK(r.ticks[1]["changed"] == true);
+  CHECK(r.ticks[1]["to"] == 2);
+  CHECK(r.ticks[1]["trigger"] == "pin");
+  CHECK(r.ticks[2]["trigger"] == "none");  // already expired: automatic decisions from 2
+  CHECK(r.ticks[2]["level"] == 2);
 }
 
 TEST_CASE("every rule shows through replay", "[replay]") {
