@@ -11,8 +11,7 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/rfc7230.hpp>
-#include <boost/beast/http/serializer.hpp>
-#include <boost/beast/http/write.hpp>
+#include <array>
 #include <charconv>
 #include <optional>
 
@@ -55,26 +54,6 @@ bool contains_ci(std::string_view hay, std::string_view needle) {
   for (std::size_t i = 0; i + needle.size() <= hay.size(); ++i)
     if (iequals(hay.substr(i, needle.size()), needle)) return true;
   return false;
-}
-
-// Hop-by-hop headers (RFC 9110 7.6.1 and the historical ones) are never forwarded.
-constexpr http::field kHopByHop[] = {
-    http::field::connection,         http::field::keep_alive, http::field::proxy_connection,
-    http::field::te,                 http::field::trailer,    http::field::transfer_encoding,
-    http::field::upgrade,            http::field::proxy_authenticate,
-    http::field::proxy_authorization};
-
-template <class Fields>
-void strip_hop_by_hop(Fields& f) {
-  // First the headers that Connection names, then the fixed set.
-  for (auto it = f.find(http::field::connection); it != f.end() && it->name() == http::field::connection; ++it) {
-    for (auto token : http::token_list{it->value()}) {
-      if (iequals(token, "close") || iequals(token, "keep-alive") || iequals(token, "upgrade"))
-        continue;
-      f.erase(token);
-    }
-  }
-  for (auto name : kHopByHop) f.erase(name);
 }
 
 bool valid_request_id(std::string_view id) {
@@ -197,8 +176,8 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     req_->header_limit(static_cast<std::uint32_t>(cfg_.max_header_bytes));
     req_->body_limit(cfg_.max_body_bytes);
     res_.reset();
-    req_sr_.reset();
-    res_sr_.reset();
+    request_sent_ = false;
+    response_sent_ = false;
     request_started_ = false;
     timed_out_ = false;
     retried_ = false;
@@ -359,6 +338,7 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     client_keep_alive_ = req_->keep_alive();
     client_version_ = m.version();
     method_ = m.method();
+    upgrade_ = req_->upgrade();
     take_request_id();
 
     // Route: every request gets its route, lane and upstream before anything is forwarded.
@@ -402,10 +382,8 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
         respond_error(417, "expectation", true);
         return;
       }
-      expect_continue_ = !req_->is_done();
-      m.erase(http::field::expect);  // Sluice answers it; the upstream sees a plain request
+      expect_continue_ = !req_->is_done();  // Sluice answers it; Expect is not forwarded
     }
-    prepare_upstream_request();
 
     phase_ = Phase::acquire;
     deadline = Clock::now() + cfg_.response_timeout;
@@ -451,47 +429,143 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     write_own_response(503, headers, body, !req_->is_done());
   }
 
-  void prepare_upstream_request() {
+  // The head Sluice sends upstream, written once into a reused string: the
+  // client's fields minus hop-by-hop ones (and those Connection names), the
+  // framing as Sluice read it, and the forwarding headers.
+  void build_request_head() {
     auto& m = req_->get();
-    upgrade_ = req_->upgrade();
-    std::string upgrade_value;
-    if (upgrade_) upgrade_value = std::string(m[http::field::upgrade]);
-    strip_hop_by_hop(m);
-    if (upgrade_) {
-      m.set(http::field::connection, "upgrade");
-      m.set(http::field::upgrade, upgrade_value);
-    }
-    // Framing as Sluice read it, stated once.
-    if (req_->chunked()) {
-      m.set(http::field::transfer_encoding, "chunked");
-    } else if (auto len = req_->content_length()) {
-      char tmp[24];
-      auto r = std::to_chars(tmp, tmp + sizeof tmp, *len);
-      m.set(http::field::content_length, std::string_view(tmp, static_cast<std::size_t>(r.ptr - tmp)));
-    }
-    std::string_view client(client_, client_len_);
-    if (auto it = m.find("x-forwarded-for"); it != m.end()) {
-      std::string v;
-      for (auto f = it; f != m.end() && iequals(f->name_string(), "x-forwarded-for"); ++f) {
-        if (!v.empty()) v += ", ";
-        v += f->value();
+    std::string& h = out_;
+    h.clear();
+    h += m.method_string();
+    h += ' ';
+    h += m.target();
+    h += " HTTP/1.1\r\n";
+    std::string_view forwarded_for;  // the first X-Forwarded-For; more are joined below
+    bool more_forwarded = false;
+    bool has_host = false;
+    for (const auto& f : m) {
+      if (skip_field(m, f, false)) continue;
+      auto name = f.name_string();
+      if (iequals(name, "x-forwarded-for")) {
+        if (forwarded_for.empty())
+          forwarded_for = f.value();
+        else
+          more_forwarded = true;
+        continue;
       }
-      v += ", ";
-      v += client;
-      m.set("X-Forwarded-For", v);
-    } else {
-      m.set("X-Forwarded-For", client);
+      if (iequals(name, "x-forwarded-proto") || iequals(name, "x-request-id")) continue;
+      has_host |= f.name() == http::field::host;
+      append_field(h, name, f.value());
     }
-    m.set("X-Forwarded-Proto", "http");
-    m.set("X-Request-Id", std::string_view(id_, id_len_));
-    m.version(11);
-    if (m.find(http::field::host) == m.end()) m.set(http::field::host, "localhost");
+    if (req_->chunked()) {
+      h += "Transfer-Encoding: chunked\r\n";
+    } else if (auto len = req_->content_length()) {
+      append_number_field(h, "Content-Length", *len);
+    }
+    if (upgrade_) {
+      h += "Connection: upgrade\r\n";
+      append_field(h, "Upgrade", m[http::field::upgrade]);
+    }
+    if (!has_host) append_field(h, "Host", cfg_.upstreams[upstream_].hosts.front().str());
+    h += "X-Forwarded-For: ";
+    if (more_forwarded) {
+      bool first = true;
+      for (const auto& f : m)
+        if (iequals(f.name_string(), "x-forwarded-for")) {
+          if (!first) h += ", ";
+          h += f.value();
+          first = false;
+        }
+      h += ", ";
+    } else if (!forwarded_for.empty()) {
+      h += forwarded_for;
+      h += ", ";
+    }
+    h += std::string_view(client_, client_len_);
+    h += "\r\nX-Forwarded-Proto: http\r\nX-Request-Id: ";
+    h += std::string_view(id_, id_len_);
+    h += "\r\n\r\n";
+  }
+
+  // Fields that never pass through: hop-by-hop ones, those the message's
+  // Connection header names, and the framing Sluice states itself.
+  template <class Message>
+  static bool skip_field(const Message& m, const typename Message::fields_type::value_type& f,
+                         bool keep_upgrade) {
+    switch (f.name()) {
+      case http::field::connection:
+      case http::field::upgrade:
+        return !keep_upgrade;
+      case http::field::keep_alive:
+      case http::field::proxy_connection:
+      case http::field::te:
+      case http::field::trailer:
+      case http::field::transfer_encoding:
+      case http::field::proxy_authenticate:
+      case http::field::proxy_authorization:
+      case http::field::content_length:
+      case http::field::expect:
+        return true;
+      default:
+        break;
+    }
+    for (auto it = m.find(http::field::connection);
+         it != m.end() && it->name() == http::field::connection; ++it)
+      for (auto token : http::token_list{it->value()})
+        if (iequals(token, f.name_string())) return true;
+    return false;
+  }
+
+  static void append_field(std::string& h, std::string_view name, std::string_view value) {
+    h += name;
+    h += ": ";
+    h += value;
+    h += "\r\n";
+  }
+
+  static void append_number_field(std::string& h, std::string_view name, std::uint64_t n) {
+    char tmp[24];
+    auto r = std::to_chars(tmp, tmp + sizeof tmp, n);
+    append_field(h, name, std::string_view(tmp, static_cast<std::size_t>(r.ptr - tmp)));
+  }
+
+  // One gathered write: the head if it is still to go, then a body piece framed
+  // as the outgoing message needs (chunked: size line, data, CRLF; the last
+  // chunk after the last piece).
+  template <class Handler>
+  void write_piece(Socket& to, std::string& head, bool chunked, const char* data, std::size_t n,
+                   bool last, Handler&& handler) {
+    std::string_view tail;
+    std::size_t line = 0;
+    if (chunked) {
+      if (n > 0) {
+        auto r = std::to_chars(chunk_line_, chunk_line_ + 16, n, 16);
+        r.ptr[0] = '\r';
+        r.ptr[1] = '\n';
+        line = static_cast<std::size_t>(r.ptr + 2 - chunk_line_);
+        tail = last ? std::string_view("\r\n0\r\n\r\n") : std::string_view("\r\n");
+      } else if (last) {
+        tail = "0\r\n\r\n";
+      }
+    }
+    // The head moves to sending_, which holds it until the write is done (the
+    // previous write, if any, is done now); swapping moves no bytes.
+    sending_.clear();
+    sending_.swap(head);
+    std::array<net::const_buffer, 4> bufs{net::buffer(sending_), net::buffer(chunk_line_, line),
+                                          net::buffer(data, n), net::buffer(tail.data(), tail.size())};
+    std::size_t total = sending_.size() + line + n + tail.size();
+    if (total == 0) {  // nothing to say (a raw body's end): carry on without a write
+      handler(error_code{}, 0);
+      return;
+    }
+    net::async_write(to, bufs, std::forward<Handler>(handler));
   }
 
   // ---------------------------------------------------------------- request out
   void send_request() {
     phase_ = Phase::send_upstream;
-    req_sr_.emplace(req_->get());
+    build_request_head();
     if (expect_continue_ && buf_.size() == 0) {
       expect_continue_ = false;
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -510,15 +584,12 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
   // Reads the next piece of the request body (or none) and writes it with the
   // head still unsent, so a small request leaves in one write.
   void request_body_step() {
-    auto& body = req_->get().body();
     if (req_->is_done()) {
-      body.data = nullptr;
-      body.size = 0;
-      body.more = false;
-      write_upstream();
+      write_upstream(0);
       return;
     }
     if (!block_) block_ = w_.blocks().get();
+    auto& body = req_->get().body();
     body.data = block_.get();
     body.size = BlockPool::kBlockSize;
     phase_ = Phase::request_body;
@@ -543,37 +614,29 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
       }
       return;
     }
-    auto& body = req_->get().body();
-    std::size_t n = BlockPool::kBlockSize - body.size;
-    if (n == 0 && !req_->is_done()) {  // nothing yet: an empty piece would end a chunked body
+    std::size_t n = BlockPool::kBlockSize - req_->get().body().size;
+    if (n == 0 && !req_->is_done()) {  // a chunk header alone: read on
       request_body_step();
       return;
     }
     bytes_in_ += n;
-    body.data = n ? block_.get() : nullptr;  // nullptr: the end, with no empty chunk before it
-    body.size = n;
-    body.more = !req_->is_done();
-    write_upstream();
+    write_upstream(n);
   }
 
-  void write_upstream() {
+  void write_upstream(std::size_t n) {
     phase_ = Phase::send_upstream;
     deadline = Clock::now() + cfg_.send_timeout;
-    http::async_write(up_->socket, *req_sr_,
-                      beast::bind_front_handler(&Session::on_upstream_written, shared_from_this()));
+    request_sent_ = req_->is_done();
+    write_piece(up_->socket, out_, req_->chunked(), n ? block_.get() : nullptr, n, request_sent_,
+                beast::bind_front_handler(&Session::on_upstream_written, shared_from_this()));
   }
 
   void on_upstream_written(error_code ec, std::size_t) {
-    if (ec == http::error::need_buffer) ec = {};
     if (ec) {
       upstream_failed(ec, "upstream_write");
       return;
     }
-    if (!req_sr_->is_done()) {
-      request_body_step();
-      return;
-    }
-    if (!req_->is_done()) {  // the last piece was written with more=false
+    if (!request_sent_) {
       request_body_step();
       return;
     }
@@ -643,54 +706,66 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     if (auto ct = m.find(http::field::content_type); ct != m.end())
       sse_ = ct->value().starts_with("text/event-stream");
     upstream_keep_alive_ = res_->keep_alive();
-    bool chunked = res_->chunked();
-    strip_hop_by_hop(m);
-    bool body_possible = method_ != http::verb::head && status != 204 && status != 304;
-    bool keep = client_keep_alive_ && !w_.runtime().draining.load(std::memory_order_relaxed);
-    if (chunked) {
-      if (client_version_ >= 11)
-        m.set(http::field::transfer_encoding, "chunked");
-      else
-        keep = false;  // HTTP/1.0: the body ends with the connection
-    } else if (auto len = res_->content_length()) {
-      char tmp[24];
-      auto r = std::to_chars(tmp, tmp + sizeof tmp, *len);
-      m.set(http::field::content_length, std::string_view(tmp, static_cast<std::size_t>(r.ptr - tmp)));
-    } else if (body_possible) {
-      // Delimited by the upstream's close: chunk it for an HTTP/1.1 client.
-      if (client_version_ >= 11)
-        m.set(http::field::transfer_encoding, "chunked");
-      else
-        keep = false;
-    }
-    m.version(client_version_ >= 11 ? 11 : 10);
-    m.keep_alive(keep);
-    client_keep_alive_ = keep;
-    m.set("X-Request-Id", std::string_view(id_, id_len_));
-    res_sr_.emplace(m);
+    build_response_head(status);
     response_body_step();
   }
 
+  // The head the client gets: the upstream's fields minus hop-by-hop ones, the
+  // framing this client can read, keep-alive as Sluice decides, X-Request-Id.
+  void build_response_head(int status) {
+    auto& m = res_->get();
+    bool body_possible = method_ != http::verb::head && status != 204 && status != 304;
+    bool keep = client_keep_alive_ && !w_.runtime().draining.load(std::memory_order_relaxed);
+    auto len = res_->content_length();
+    // Chunked out: the upstream's chunks, or a close-delimited body, to an HTTP/1.1
+    // client. An HTTP/1.0 client reads either until the connection closes.
+    res_chunked_out_ = false;
+    if (body_possible && !len) {
+      if (client_version_ >= 11)
+        res_chunked_out_ = true;
+      else
+        keep = false;
+    }
+    client_keep_alive_ = keep;
+    std::string& h = out_;
+    h.clear();
+    h += client_version_ >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ";
+    char code[4] = {static_cast<char>('0' + status / 100), static_cast<char>('0' + status / 10 % 10),
+                    static_cast<char>('0' + status % 10), ' '};
+    h.append(code, 4);
+    auto reason = m.reason();
+    h += reason.empty() ? reason_phrase(status) : std::string_view(reason);
+    h += "\r\n";
+    for (const auto& f : m) {
+      if (skip_field(m, f, false)) continue;
+      if (iequals(f.name_string(), "x-request-id")) continue;
+      append_field(h, f.name_string(), f.value());
+    }
+    if (res_chunked_out_) {
+      h += "Transfer-Encoding: chunked\r\n";
+    } else if (len) {
+      append_number_field(h, "Content-Length", *len);  // a HEAD's length describes the GET
+    }
+    if (!keep && client_version_ >= 11) h += "Connection: close\r\n";
+    if (keep && client_version_ < 11) h += "Connection: keep-alive\r\n";
+    h += "X-Request-Id: ";
+    h += std::string_view(id_, id_len_);
+    h += "\r\n\r\n";
+  }
+
   void response_body_step() {
-    auto& body = res_->get().body();
     if (res_->is_done() || end_stream_) {
-      body.data = nullptr;
-      body.size = 0;
-      body.more = false;
-      write_client();
+      write_client(0, true);
       return;
     }
     if (!header_sent_ && up_->buffer.size() == 0) {
       // No body bytes are here yet: send the head now so the client sees it at
       // once (an SSE stream's first event may be far off).
-      phase_ = Phase::write_client;
-      deadline = Clock::now() + cfg_.send_timeout;
-      header_sent_ = true;
-      http::async_write_header(
-          sock_, *res_sr_, beast::bind_front_handler(&Session::on_client_written, shared_from_this()));
+      write_client(0, false);
       return;
     }
     if (!block_) block_ = w_.blocks().get();
+    auto& body = res_->get().body();
     body.data = block_.get();
     body.size = BlockPool::kBlockSize;
     phase_ = Phase::response_body;
@@ -713,34 +788,30 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
       abort();
       return;
     }
-    auto& body = res_->get().body();
-    std::size_t n = BlockPool::kBlockSize - body.size;
-    if (n == 0 && !res_->is_done()) {  // e.g. a chunk header alone: an empty
-      response_body_step();             // piece would serialize as the last chunk
+    std::size_t n = BlockPool::kBlockSize - res_->get().body().size;
+    if (n == 0 && !res_->is_done()) {  // a chunk header alone: read on
+      response_body_step();
       return;
     }
-    body.data = n ? block_.get() : nullptr;  // nullptr: the end, with no empty chunk before it
-    body.size = n;
-    body.more = !res_->is_done();
-    write_client();
+    write_client(n, res_->is_done());
   }
 
-  void write_client() {
+  void write_client(std::size_t n, bool last) {
     phase_ = Phase::write_client;
     deadline = Clock::now() + cfg_.send_timeout;
     header_sent_ = true;
-    http::async_write(sock_, *res_sr_,
-                      beast::bind_front_handler(&Session::on_client_written, shared_from_this()));
+    response_sent_ = last;
+    write_piece(sock_, out_, res_chunked_out_, n ? block_.get() : nullptr, n, last,
+                beast::bind_front_handler(&Session::on_client_written, shared_from_this()));
   }
 
   void on_client_written(error_code ec, std::size_t n) {
     bytes_out_ += n;
-    if (ec == http::error::need_buffer) ec = {};
     if (ec) {
       abort();
       return;
     }
-    if (!res_sr_->is_done()) {
+    if (!response_sent_) {
       response_body_step();
       return;
     }
@@ -751,18 +822,25 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
   void start_tunnel() {
     bump(st_.websocket_tunnels);
     auto& m = res_->get();
-    m.version(11);
-    res_sr_.emplace(m);
-    m.body().data = nullptr;
-    m.body().size = 0;
-    m.body().more = false;
+    std::string& h = out_;
+    h.clear();
+    h += "HTTP/1.1 101 ";
+    h += m.reason().empty() ? reason_phrase(101) : std::string_view(m.reason());
+    h += "\r\n";
+    for (const auto& f : m) {
+      if (skip_field(m, f, true) && f.name() != http::field::connection) continue;
+      if (iequals(f.name_string(), "x-request-id")) continue;
+      append_field(h, f.name_string(), f.value());
+    }
+    h += "X-Request-Id: ";
+    h += std::string_view(id_, id_len_);
+    h += "\r\n\r\n";
     phase_ = Phase::tunnel;
     deadline = Clock::now() + cfg_.send_timeout;
-    http::async_write(sock_, *res_sr_, [self = shared_from_this()](error_code ec, std::size_t n) {
+    header_sent_ = true;
+    net::async_write(sock_, net::buffer(out_), [self = shared_from_this()](error_code ec, std::size_t n) {
       self->bytes_out_ += n;
-      if (ec == http::error::need_buffer) ec = {};
       if (ec) return self->abort();
-      self->header_sent_ = true;
       self->up_block_ = self->w_.blocks().get();
       if (!self->block_) self->block_ = self->w_.blocks().get();
       self->pump(true);
@@ -822,8 +900,8 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
   }
 
   void finish(int status) {
-    bool reusable = upstream_keep_alive_ && res_->is_done() && req_->is_done() &&
-                    req_sr_ && req_sr_->is_done() && up_->buffer.size() == 0 && !end_stream_;
+    bool reusable = upstream_keep_alive_ && res_->is_done() && req_->is_done() && request_sent_ &&
+                    up_->buffer.size() == 0 && !end_stream_;
     release_upstream(reusable);
     block_.reset();
     log(status);
@@ -961,15 +1039,13 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
   Socket sock_;
   beast::flat_buffer buf_;
   std::optional<http::request_parser<http::buffer_body>> req_;
-  std::optional<http::serializer<true, http::buffer_body>> req_sr_;
   std::optional<http::response_parser<http::buffer_body>> res_;
-  std::optional<http::serializer<false, http::buffer_body>> res_sr_;
   std::unique_ptr<UpstreamConnection> up_;
   BlockPool::Block block_{nullptr, BlockPool::Deleter{nullptr}};
   BlockPool::Block up_block_{nullptr, BlockPool::Deleter{nullptr}};
   std::shared_ptr<Session> self_;  // keeps the session alive while it waits for the pool
   std::string out_;
-
+  std::string sending_;  // a head being written
   Phase phase_ = Phase::head;
   bool first_ = true;
   bool request_started_ = false;
@@ -983,6 +1059,10 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
   bool end_stream_ = false;
   bool header_sent_ = false;
   bool lane_counted_ = false;
+  bool request_sent_ = false;     // the whole request is with the upstream
+  bool response_sent_ = false;    // the last piece of the response was written
+  bool res_chunked_out_ = false;  // the client's response is chunked by Sluice
+  char chunk_line_[20];
   bool close_after_error_ = false;
   int tunnel_ends_ = 0;
   int status_override_ = 0;
