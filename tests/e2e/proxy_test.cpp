@@ -159,6 +159,8 @@ TEST_CASE("SSE events reach the client as the upstream sends them, not at the en
   auto first = r.chunks.front().first - r.head_at;
   auto last = r.chunks.back().first - r.head_at;
   CHECK(first * 2 < last);
+  // The head was not held back until the first event (due 300 ms after it).
+  CHECK(first >= 150ms);
   // The SSE request is logged once it ends, in the heavy lane.
   auto lines = s.wait_log_lines(1);
   REQUIRE(lines.size() == 1);
@@ -550,4 +552,36 @@ TEST_CASE("a WebSocket upgrade is tunnelled both ways for its lifetime", "[e2e][
   auto lines = s.wait_log_lines(1);
   REQUIRE(lines.size() == 1);
   CHECK(lines[0]["status"] == 101);
+}
+
+TEST_CASE("an HTTP/1.0 client gets an HTTP/1.0 answer it can read, ended by the close",
+          "[e2e][proxy]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up));
+  auto c = Conn::open(s.port);
+  // No Host (allowed in 1.0) and a chunked answer upstream, which 1.0 cannot read.
+  REQUIRE(c.send("GET /large?bytes=40000&chunked=1 HTTP/1.0\r\n\r\n"));
+  auto raw = c.read_until_close(5s);
+  REQUIRE(raw.starts_with("HTTP/1.0 200 OK\r\n"));
+  auto head_end = raw.find("\r\n\r\n");
+  REQUIRE(head_end != std::string::npos);
+  auto head = raw.substr(0, head_end);
+  CHECK(head.find("Transfer-Encoding") == std::string::npos);
+  CHECK(raw.size() - head_end - 4 == 40000);
+}
+
+TEST_CASE("HEAD keeps the upstream's Content-Length and sends no body", "[e2e][proxy]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up));
+  auto c = Conn::open(s.port);
+  REQUIRE(c.send(format_request("HEAD", "/large?bytes=1234", s.port)));
+  auto res = c.read_response(3s, true);
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK(res->header("Content-Length") == "1234");
+  CHECK(res->body.empty());
+  REQUIRE(c.send(format_request("GET", "/", s.port)));  // the connection is still in step
+  auto next = c.read_response(3s);
+  REQUIRE(next);
+  CHECK(next->body == "ok\n");
 }
