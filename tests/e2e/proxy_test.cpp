@@ -507,7 +507,8 @@ TEST_CASE("a POST on a pooled connection the upstream has closed is not replayed
   Sluice s(kSluice, env_for(up, {{"SLUICE_THREADS", "1"}}));
   CHECK(request(s.port, "GET", "/").status == 200);
   std::this_thread::sleep_for(400ms);
-  CHECK(request(s.port, "POST", "/echo", {}, "x").status == 502);
+  // No body: only the method stands between this request and a replay.
+  CHECK(request(s.port, "POST", "/echo").status == 502);
   CHECK(s.metric("sluice_upstream_retries_total{upstream=\"api\"}") == 0);
 }
 
