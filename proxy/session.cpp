@@ -1,7 +1,8 @@
-// A client connection: reads requests, routes them, relays them to an upstream
-// connection from the Worker's pool and relays the response back, streaming
-// bodies in both directions through one borrowed block (the relay of Beast's
-// http_examples.hpp, made asynchronous).
+// A client connection: reads requests, routes them, admits or refuses them,
+// relays them to an upstream connection from the Worker's pool and relays the
+// response back, streaming bodies in both directions through one borrowed
+// block. Beast's parser reads both directions; Sluice writes the heads and the
+// body framing itself (one reused string, one gathered write per piece).
 //
 // Threading: a Session lives on one Worker and its handlers run on that
 // Worker's only thread.

@@ -265,3 +265,14 @@ TEST_CASE("the tick log replays through sluice replay to the levels the proxy de
   CHECK(replayed.back()["summary"]["max_level"] == 3);
   std::filesystem::remove(path);
 }
+
+TEST_CASE("upstream timeouts are evidence for level 2", "[e2e][admission][pressure]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up, {{"SLUICE_UPSTREAM_RESPONSE_TIMEOUT", "100ms"}}));
+  // One timeout, then quiet: the 30 s window keeps it as evidence on every tick.
+  CHECK(request(s.port, "GET", "/slow?ms=1000").status == 504);
+  REQUIRE(eventually([&] { return s.metric("sluice_admission_level") == 2; }, 5s));
+  CHECK(s.metric(R"(sluice_admission_level_changes_total{from="0",to="2",trigger="upstream_timeout"})") == 1);
+  CHECK(request(s.port, "GET", "/bulk/x").status == 503);
+  CHECK(request(s.port, "GET", "/api").status == 200);  // standard is whole at level 2
+}
