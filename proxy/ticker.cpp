@@ -151,6 +151,7 @@ void Ticker::on_tick() {
   read_pins_file();
   auto t = now();
   auto reading = sample(t);
+  last_reading_ = reading;
   auto before_pin = controller_.pin_state();
   auto decision = controller_.step(reading);
   if (before_pin && !controller_.pin_state())  // the pin expired in this step
@@ -312,6 +313,19 @@ std::string Ticker::state_json() const {
   j["streak"] = c.streak();
   j["last_change_ms_ago"] = (t - c.last_change()).count();
   j["tick_ms"] = rt_.config.admission.tick.count();
+  {
+    // The last tick's reading: what the level was decided on.
+    const auto& r = last_reading_;
+    Json reading;
+    reading["t_ms"] = r.t.count();
+    reading["ok"] = r.ok;
+    reading["lag_ms"] = r.lag_ms ? Json(*r.lag_ms) : Json(nullptr);
+    reading["lag_fresh"] = r.lag_fresh;
+    reading["upstream_wait_ms"] = r.upstream_wait_ms ? Json(*r.upstream_wait_ms) : Json(nullptr);
+    reading["upstream_timeout"] = r.upstream_timeout;
+    reading["stall_ms"] = r.stall_ms ? Json(*r.stall_ms) : Json(nullptr);
+    j["reading"] = reading;
+  }
   if (auto& p = c.pin_state()) {
     Json pin;
     pin["level"] = static_cast<int>(p->level);

@@ -58,6 +58,7 @@ class Ticker {
   AccessLog audit_;
   int tick_log_fd_ = -1;
   std::uint64_t tick_log_errors_ = 0;
+  admission::Reading last_reading_{};  // shown by /admin/state
   // sampler state
   double last_lag_ms_ = 0;
   bool have_lag_ = false;
