@@ -154,6 +154,9 @@ class Controller {
   const std::optional<PinState>& pin_state() const { return pin_; }
   const ControllerStats& stats() const { return stats_; }
   const ControllerConfig& config() const { return config_; }
+  // A new configuration (live reload): the level, the pin, the streak and the
+  // calm time carry on; the new thresholds and timings apply from the next tick.
+  void reconfigure(const ControllerConfig& config) { config_ = config; }
 
   // The least time from `now` until the level could be at or below `target`, if
   // every reading from now on were calm: the remaining hold of the current level,

@@ -36,8 +36,12 @@ constexpr Variable kVariables[] = {
      "without SLUICE_ROUTES_FILE, SSE requests go to lane heavy and the rest to lane standard, "
      "all to the first upstream."},
     {"SLUICE_ROUTES_FILE", "unset",
-     "Path of a file holding the routes JSON array, read once at start-up; set it or "
-     "SLUICE_ROUTES, not both."},
+     "Path of a file holding the routes JSON array, read at start-up and again when it "
+     "changes (a live reload); set it or SLUICE_ROUTES, not both."},
+    {"SLUICE_CONFIG_FILE", "unset",
+     "Path of a file of SLUICE_X=value lines (# comments) laid over the environment, read at "
+     "start-up and again on SIGHUP or when it changes: routes, admission thresholds, timings, "
+     "mode, factors and Retry-After bands reload live; other variables need a restart."},
     {"SLUICE_THREADS", "number of cores", "I/O threads, each running its own event loop (1..256)."},
     {"SLUICE_ACCESS_LOG", "stdout",
      "Where the JSON access log goes, one line per request: stdout, stderr, off, or a file path "
@@ -328,6 +332,7 @@ void load_routes(const Env& env, Config& c) {
   if (file && file->empty())
     throw ConfigError("SLUICE_ROUTES_FILE", "empty; give the path of a JSON routes file");
   const char* variable = inline_routes ? "SLUICE_ROUTES" : "SLUICE_ROUTES_FILE";
+  if (file) c.routes_file = *file;
   std::string text = inline_routes ? *inline_routes : read_file(*file);
   try {
     c.routes = routes::Table::parse(text, names);
@@ -713,12 +718,50 @@ Admission read_admission(const Env& env) {
 
 }  // namespace
 
-Admission load_admission(const Env& env) {
+Admission load_admission(const Env& given) {
+  refuse_unknown(given);
+  const Env env = with_config_file(given);
   refuse_unknown(env);
   return read_admission(env);
 }
 
-Config load(const Env& env) {
+Env with_config_file(const Env& env) {
+  const std::string* path = lookup(env, "SLUICE_CONFIG_FILE");
+  if (!path) return env;
+  if (path->empty()) throw ConfigError("SLUICE_CONFIG_FILE", "empty; give the path of a file of SLUICE_X=value lines");
+  std::FILE* f = std::fopen(path->c_str(), "rb");
+  if (!f)
+    throw ConfigError("SLUICE_CONFIG_FILE",
+                      "cannot read " + in_quotes(*path) + ": " + std::strerror(errno));
+  std::string text;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  std::fclose(f);
+  Env out = env;
+  std::size_t line_no = 0;
+  for (auto line : split(text, '\n')) {
+    ++line_no;
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
+      line.remove_suffix(1);
+    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+    if (line.empty() || line.front() == '#') continue;
+    auto eq = line.find('=');
+    auto name = line.substr(0, eq);
+    if (eq == std::string_view::npos || !name.starts_with("SLUICE_"))
+      throw ConfigError("SLUICE_CONFIG_FILE", in_quotes(*path) + " line " + std::to_string(line_no) +
+                                                  ": not SLUICE_X=value");
+    if (name == "SLUICE_CONFIG_FILE")
+      throw ConfigError("SLUICE_CONFIG_FILE", in_quotes(*path) + " line " + std::to_string(line_no) +
+                                                  ": a config file cannot name another");
+    out[std::string(name)] = std::string(line.substr(eq + 1));
+  }
+  return out;
+}
+
+Config load(const Env& given) {
+  refuse_unknown(given);
+  const Env env = with_config_file(given);
   refuse_unknown(env);
   Config c;
 
@@ -775,6 +818,7 @@ Config load(const Env& env) {
   read(env, "SLUICE_DRAIN_DELAY", c.drain_delay, parse_duration);  // 0: stop at once
   read_timeout(env, "SLUICE_DRAIN_TIMEOUT", c.drain_timeout);
   c.admission = read_admission(env);
+  if (const std::string* file = lookup(env, "SLUICE_CONFIG_FILE")) c.config_file = *file;
   read(env, "SLUICE_DEBUG_ENDPOINTS", c.debug_endpoints, [](const std::string& v) {
     if (v == "true" || v == "1") return true;
     if (v == "false" || v == "0") return false;
@@ -863,6 +907,7 @@ std::string to_json(const Config& c) {
   j["pins_file"] = a.pins_file.empty() ? Json(nullptr) : Json(a.pins_file);
   j["tick_log"] = a.tick_log.empty() ? Json(nullptr) : Json(a.tick_log);
   j["debug_endpoints"] = c.debug_endpoints;
+  j["config_file"] = c.config_file.empty() ? Json(nullptr) : Json(c.config_file);
   return j.dump(2);
 }
 

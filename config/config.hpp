@@ -82,6 +82,9 @@ struct Config {
   // fault injection on the admin listener (POST /admin/debug/...), off by default
   bool debug_endpoints = false;
 
+  std::string config_file;  // SLUICE_CONFIG_FILE, empty: unset
+  std::string routes_file;  // SLUICE_ROUTES_FILE, empty: unset
+
   // access log
   AccessLog access_log = AccessLog::stdout_;
   std::string access_log_path;  // when access_log == file
@@ -111,8 +114,12 @@ using Env = std::map<std::string, std::string, std::less<>>;
 // The SLUICE_ entries of an environ-style array.
 Env sluice_environment(char** envp);
 
-// Parses and validates. Unknown SLUICE_ names are refused. Throws ConfigError.
+// Parses and validates. Unknown SLUICE_ names are refused. When SLUICE_CONFIG_FILE
+// is set, its SLUICE_X=value lines are laid over env first. Throws ConfigError.
 Config load(const Env& env);
+
+// env with SLUICE_CONFIG_FILE's lines laid over it (env itself when unset).
+Env with_config_file(const Env& env);
 
 // Only the admission variables (for `sluice replay`): SLUICE_UPSTREAMS is not
 // required; every other variable is still validated. Throws ConfigError.

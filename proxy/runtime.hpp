@@ -172,6 +172,17 @@ class WaitRing {
   std::atomic<std::uint64_t> next_{0};
 };
 
+// What a live reload may change for requests: one immutable generation. Each
+// Worker holds a pointer to the current one, replaced by a post to its own
+// thread, so the request path reads it with no lock and no atomic. Generations
+// are kept for the process's life (a reload is rare and small), so a request
+// that started under an old one finishes with it.
+struct Live {
+  routes::Table routes;
+  admission::Gate gate;
+  admission::RetryBands retry;
+};
+
 // What the ticker publishes for every request to read: a few relaxed loads.
 struct Published {
   std::atomic<std::uint8_t> level{0};
@@ -207,6 +218,8 @@ class Worker {
   std::atomic<std::uint64_t> lag_epoch_max{0};
   WaitRing waits;
   admission::Rng& rng() { return rng_; }
+  const Live& live() const { return *live_; }
+  void set_live(const Live* live) { live_ = live; }  // on this worker's thread
   std::atomic<std::int64_t> active_sessions{0};
 
  private:
@@ -227,18 +240,23 @@ class Worker {
   std::uint64_t lag_epoch_ = ~std::uint64_t{0};
   std::uint64_t lag_max_us_ = 0;
   admission::Rng rng_{0};
+  const Live* live_ = nullptr;
   char id_prefix_[16];
 };
 
 struct Runtime {
-  explicit Runtime(const config::Config& c)
-      : config(c), gate(c.admission.mode, c.admission.factors) {}
+  explicit Runtime(const config::Config& c) : config(c) {
+    generations.push_back(std::make_unique<Live>(
+        Live{c.routes, admission::Gate(c.admission.mode, c.admission.factors), c.admission.retry}));
+  }
   const config::Config& config;
   std::vector<std::vector<tcp::endpoint>> upstream_hosts;  // resolved once at start
   std::vector<std::unique_ptr<Worker>> workers;
   std::atomic<bool> draining{false};
   std::atomic<std::int64_t> connections{0};  // open client connections, all workers
-  admission::Gate gate;
+  // Every generation of the live settings; the admin thread appends, workers
+  // are posted the new pointer.
+  std::vector<std::unique_ptr<const Live>> generations;
   Published published;
   // Lag samples are grouped by tick: the ticker advances the epoch, each Worker
   // tags its lag maximum with the epoch it was taken in.

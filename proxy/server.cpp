@@ -173,6 +173,17 @@ int serve(const config::Config& cfg) {
   // drain delay (load balancers deregister meanwhile); then the listener
   // closes, idle connections close, SSE streams end cleanly, and in-flight
   // requests get up to the drain timeout.
+  // SIGHUP: live reload of the configuration (routes, thresholds, factors, bands).
+  net::signal_set hangup(admin_ioc, SIGHUP);
+  std::function<void()> on_hangup = [&] {
+    hangup.async_wait([&](error_code e, int) {
+      if (e) return;
+      ticker.reload("SIGHUP");
+      on_hangup();
+    });
+  };
+  on_hangup();
+
   net::signal_set signals(admin_ioc, SIGTERM, SIGINT);
   net::steady_timer drain_timer(admin_ioc);
   Clock::time_point drain_deadline{};
@@ -200,6 +211,7 @@ int serve(const config::Config& cfg) {
       // A second signal: stop at once.
       for (auto& w : rt.workers) w->stop();
       admin_ioc.stop();
+      hangup.cancel();
     });
     drain_timer.expires_after(cfg.drain_delay);
     drain_timer.async_wait([&](error_code e2) {

@@ -355,7 +355,8 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     if (auto accept = m.find(http::field::accept); accept != m.end())
       view.accepts_sse = contains_ci(accept->value(), "text/event-stream");
     if (auto len = req_->content_length()) view.body_bytes = *len;
-    route_ = cfg_.routes.match(view);
+    live_ = &w_.live();  // this request's settings, whatever a reload does meanwhile
+    route_ = live_->routes.match(view);
     if (!route_) {
       respond_error(404, "no_route", !req_->is_done());
       return;
@@ -366,7 +367,7 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     // The level gate: a relaxed load of the published level and one draw.
     auto& rt = w_.runtime();
     level_ = static_cast<admission::Level>(rt.published.level.load(std::memory_order_relaxed));
-    decision_ = rt.gate.admit(lane_, level_, w_.rng());
+    decision_ = live_->gate.admit(lane_, level_, w_.rng());
     bump(st_.lane[admission::index(lane_)]
              .decisions[static_cast<std::size_t>(decision_.outcome)]
                        [static_cast<std::size_t>(decision_.reason)]);
@@ -410,7 +411,7 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     auto readmit = w_.runtime().published.readmit_ms[lane].load(std::memory_order_relaxed);
     std::optional<admission::Millis> derived;
     if (readmit >= 0) derived = admission::Millis(readmit);
-    retry_after_ = admission::retry_after_seconds(derived, cfg_.admission.retry[lane], w_.rng());
+    retry_after_ = admission::retry_after_seconds(derived, live_->retry[lane], w_.rng());
     auto reason = admission::to_string(decision_.reason);
     std::string_view id(id_, id_len_);
     std::string body = "{\"error\":\"admission_rejected\",\"reason\":\"";
@@ -1070,6 +1071,7 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
   unsigned client_version_ = 11;
   http::verb method_ = http::verb::get;
 
+  const Live* live_ = nullptr;
   const routes::Route* route_ = nullptr;
   Lane lane_ = Lane::standard;
   admission::Level level_ = admission::Level::normal;

@@ -37,7 +37,11 @@ Ticker::Ticker(Runtime& rt, Watchdog& watchdog, net::io_context& ioc, int log_fd
       timer_(ioc),
       start_(Clock::now()),
       controller_(rt.config.admission.controller),
+      live_(rt.generations.back().get()),
+      current_(rt.config),
       audit_(log_fd >= 0 ? log_fd : STDERR_FILENO) {
+  config_file_key_ = file_key(current_.config_file);
+  routes_file_key_ = file_key(current_.routes_file);
   const auto& path = rt.config.admission.tick_log;
   if (!path.empty()) {
     tick_log_fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
@@ -60,7 +64,7 @@ Millis Ticker::now() const {
 
 void Ticker::start() {
   read_pins_file();
-  next_ = Clock::now() + rt_.config.admission.tick;
+  next_ = Clock::now() + current_.admission.tick;
   arm();
 }
 
@@ -74,7 +78,7 @@ void Ticker::arm() {
 admission::Reading Ticker::sample(Millis t) {
   admission::Reading r;
   r.t = t;
-  const auto tick = rt_.config.admission.tick;
+  const auto tick = current_.admission.tick;
   auto now = Clock::now();
 
   // Lag: the largest probe lateness of the tick that just ended, from the
@@ -148,6 +152,7 @@ admission::Reading Ticker::sample(Millis t) {
 }
 
 void Ticker::on_tick() {
+  watch_config_files();
   read_pins_file();
   auto t = now();
   auto reading = sample(t);
@@ -175,7 +180,7 @@ void Ticker::on_tick() {
   logged_pin_.reset();
   logged_unpin_ = false;
   // Ticks keep their cadence: a late tick does not shift the ones after it.
-  next_ += rt_.config.admission.tick;
+  next_ += current_.admission.tick;
   auto current = Clock::now();
   if (next_ < current) next_ = current;
   arm();
@@ -186,7 +191,7 @@ void Ticker::publish() {
   rt_.published.level.store(static_cast<std::uint8_t>(controller_.level()),
                             std::memory_order_relaxed);
   for (auto lane : admission::kLanes) {
-    auto wait = admission::level_wait(controller_, rt_.gate, lane, t);
+    auto wait = admission::level_wait(controller_, live_->gate, lane, t);
     rt_.published.readmit_ms[admission::index(lane)].store(wait ? wait->count() : -1,
                                                            std::memory_order_relaxed);
   }
@@ -302,17 +307,100 @@ void Ticker::read_pins_file() {
   }
 }
 
+std::string Ticker::file_key(const std::string& path) const {
+  if (path.empty()) return {};
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "missing";
+  return std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
+         std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+}
+
+void Ticker::watch_config_files() {
+  auto config_key = file_key(current_.config_file);
+  auto routes_key = file_key(current_.routes_file);
+  if (config_key == config_file_key_ && routes_key == routes_file_key_) return;
+  config_file_key_ = config_key;
+  routes_file_key_ = routes_key;
+  reload("file changed");
+}
+
+bool Ticker::reload(std::string_view why) {
+  config::Config next;
+  Json audit_line;
+  audit_line["audit"] = "reload";
+  audit_line["why"] = why;
+  try {
+    next = config::load(config::sluice_environment(environ));
+  } catch (const std::exception& e) {
+    ++reloads_[0];
+    std::fprintf(stderr, "sluice: reload refused, the running configuration stays: %s\n", e.what());
+    audit_line["ok"] = false;
+    audit_line["error"] = e.what();
+    audit_.write_line(audit_line.dump());
+    audit_.flush();
+    return false;
+  }
+  // Compare what each configuration shows: the live parts change now, the
+  // rest waits for a restart (listeners, threads, pools, limits).
+  static constexpr std::string_view kLive[] = {
+      "routes", "admission_mode", "admission_profile", "tick", "admission_lag_ms",
+      "admission_upstream_wait_ms", "admission_rise_ticks", "admission_emergency_ms",
+      "admission_hold", "admission_exit_ratio", "admission_spacing", "admission_emergency_dwell",
+      "admission_timeout_pin", "lane_factors", "retry_after"};
+  auto before = Json::parse(config::to_json(current_));
+  auto after = Json::parse(config::to_json(next));
+  Json changed = Json::array(), needs_restart = Json::array();
+  for (auto& [key, value] : after.items()) {
+    if (before.contains(key) && before[key] == value) continue;
+    bool live = std::find(std::begin(kLive), std::end(kLive), key) != std::end(kLive);
+    (live ? changed : needs_restart).push_back(key);
+  }
+  for (auto& key : needs_restart)
+    std::fprintf(stderr, "sluice: reload: %s changed; it takes effect on restart\n",
+                 key.get<std::string>().c_str());
+  // Routes name upstreams by position: a changed upstream list needs a restart.
+  if (after["upstreams"] != before["upstreams"]) {
+    ++reloads_[0];
+    std::fprintf(stderr, "sluice: reload refused: SLUICE_UPSTREAMS changed; restart to change upstreams\n");
+    audit_line["ok"] = false;
+    audit_line["error"] = "SLUICE_UPSTREAMS changed; restart to change upstreams";
+    audit_.write_line(audit_line.dump());
+    audit_.flush();
+    return false;
+  }
+  rt_.generations.push_back(std::make_unique<Live>(
+      Live{next.routes, admission::Gate(next.admission.mode, next.admission.factors),
+           next.admission.retry}));
+  live_ = rt_.generations.back().get();
+  for (auto& w : rt_.workers)
+    net::post(w->ioc(), [w = w.get(), live = live_] { w->set_live(live); });
+  controller_.reconfigure(next.admission.controller);
+  // Kept until the next reload: what later reloads compare against. Listeners,
+  // pools and limits keep the values they started with.
+  current_ = std::move(next);
+  publish();
+  ++reloads_[1];
+  audit_line["ok"] = true;
+  audit_line["changed"] = changed;
+  audit_line["needs_restart"] = needs_restart;
+  audit_.write_line(audit_line.dump());
+  audit_.flush();
+  std::fprintf(stderr, "sluice: reloaded (%s): %s\n", std::string(why).c_str(), changed.dump().c_str());
+  return true;
+}
+
 std::string Ticker::state_json() const {
   Json j;
   auto t = now();
   const auto& c = controller_;
-  j["mode"] = std::string(admission::to_string(rt_.gate.mode()));
+  j["mode"] = std::string(admission::to_string(live_->gate.mode()));
   j["level"] = static_cast<int>(c.level());
   j["level_name"] = std::string(admission::to_string(c.level()));
   j["trigger"] = std::string(admission::to_string(c.trigger()));
   j["streak"] = c.streak();
   j["last_change_ms_ago"] = (t - c.last_change()).count();
-  j["tick_ms"] = rt_.config.admission.tick.count();
+  j["tick_ms"] = current_.admission.tick.count();
+  j["reloads"] = {{"ok", reloads_[1]}, {"failed", reloads_[0]}};
   {
     // The last tick's reading: what the level was decided on.
     const auto& r = last_reading_;
@@ -354,7 +442,7 @@ std::string Ticker::state_json() const {
     l["admitted"] = outcomes[0];
     l["shed"] = outcomes[1];
     l["would_shed"] = outcomes[2];
-    l["factor"] = rt_.gate.factors()[i][static_cast<std::size_t>(c.level())];
+    l["factor"] = live_->gate.factors()[i][static_cast<std::size_t>(c.level())];
     auto readmit = rt_.published.readmit_ms[i].load(std::memory_order_relaxed);
     l["readmit_in_s"] = readmit >= 0 ? Json(static_cast<double>(readmit) / 1000.0) : Json(nullptr);
     lanes[std::string(admission::to_string(lane))] = l;

@@ -35,6 +35,13 @@ class Ticker {
                 std::string who);
   void unpin(std::string who);
 
+  // Live reload (SIGHUP, or a change of SLUICE_CONFIG_FILE / SLUICE_ROUTES_FILE):
+  // re-reads the configuration; an invalid one is refused and the old one stays.
+  // Routes, the controller's thresholds and timings, the mode, factors and bands
+  // change; the level, the pin and every connection carry on.
+  bool reload(std::string_view why);
+  std::uint64_t reloads(bool ok) const { return reloads_[ok ? 1 : 0]; }
+
   std::string state_json() const;
   const admission::Controller& controller() const { return controller_; }
   std::uint64_t tick_log_errors() const { return tick_log_errors_; }
@@ -47,6 +54,8 @@ class Ticker {
              const std::string& who, const std::string& reason,
              std::optional<admission::Millis> ttl);
   void read_pins_file();
+  void watch_config_files();
+  std::string file_key(const std::string& path) const;
   admission::Millis now() const;
 
   Runtime& rt_;
@@ -55,6 +64,10 @@ class Ticker {
   Clock::time_point start_;
   Clock::time_point next_;
   admission::Controller controller_;
+  const Live* live_;                 // the current generation
+  config::Config current_;           // the configuration in force (reloads compare to it)
+  std::array<std::uint64_t, 2> reloads_{};  // [failed, ok]
+  std::string config_file_key_, routes_file_key_;
   AccessLog audit_;
   int tick_log_fd_ = -1;
   std::uint64_t tick_log_errors_ = 0;

@@ -93,7 +93,7 @@ TEST_CASE("the variable table names each variable once, with a default and a mea
     CHECK_FALSE(v.meaning.empty());
     CHECK(names.insert(v.name).second);
   }
-  CHECK(names.size() == 40);
+  CHECK(names.size() == 41);
 }
 
 TEST_CASE("every variable in the table is read by load and shown by to_json", "[config]") {
@@ -125,7 +125,7 @@ TEST_CASE("the defaults in the table are the defaults load applies", "[config]")
   CHECK(not_literal == std::set<std::string_view>{"SLUICE_ADMIN_TOKEN", "SLUICE_UPSTREAMS",
                                                   "SLUICE_ROUTES", "SLUICE_ROUTES_FILE",
                                                   "SLUICE_THREADS", "SLUICE_PINS_FILE",
-                                                  "SLUICE_TICK_LOG"});
+                                                  "SLUICE_TICK_LOG", "SLUICE_CONFIG_FILE"});
 
   // And the loaded defaults are the struct's.
   Config expected;
@@ -496,6 +496,7 @@ TEST_CASE("every config error starts with the variable it is about", "[config]")
       {"SLUICE_PINS_FILE", ""},
       {"SLUICE_TICK_LOG", ""},
       {"SLUICE_DEBUG_ENDPOINTS", "yes"},
+      {"SLUICE_CONFIG_FILE", "/nonexistent/sluice.env"},
   };
   REQUIRE(bad.size() == variables().size());
   for (const auto& [name, value] : bad) {
@@ -648,4 +649,19 @@ TEST_CASE("load_admission needs no upstreams but still refuses unknown names", "
   CHECK(a.mode == sluice::admission::Mode::observe);
   CHECK_THROWS_AS(sluice::config::load_admission({{"SLUICE_ADMISION_MODE", "observe"}}),
                   ConfigError);
+}
+
+TEST_CASE("SLUICE_CONFIG_FILE lines are laid over the environment and checked like it",
+          "[config][reload]") {
+  TempFile file("# reloadable settings\nSLUICE_ADMISSION_MODE=observe\n\n  SLUICE_TICK=250ms  \n");
+  auto c = load(minimal({{"SLUICE_CONFIG_FILE", file.path.string()}, {"SLUICE_TICK", "2s"}}));
+  CHECK(c.admission.mode == sluice::admission::Mode::observe);
+  CHECK(c.admission.tick == 250ms);  // the file wins over the environment
+  TempFile typo("SLUICE_TIKC=1s\n");
+  CHECK(variable_of(minimal({{"SLUICE_CONFIG_FILE", typo.path.string()}})) == "SLUICE_TIKC");
+  TempFile bad("SLUICE_TICK=1\n");
+  CHECK(variable_of(minimal({{"SLUICE_CONFIG_FILE", bad.path.string()}})) == "SLUICE_TICK");
+  TempFile junk("TICK=1s\n");
+  CHECK_THAT(error_of(minimal({{"SLUICE_CONFIG_FILE", junk.path.string()}})),
+             Catch::Contains("line 1: not SLUICE_X=value"));
 }
