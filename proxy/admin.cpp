@@ -161,6 +161,16 @@ std::string render_metrics(Runtime& rt, const Watchdog& watchdog, const Ticker& 
     out.push_back(std::move(changes));
     out.push_back(std::move(suppressed));
 
+    auto reloads = family("sluice_config_reloads_total",
+                          "Live reloads of the configuration, by result (ok, failed).",
+                          prom::MetricType::Counter);
+    for (bool ok : {true, false}) {
+      auto m = with_labels({{"result", ok ? "ok" : "failed"}});
+      m.counter.value = static_cast<double>(ticker.reloads(ok));
+      reloads.metric.push_back(std::move(m));
+    }
+    out.push_back(std::move(reloads));
+
     auto pinned = family("sluice_admission_pinned", "1 while a pin holds the level.",
                          prom::MetricType::Gauge);
     prom::ClientMetric pm;
