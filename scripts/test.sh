@@ -6,3 +6,4 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 ./scripts/build.sh release
 ctest --preset release -j "$(nproc)" --timeout 180
+./scripts/check-ops.sh
