@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "proxy/status_page.hpp"
 #include "proxy/ticker.hpp"
 
 #include <prometheus/metric_family.h>
@@ -410,7 +411,7 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
     auto target = req_.target();
     auto path = target.substr(0, target.find('?'));
     bool get = req_.method() == http::verb::get || req_.method() == http::verb::head;
-    if (path == "/metrics" || path == "/healthz" || path == "/readyz") {
+    if (path == "/metrics" || path == "/healthz" || path == "/readyz" || path == "/") {
       if (!get) {
         res_.result(http::status::method_not_allowed);
         res_.set(http::field::allow, "GET, HEAD");
@@ -429,6 +430,13 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
     } else if (path == "/healthz") {
       res_.result(http::status::ok);
       res_.body() = "ok\n";
+    } else if (path == "/") {
+      // The status page (proxy/status.html): it reads /admin/state from the browser.
+      res_.result(http::status::ok);
+      res_.set(http::field::content_type, kStatusPageContentType);
+      res_.set(http::field::cache_control, "no-store");
+      res_.set("Content-Security-Policy", kStatusPageCsp);
+      if (req_.method() == http::verb::get) res_.body() = status_page_html();  // HEAD: no body
     } else if (path == "/readyz") {
       // Never fails because Sluice is shedding: only a draining instance is unready.
       bool draining = rt_.draining.load();

@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config
   libboost1.81-dev nlohmann-json3-dev prometheus-cpp-dev catch2
   curl python3
+  chromium  # the status page test renders / in headless Chromium
 )
 if [ "$#" -gt 0 ]; then packages+=("$@"); fi
 
