@@ -436,7 +436,7 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
       res_.set(http::field::content_type, kStatusPageContentType);
       res_.set(http::field::cache_control, "no-store");
       res_.set("Content-Security-Policy", kStatusPageCsp);
-      if (req_.method() == http::verb::get) res_.body() = status_page_html();  // HEAD: no body
+      res_.body() = status_page_html();  // a HEAD answer drops it in write()
     } else if (path == "/readyz") {
       // Never fails because Sluice is shedding: only a draining instance is unready.
       bool draining = rt_.draining.load();
@@ -566,7 +566,14 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
   }
 
   void write() {
-    res_.prepare_payload();
+    if (req_.method() == http::verb::head) {
+      // A HEAD answer states the GET's length and carries no body.
+      auto n = res_.body().size();
+      res_.body().clear();
+      res_.content_length(n);
+    } else {
+      res_.prepare_payload();
+    }
     http::async_write(sock_, res_, [self = shared_from_this()](error_code ec, std::size_t) {
       if (ec || !self->res_.keep_alive()) return self->close();
       self->read();

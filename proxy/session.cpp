@@ -212,7 +212,10 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
   }
 
   void read_head() {
-    if (!request_started_ && w_.runtime().draining.load(std::memory_order_relaxed)) {
+    // Draining: a kept-alive connection is not waited on again (its last
+    // response said Connection: close); a new one still gets its request
+    // served while the listener is open.
+    if (!request_started_ && !first_ && w_.runtime().draining.load(std::memory_order_relaxed)) {
       close();
       return;
     }

@@ -586,3 +586,35 @@ TEST_CASE("HEAD keeps the upstream's Content-Length and sends no body", "[e2e][p
   REQUIRE(next);
   CHECK(next->body == "ok\n");
 }
+
+TEST_CASE("during the drain delay a new connection is still served, then told to close",
+          "[e2e][proxy][drain]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up, {{"SLUICE_DRAIN_DELAY", "3s"}}));
+  REQUIRE(kill(s.process.pid(), SIGTERM) == 0);
+  REQUIRE(s.process.wait_for_err("draining", 2s));
+  auto c = Conn::open(s.port);
+  REQUIRE(c.send(format_request("GET", "/", s.port)));
+  auto res = c.read_response(3s);
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK_FALSE(res->keep_alive);
+  CHECK(c.closed_by_peer(2s));
+  auto code = s.process.wait_exit(10s);
+  REQUIRE(code);
+  CHECK(*code == 0);
+}
+
+TEST_CASE("HEAD on the admin listener states the length and sends no body", "[e2e][proxy][admin]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up));
+  auto c = Conn::open(s.admin);
+  REQUIRE(c.send("HEAD /healthz HTTP/1.1\r\nHost: a\r\n\r\nGET /readyz HTTP/1.1\r\nHost: a\r\n\r\n"));
+  auto head = c.read_response(3s, true);
+  REQUIRE(head);
+  CHECK(head->status == 200);
+  CHECK(head->header("Content-Length") == "3");  // "ok\n"
+  auto next = c.read_response(3s);
+  REQUIRE(next);
+  CHECK(next->body == "ready\n");
+}
