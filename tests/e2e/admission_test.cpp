@@ -17,6 +17,7 @@
 
 using namespace std::chrono_literals;
 using nlohmann::json;
+using sluice::test::eventually;
 using sluice::test::request;
 using sluice::test::Sluice;
 using sluice::test::Upstream;
@@ -34,16 +35,6 @@ std::map<std::string, std::string> env_for(const Upstream& up,
   extra.emplace("SLUICE_ROUTES", kRoutes);
   extra.emplace("SLUICE_TICK", "100ms");
   return extra;
-}
-
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return pred();
 }
 
 // Checks SPEC's refusal shape; returns its Retry-After.

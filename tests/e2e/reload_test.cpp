@@ -20,6 +20,7 @@ using namespace std::chrono_literals;
 using nlohmann::json;
 using sluice::test::Conn;
 using sluice::test::format_request;
+using sluice::test::eventually;
 using sluice::test::request;
 using sluice::test::Sluice;
 using sluice::test::Upstream;
@@ -42,16 +43,6 @@ struct TempFile {
   }
   ~TempFile() { std::filesystem::remove(path); }
 };
-
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return pred();
-}
 
 const std::string kRoutes =
     R"([{"name":"bulk","prefix":"/bulk","lane":"bulk"},{"name":"api","prefix":"/","lane":"standard"}])";

@@ -13,6 +13,17 @@
 
 namespace sluice::test {
 
+// Polls pred every 20 ms until it holds or timeout passes; returns the last answer.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return pred();
+}
+
 struct Sluice {
   // env: SLUICE_ variables besides the listeners (SLUICE_UPSTREAMS at least).
   explicit Sluice(const std::string& binary, std::map<std::string, std::string> env)
