@@ -464,9 +464,10 @@ TEST_CASE("the watchdog sees a stalled event loop while it is stalled", "[e2e][p
   REQUIRE(res.status == 202);
   std::this_thread::sleep_for(600ms);
   // Read during the stall, from the admin thread, which is not stalled.
-  CHECK(s.metric("sluice_event_loop_stall_seconds{thread=\"1\"}") >= 0.3);
-  CHECK(s.metric("sluice_event_loop_stall_seconds{thread=\"0\"}") < 0.25);
-  CHECK(s.metric("sluice_event_loop_stalls_total") == 1);
+  auto stalled = s.metric("sluice_event_loop_stall_seconds{thread=\"1\"}");
+  CHECK(stalled >= 0.3);
+  CHECK(s.metric("sluice_event_loop_stall_seconds{thread=\"0\"}") < stalled);
+  CHECK(s.metric("sluice_event_loop_stalls_total") >= 1);
   std::this_thread::sleep_for(1500ms);
   // Afterwards: no stall now, and the probe timer recorded the late run as lag.
   CHECK(s.metric("sluice_event_loop_stall_seconds{thread=\"1\"}") < 0.25);
