@@ -14,6 +14,7 @@
 #include <boost/beast/http/rfc7230.hpp>
 #include <array>
 #include <charconv>
+#include <memory_resource>
 #include <optional>
 
 #include "proxy/runtime.hpp"
@@ -63,6 +64,9 @@ bool valid_request_id(std::string_view id) {
     if (c <= 0x20 || c >= 0x7f) return false;
   return true;
 }
+
+using Alloc = std::pmr::polymorphic_allocator<char>;
+using Request = http::request<http::buffer_body, http::basic_fields<Alloc>>;
 
 enum class Phase : std::uint8_t {
   head,           // waiting for / reading a request head
@@ -173,10 +177,13 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
   // ---------------------------------------------------------------- request head
   void start_request() {
     phase_ = Phase::head;
-    req_.emplace();
+    // The last request's fields go, and their memory with them, at once.
+    res_.reset();
+    req_.reset();
+    arena_.release();
+    req_.emplace(std::piecewise_construct, std::make_tuple(), std::make_tuple(Alloc(&arena_)));
     req_->header_limit(static_cast<std::uint32_t>(cfg_.max_header_bytes));
     req_->body_limit(cfg_.max_body_bytes);
-    res_.reset();
     request_sent_ = false;
     response_sent_ = false;
     request_started_ = false;
@@ -351,7 +358,7 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     view.path = path_;
     view.ctx = &m;
     view.header = [](const void* ctx, std::string_view name) -> std::string_view {
-      auto& msg = *static_cast<const http::request<http::buffer_body>*>(ctx);
+      auto& msg = *static_cast<const Request*>(ctx);
       auto it = msg.find(name);
       return it == msg.end() ? std::string_view{} : std::string_view(it->value());
     };
@@ -680,7 +687,7 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
   void read_response_head() {
     phase_ = Phase::response_head;
     deadline = Clock::now() + cfg_.response_timeout;
-    res_.emplace();
+    res_.emplace(std::piecewise_construct, std::make_tuple(), std::make_tuple(Alloc(&arena_)));
     res_->header_limit(kMaxResponseHeader);
     res_->body_limit(boost::none);
     if (method_ == http::verb::head) res_->skip(true);
@@ -1043,8 +1050,13 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
   Shard& st_;
   Socket sock_;
   beast::flat_buffer buf_;
-  std::optional<http::request_parser<http::buffer_body>> req_;
-  std::optional<http::response_parser<http::buffer_body>> res_;
+  // Both messages' fields live in a per-session arena, released between
+  // requests: parsing a head allocates nothing in steady state.
+  alignas(std::max_align_t) std::array<char, 2048> arena_buf_;
+  std::pmr::monotonic_buffer_resource arena_{arena_buf_.data(), arena_buf_.size(),
+                                             std::pmr::new_delete_resource()};
+  std::optional<http::request_parser<http::buffer_body, Alloc>> req_;
+  std::optional<http::response_parser<http::buffer_body, Alloc>> res_;
   std::unique_ptr<UpstreamConnection> up_;
   BlockPool::Block block_{nullptr, BlockPool::Deleter{nullptr}};
   BlockPool::Block up_block_{nullptr, BlockPool::Deleter{nullptr}};
