@@ -86,6 +86,16 @@ prom::ClientMetric with_labels(std::vector<prom::ClientMetric::Label> labels) {
   return m;
 }
 
+// A family with one unlabelled sample.
+void add_scalar(std::vector<prom::MetricFamily>& out, std::string name, std::string help,
+                prom::MetricType type, double value) {
+  auto f = family(std::move(name), std::move(help), type);
+  prom::ClientMetric m;
+  (type == prom::MetricType::Counter ? m.counter.value : m.gauge.value) = value;
+  f.metric.push_back(std::move(m));
+  out.push_back(std::move(f));
+}
+
 template <std::size_t N, class Get>
 prom::ClientMetric::Histogram sum_histograms(Runtime& rt, Get get) {
   std::array<std::uint64_t, N + 1> counts{};
@@ -125,12 +135,8 @@ std::string render_metrics(Runtime& rt, const Watchdog& watchdog, const Ticker& 
 
   {
     const auto& c = ticker.controller();
-    auto level = family("sluice_admission_level", "The admission level: 0 normal .. 3 emergency.",
-                        prom::MetricType::Gauge);
-    prom::ClientMetric lm;
-    lm.gauge.value = static_cast<double>(c.level());
-    level.metric.push_back(std::move(lm));
-    out.push_back(std::move(level));
+    add_scalar(out, "sluice_admission_level", "The admission level: 0 normal .. 3 emergency.",
+               prom::MetricType::Gauge, static_cast<double>(c.level()));
 
     auto changes = family("sluice_admission_level_changes_total",
                           "Level changes, by from, to and trigger.", prom::MetricType::Counter);
@@ -172,12 +178,8 @@ std::string render_metrics(Runtime& rt, const Watchdog& watchdog, const Ticker& 
     }
     out.push_back(std::move(reloads));
 
-    auto pinned = family("sluice_admission_pinned", "1 while a pin holds the level.",
-                         prom::MetricType::Gauge);
-    prom::ClientMetric pm;
-    pm.gauge.value = c.pin_state() ? 1 : 0;
-    pinned.metric.push_back(std::move(pm));
-    out.push_back(std::move(pinned));
+    add_scalar(out, "sluice_admission_pinned", "1 while a pin holds the level.",
+               prom::MetricType::Gauge, c.pin_state() ? 1 : 0);
 
     auto decisions = family("sluice_admission_decisions_total",
                             "Admission decisions, by lane, outcome and reason.",
@@ -273,13 +275,9 @@ std::string render_metrics(Runtime& rt, const Watchdog& watchdog, const Ticker& 
       f.metric.push_back(std::move(m));
     }
     out.push_back(std::move(f));
-    auto c = family("sluice_event_loop_stalls_total",
-                    "Stalls of at least 250ms seen by the watchdog while they lasted.",
-                    prom::MetricType::Counter);
-    prom::ClientMetric cm;
-    cm.counter.value = static_cast<double>(watchdog.stalls_total());
-    c.metric.push_back(std::move(cm));
-    out.push_back(std::move(c));
+    add_scalar(out, "sluice_event_loop_stalls_total",
+               "Stalls of at least 250ms seen by the watchdog while they lasted.",
+               prom::MetricType::Counter, static_cast<double>(watchdog.stalls_total()));
   }
   {
     auto wait = family("sluice_upstream_wait_seconds",
@@ -323,35 +321,21 @@ std::string render_metrics(Runtime& rt, const Watchdog& watchdog, const Ticker& 
       out.push_back(std::move(*f));
   }
   {
-    auto f = family("sluice_client_connections", "Open client connections.", prom::MetricType::Gauge);
-    prom::ClientMetric m;
-    m.gauge.value = static_cast<double>(
-        sum_workers<std::int64_t>(rt, [](Shard& s) -> auto& { return s.client_connections; }));
-    f.metric.push_back(std::move(m));
-    out.push_back(std::move(f));
-    auto r = family("sluice_client_connections_refused_total",
-                    "Client connections closed at once because SLUICE_MAX_CONNECTIONS were open.",
-                    prom::MetricType::Counter);
-    prom::ClientMetric rm;
-    rm.counter.value = static_cast<double>(
-        sum_workers<std::uint64_t>(rt, [](Shard& s) -> auto& { return s.connections_refused; }));
-    r.metric.push_back(std::move(rm));
-    out.push_back(std::move(r));
-    auto t = family("sluice_websocket_tunnels_total", "Upgraded connections tunnelled.",
-                    prom::MetricType::Counter);
-    prom::ClientMetric tm;
-    tm.counter.value = static_cast<double>(
-        sum_workers<std::uint64_t>(rt, [](Shard& s) -> auto& { return s.websocket_tunnels; }));
-    t.metric.push_back(std::move(tm));
-    out.push_back(std::move(t));
-  }
-  {
-    auto f = family("sluice_draining", "1 while the instance drains after SIGTERM.",
-                    prom::MetricType::Gauge);
-    prom::ClientMetric m;
-    m.gauge.value = rt.draining.load() ? 1 : 0;
-    f.metric.push_back(std::move(m));
-    out.push_back(std::move(f));
+    add_scalar(out, "sluice_client_connections", "Open client connections.",
+               prom::MetricType::Gauge,
+               static_cast<double>(sum_workers<std::int64_t>(
+                   rt, [](Shard& s) -> auto& { return s.client_connections; })));
+    add_scalar(out, "sluice_client_connections_refused_total",
+               "Client connections closed at once because SLUICE_MAX_CONNECTIONS were open.",
+               prom::MetricType::Counter,
+               static_cast<double>(sum_workers<std::uint64_t>(
+                   rt, [](Shard& s) -> auto& { return s.connections_refused; })));
+    add_scalar(out, "sluice_websocket_tunnels_total", "Upgraded connections tunnelled.",
+               prom::MetricType::Counter,
+               static_cast<double>(sum_workers<std::uint64_t>(
+                   rt, [](Shard& s) -> auto& { return s.websocket_tunnels; })));
+    add_scalar(out, "sluice_draining", "1 while the instance drains after SIGTERM.",
+               prom::MetricType::Gauge, rt.draining.load() ? 1 : 0);
   }
 
   std::ostringstream os;
