@@ -619,3 +619,18 @@ TEST_CASE("HEAD on the admin listener states the length and sends no body", "[e2
   REQUIRE(next);
   CHECK(next->body == "ready\n");
 }
+
+TEST_CASE("a request body that stalls past SLUICE_BODY_TIMEOUT gets 408 and is closed",
+          "[e2e][proxy][limits]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up, {{"SLUICE_BODY_TIMEOUT", "300ms"}}));
+  auto c = Conn::open(s.port);
+  REQUIRE(c.send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n0123456789"));
+  auto res = c.read_response(3s);
+  REQUIRE(res);
+  CHECK(res->status == 408);
+  CHECK(c.closed_by_peer(2s));
+  // The upstream saw at most the start of a body, and then its connection closed.
+  CHECK(sluice::test::eventually(
+      [&] { return json::parse(request(up.port, "GET", "/stats").body)["in_flight"] == 0; }, 3s));
+}
