@@ -163,7 +163,8 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
                  static_cast<std::uint16_t>(upstream_));
     if (ec) {
       if (c) w_.pool(upstream_).release(std::move(c), false);
-      respond_error(ec == net::error::timed_out ? 504 : 502,
+      // A connect that failed or timed out: the upstream could not be reached.
+      respond_error(502,
                     ec == net::error::timed_out ? "upstream_connect_timeout" : "upstream_connect_failed",
                     !req_->is_done());
       return;

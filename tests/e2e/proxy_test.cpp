@@ -1,6 +1,8 @@
 // End-to-end tests of the proxy: the real `sluice` in front of the real
 // `sluice-upstream`, both on free loopback ports, driven over real sockets.
 #include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -633,4 +635,37 @@ TEST_CASE("a request body that stalls past SLUICE_BODY_TIMEOUT gets 408 and is c
   // The upstream saw at most the start of a body, and then its connection closed.
   CHECK(sluice::test::eventually(
       [&] { return json::parse(request(up.port, "GET", "/stats").body)["in_flight"] == 0; }, 3s));
+}
+
+TEST_CASE("an upstream connect that hangs past SLUICE_UPSTREAM_CONNECT_TIMEOUT gets 502",
+          "[e2e][proxy][upstream-failure]") {
+  // A listener that never accepts, with its queue full: further SYNs go
+  // unanswered, so a connect to it hangs (on loopback, without another host).
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(listener >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(listener, 0) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  auto port = ntohs(addr.sin_port);
+  std::vector<int> fillers;
+  for (int i = 0; i < 4; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    fillers.push_back(fd);
+  }
+  std::this_thread::sleep_for(100ms);
+  Sluice s(kSluice, {{"SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(port)},
+                     {"SLUICE_UPSTREAM_CONNECT_TIMEOUT", "300ms"}});
+  auto started = std::chrono::steady_clock::now();
+  auto res = request(s.port, "GET", "/");
+  CHECK(res.status == 502);
+  CHECK(json::parse(res.body)["error"] == "upstream_connect_timeout");
+  CHECK(std::chrono::steady_clock::now() - started >= 250ms);  // it waited, then gave up
+  CHECK(s.metric("sluice_upstream_connect_failures_total{upstream=\"api\"}") >= 1);
+  for (int fd : fillers) ::close(fd);
+  ::close(listener);
 }
