@@ -50,9 +50,7 @@ void Watchdog::loop() {
   auto period = std::max(interval / 2, std::chrono::nanoseconds(std::chrono::milliseconds(5)));
   while (!stop_.load()) {
     std::this_thread::sleep_for(period);
-    auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                   Clock::now().time_since_epoch())
-                   .count();
+    auto now = to_ns(Clock::now());
     heartbeat_ns_.store(now, std::memory_order_relaxed);
     for (std::size_t i = 0; i < rt_.workers.size(); ++i) {
       auto beat = rt_.workers[i]->heartbeat_ns.load(std::memory_order_relaxed);

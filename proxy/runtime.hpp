@@ -6,6 +6,7 @@
 // Everything a Worker owns (sessions, upstream pools, stats shard, log buffer)
 // is touched only by its thread; other threads read the stats shards' atomics
 // and post work to a Worker's io_context.
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -31,6 +32,11 @@ using Clock = std::chrono::steady_clock;
 // Sockets bound to an io_context's own executor: no type-erased executor to
 // copy on every asynchronous operation.
 using Socket = net::basic_stream_socket<tcp, net::io_context::executor_type>;
+
+// Steady-clock nanoseconds: how times cross threads through atomics.
+inline std::int64_t to_ns(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
 
 // Something with a deadline on a Worker. Deadlines are checked by the Worker's
 // heartbeat (every SLUICE_LAG_PROBE_INTERVAL), not by a timer per operation:
@@ -121,6 +127,8 @@ class UpstreamPool {
  private:
   void connect_for(PoolWaiter& w);
   void note_oldest();  // publishes when the oldest queued request started waiting
+  void closed(std::size_t n);  // n of this pool's connections are gone
+  void serve_next();           // a slot is free: connect for the oldest waiter, if any
   void hand(PoolWaiter& w, std::unique_ptr<UpstreamConnection> c, boost::system::error_code ec);
   Worker& worker_;
   std::size_t index_;
@@ -143,9 +151,11 @@ class UpstreamPool {
 class WaitRing {
  public:
   static constexpr std::size_t kSize = 1024;
-  void add(std::int64_t t_ns, std::uint32_t wait_us, std::uint16_t upstream) {
+  void add(Clock::time_point at, Clock::duration wait, std::size_t upstream) {
+    auto us = std::chrono::duration_cast<std::chrono::microseconds>(wait).count();
+    auto wait_us = static_cast<std::uint32_t>(std::clamp<std::int64_t>(us, 0, UINT32_MAX));
     auto i = next_.load(std::memory_order_relaxed);
-    slots_[i % kSize].t_ns.store(t_ns, std::memory_order_relaxed);
+    slots_[i % kSize].t_ns.store(to_ns(at), std::memory_order_relaxed);
     slots_[i % kSize].value.store((std::uint64_t{upstream} << 32) | wait_us,
                                   std::memory_order_relaxed);
     next_.store(i + 1, std::memory_order_release);
@@ -214,8 +224,14 @@ class Worker {
   void stop() { ioc_.stop(); }
   // Nanoseconds (steady clock) of the last heartbeat: the watchdog reads it.
   std::atomic<std::int64_t> heartbeat_ns{0};
-  // (epoch << 48) | the largest lag in microseconds seen in that tick epoch.
+  // The largest lag seen in a tick epoch, tagged with the epoch (pack_lag).
   std::atomic<std::uint64_t> lag_epoch_max{0};
+  static constexpr std::uint64_t kLagMask = (std::uint64_t{1} << 48) - 1;
+  static std::uint64_t pack_lag(std::uint64_t epoch, std::uint64_t lag_us) {
+    return ((epoch & 0xFFFF) << 48) | std::min(lag_us, kLagMask);
+  }
+  static std::uint64_t lag_epoch(std::uint64_t packed) { return packed >> 48; }
+  static std::uint64_t lag_us(std::uint64_t packed) { return packed & kLagMask; }
   WaitRing waits;
   admission::Rng& rng() { return rng_; }
   const Live& live() const { return *live_; }

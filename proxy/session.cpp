@@ -156,13 +156,8 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     auto now = Clock::now();
     upstream_wait_ = now - wait_start;
     st_.upstream[upstream_].wait.observe(std::chrono::duration<double>(upstream_wait_).count());
-    w_.waits.add(std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count(),
-                 static_cast<std::uint32_t>(std::min<std::int64_t>(
-                     std::chrono::duration_cast<std::chrono::microseconds>(upstream_wait_).count(),
-                     UINT32_MAX)),
-                 static_cast<std::uint16_t>(upstream_));
+    w_.waits.add(now, upstream_wait_, upstream_);
     if (ec) {
-      if (c) w_.pool(upstream_).release(std::move(c), false);
       // A connect that failed or timed out: the upstream could not be reached.
       respond_error(502,
                     ec == net::error::timed_out ? "upstream_connect_timeout" : "upstream_connect_failed",
@@ -423,23 +418,20 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     std::optional<admission::Millis> derived;
     if (readmit >= 0) derived = admission::Millis(readmit);
     retry_after_ = admission::retry_after_seconds(derived, live_->retry[lane], w_.rng());
-    auto reason = admission::to_string(decision_.reason);
-    std::string_view id(id_, id_len_);
-    std::string body = "{\"error\":\"admission_rejected\",\"reason\":\"";
-    body += reason;
-    body += "\",\"lane\":\"";
-    body += admission::to_string(lane_);
-    body += "\",\"level\":";
-    body += std::to_string(static_cast<int>(level_));
-    body += ",\"retry_after_s\":";
-    body += std::to_string(retry_after_);
-    body += ",\"request_id\":\"";
-    append_json_escaped(body, id);
-    body += "\"}\n";
-    std::string headers = "Retry-After: " + std::to_string(retry_after_) +
-                          "\r\nX-Sluice-Reject: " + std::string(reason) + "\r\n";
-    reason_ = reason;
-    write_own_response(503, headers, body, !req_->is_done());
+    auto& b = own_body_;
+    b.clear();
+    b += "{\"error\":\"admission_rejected\",\"reason\":\"";
+    b += admission::to_string(decision_.reason);
+    b += "\",\"lane\":\"";
+    b += admission::to_string(lane_);
+    b += "\",\"level\":";
+    append_number(b, static_cast<std::uint64_t>(level_));
+    b += ",\"retry_after_s\":";
+    append_number(b, static_cast<std::uint64_t>(retry_after_));
+    b += ",\"request_id\":\"";
+    append_json_escaped(b, std::string_view(id_, id_len_));
+    b += "\"}\n";
+    write_own_response(503, !req_->is_done());
   }
 
   // The head Sluice sends upstream, written once into a reused string: the
@@ -453,17 +445,13 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     h += ' ';
     h += m.target();
     h += " HTTP/1.1\r\n";
-    std::string_view forwarded_for;  // the first X-Forwarded-For; more are joined below
-    bool more_forwarded = false;
+    bool forwarded = false;  // X-Forwarded-For lines are joined into one below
     bool has_host = false;
     for (const auto& f : m) {
       if (skip_field(m, f, false)) continue;
       auto name = f.name_string();
       if (iequals(name, "x-forwarded-for")) {
-        if (forwarded_for.empty())
-          forwarded_for = f.value();
-        else
-          more_forwarded = true;
+        forwarded = true;
         continue;
       }
       if (iequals(name, "x-forwarded-proto") || iequals(name, "x-request-id")) continue;
@@ -481,21 +469,31 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     }
     if (!has_host) append_field(h, "Host", cfg_.upstreams[upstream_].hosts.front().str());
     h += "X-Forwarded-For: ";
-    if (more_forwarded) {
-      bool first = true;
+    if (forwarded)
       for (const auto& f : m)
         if (iequals(f.name_string(), "x-forwarded-for")) {
-          if (!first) h += ", ";
           h += f.value();
-          first = false;
+          h += ", ";
         }
-      h += ", ";
-    } else if (!forwarded_for.empty()) {
-      h += forwarded_for;
-      h += ", ";
-    }
     h += std::string_view(client_, client_len_);
-    h += "\r\nX-Forwarded-Proto: http\r\nX-Request-Id: ";
+    h += "\r\nX-Forwarded-Proto: http\r\n";
+    end_head(h);
+  }
+
+  // The upstream's response fields the client may see: not the hop-by-hop ones
+  // (keep_upgrade: Connection and Upgrade of a 101 do pass), nor X-Request-Id,
+  // which is Sluice's to state.
+  void append_upstream_fields(std::string& h, bool keep_upgrade) {
+    const auto& m = res_->get();
+    for (const auto& f : m) {
+      if (skip_field(m, f, keep_upgrade) || iequals(f.name_string(), "x-request-id")) continue;
+      append_field(h, f.name_string(), f.value());
+    }
+  }
+
+  // Every head Sluice writes ends with the request's id.
+  void end_head(std::string& h) const {
+    h += "X-Request-Id: ";
     h += std::string_view(id_, id_len_);
     h += "\r\n\r\n";
   }
@@ -529,6 +527,16 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     return false;
   }
 
+  // "HTTP/1.x NNN reason\r\n"; the standard reason when none is given.
+  static void append_status_line(std::string& h, bool http11, int status, std::string_view reason) {
+    h += http11 ? "HTTP/1.1 " : "HTTP/1.0 ";
+    char code[4] = {static_cast<char>('0' + status / 100), static_cast<char>('0' + status / 10 % 10),
+                    static_cast<char>('0' + status % 10), ' '};
+    h.append(code, 4);
+    h += reason.empty() ? reason_phrase(status) : reason;
+    h += "\r\n";
+  }
+
   static void append_field(std::string& h, std::string_view name, std::string_view value) {
     h += name;
     h += ": ";
@@ -536,10 +544,17 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     h += "\r\n";
   }
 
-  static void append_number_field(std::string& h, std::string_view name, std::uint64_t n) {
+  static void append_number(std::string& h, std::uint64_t n) {
     char tmp[24];
     auto r = std::to_chars(tmp, tmp + sizeof tmp, n);
-    append_field(h, name, std::string_view(tmp, static_cast<std::size_t>(r.ptr - tmp)));
+    h.append(tmp, r.ptr);
+  }
+
+  static void append_number_field(std::string& h, std::string_view name, std::uint64_t n) {
+    h += name;
+    h += ": ";
+    append_number(h, n);
+    h += "\r\n";
   }
 
   // One gathered write: the head if it is still to go, then a body piece framed
@@ -614,7 +629,6 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
   void on_request_body(error_code ec, std::size_t) {
     if (ec == http::error::need_buffer) ec = {};
     if (ec) {
-      release_upstream(false);
       if (timed_out_) {
         respond_error(408, "body_timeout", true);
       } else if (ec == http::error::body_limit) {
@@ -742,18 +756,8 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     client_keep_alive_ = keep;
     std::string& h = out_;
     h.clear();
-    h += client_version_ >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ";
-    char code[4] = {static_cast<char>('0' + status / 100), static_cast<char>('0' + status / 10 % 10),
-                    static_cast<char>('0' + status % 10), ' '};
-    h.append(code, 4);
-    auto reason = m.reason();
-    h += reason.empty() ? reason_phrase(status) : std::string_view(reason);
-    h += "\r\n";
-    for (const auto& f : m) {
-      if (skip_field(m, f, false)) continue;
-      if (iequals(f.name_string(), "x-request-id")) continue;
-      append_field(h, f.name_string(), f.value());
-    }
+    append_status_line(h, client_version_ >= 11, status, m.reason());
+    append_upstream_fields(h, false);
     if (res_chunked_out_) {
       h += "Transfer-Encoding: chunked\r\n";
     } else if (len) {
@@ -761,9 +765,7 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     }
     if (!keep && client_version_ >= 11) h += "Connection: close\r\n";
     if (keep && client_version_ < 11) h += "Connection: keep-alive\r\n";
-    h += "X-Request-Id: ";
-    h += std::string_view(id_, id_len_);
-    h += "\r\n\r\n";
+    end_head(h);
   }
 
   void response_body_step() {
@@ -837,17 +839,9 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     auto& m = res_->get();
     std::string& h = out_;
     h.clear();
-    h += "HTTP/1.1 101 ";
-    h += m.reason().empty() ? reason_phrase(101) : std::string_view(m.reason());
-    h += "\r\n";
-    for (const auto& f : m) {
-      if (skip_field(m, f, true) && f.name() != http::field::connection) continue;
-      if (iequals(f.name_string(), "x-request-id")) continue;
-      append_field(h, f.name_string(), f.value());
-    }
-    h += "X-Request-Id: ";
-    h += std::string_view(id_, id_len_);
-    h += "\r\n\r\n";
+    append_status_line(h, true, 101, m.reason());
+    append_upstream_fields(h, true);  // Connection and Upgrade stay: the switch is agreed
+    end_head(h);
     phase_ = Phase::tunnel;
     deadline = Clock::now() + cfg_.send_timeout;
     header_sent_ = true;
@@ -913,17 +907,10 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
   }
 
   void finish(int status) {
-    bool reusable = upstream_keep_alive_ && res_->is_done() && req_->is_done() && request_sent_ &&
+    bool reusable = upstream_keep_alive_ && res_->is_done() && request_sent_ &&
                     up_->buffer.size() == 0 && !end_stream_;
     release_upstream(reusable);
-    block_.reset();
-    log(status);
-    if (!client_keep_alive_ || end_stream_) {
-      graceful_close();
-      return;
-    }
-    first_ = false;
-    start_request();
+    end_exchange(status, !client_keep_alive_ || end_stream_);
   }
 
   void log(int status) {
@@ -976,50 +963,55 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     }
     if (id_len_ == 0) id_len_ = static_cast<std::size_t>(w_.request_id(id_) - id_);
     reason_ = reason;
-    std::string body = "{\"error\":\"";
-    body += reason;
-    body += "\",\"status\":";
-    body += std::to_string(status);
-    body += ",\"request_id\":\"";
-    append_json_escaped(body, std::string_view(id_, id_len_));
-    body += "\"}\n";
-    write_own_response(status, {}, body, close_after);
+    auto& b = own_body_;
+    b.clear();
+    b += "{\"error\":\"";
+    b += reason;
+    b += "\",\"status\":";
+    append_number(b, static_cast<std::uint64_t>(status));
+    b += ",\"request_id\":\"";
+    append_json_escaped(b, std::string_view(id_, id_len_));
+    b += "\"}\n";
+    write_own_response(status, close_after);
   }
 
-  // Writes a response Sluice makes itself (errors, refusals): JSON body,
-  // X-Request-Id, extra_headers (each line ending in CRLF).
-  void write_own_response(int status, std::string_view extra_headers, std::string_view body,
-                          bool close_after) {
+  // Writes a response Sluice makes itself (errors, refusals): own_body_ as JSON,
+  // and for a refusal (retry_after_ set) Retry-After and X-Sluice-Reject.
+  void write_own_response(int status, bool close_after) {
     if (w_.runtime().draining.load(std::memory_order_relaxed)) close_after = true;
-    close_after_error_ = close_after || !client_keep_alive_;
-    out_.clear();
-    out_ += "HTTP/1.1 ";
-    out_ += std::to_string(status);
-    out_ += ' ';
-    out_ += reason_phrase(status);
-    out_ += "\r\nContent-Type: application/json\r\nX-Request-Id: ";
-    out_ += std::string_view(id_, id_len_);
-    out_ += "\r\n";
-    out_ += extra_headers;
-    out_ += "Content-Length: ";
-    out_ += std::to_string(body.size());
-    if (close_after_error_) out_ += "\r\nConnection: close";
-    out_ += "\r\n\r\n";
-    out_ += body;
+    bool close = close_after || !client_keep_alive_;
+    std::string& h = out_;
+    h.clear();
+    append_status_line(h, true, status, {});
+    h += "Content-Type: application/json\r\n";
+    if (retry_after_ >= 0) {
+      append_number_field(h, "Retry-After", static_cast<std::uint64_t>(retry_after_));
+      append_field(h, "X-Sluice-Reject", admission::to_string(decision_.reason));
+    }
+    append_number_field(h, "Content-Length", own_body_.size());
+    if (close) h += "Connection: close\r\n";
+    end_head(h);
+    h += own_body_;
     header_sent_ = true;
     phase_ = Phase::write_client;
     deadline = Clock::now() + cfg_.send_timeout;
-    net::async_write(sock_, net::buffer(out_), [self = shared_from_this(), status](error_code ec, std::size_t n) {
-      self->bytes_out_ += n;
-      self->block_.reset();
-      self->log(status);
-      if (ec || self->close_after_error_) {
-        self->graceful_close();
-        return;
-      }
-      self->first_ = false;
-      self->start_request();
-    });
+    net::async_write(sock_, net::buffer(out_),
+                     [self = shared_from_this(), status, close](error_code ec, std::size_t n) {
+                       self->bytes_out_ += n;
+                       self->end_exchange(status, close || ec);
+                     });
+  }
+
+  // The exchange is over: log it, then read the next request or close.
+  void end_exchange(int status, bool close) {
+    block_.reset();
+    log(status);
+    if (close) {
+      graceful_close();
+      return;
+    }
+    first_ = false;
+    start_request();
   }
 
   // Something broke mid-exchange: both connections go, nothing is reused.
@@ -1063,7 +1055,8 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
   BlockPool::Block up_block_{nullptr, BlockPool::Deleter{nullptr}};
   std::shared_ptr<Session> self_;  // keeps the session alive while it waits for the pool
   std::string out_;
-  std::string sending_;  // a head being written
+  std::string sending_;   // a head being written
+  std::string own_body_;  // the body of a response Sluice writes itself
   Phase phase_ = Phase::head;
   bool first_ = true;
   bool request_started_ = false;
@@ -1081,7 +1074,6 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
   bool response_sent_ = false;    // the last piece of the response was written
   bool res_chunked_out_ = false;  // the client's response is chunked by Sluice
   char chunk_line_[20];
-  bool close_after_error_ = false;
   int tunnel_ends_ = 0;
   int status_override_ = 0;
   unsigned client_version_ = 11;

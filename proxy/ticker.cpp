@@ -18,10 +18,6 @@ using admission::Millis;
 using Json = nlohmann::json;
 
 namespace {
-std::int64_t steady_ns(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
-
 // p95 of the samples: the value at rank ceil(0.95 n).
 double p95(std::vector<std::uint32_t>& v) {
   auto rank = (v.size() * 95 + 99) / 100;
@@ -40,8 +36,8 @@ Ticker::Ticker(Runtime& rt, Watchdog& watchdog, net::io_context& ioc, int log_fd
       live_(rt.generations.back().get()),
       current_(rt.config),
       audit_(log_fd >= 0 ? log_fd : STDERR_FILENO) {
-  config_file_key_ = file_key(current_.config_file);
-  routes_file_key_ = file_key(current_.routes_file);
+  config_file_key_ = file_state(current_.config_file).key;
+  routes_file_key_ = file_state(current_.routes_file).key;
   const auto& path = rt.config.admission.tick_log;
   if (!path.empty()) {
     tick_log_fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
@@ -87,8 +83,8 @@ admission::Reading Ticker::sample(Millis t) {
   std::optional<double> lag;
   for (auto& w : rt_.workers) {
     auto packed = w->lag_epoch_max.load(std::memory_order_relaxed);
-    if ((packed >> 48) != epoch) continue;
-    double ms = static_cast<double>(packed & ((std::uint64_t{1} << 48) - 1)) / 1000.0;
+    if (Worker::lag_epoch(packed) != epoch) continue;
+    double ms = static_cast<double>(Worker::lag_us(packed)) / 1000.0;
     lag = std::max(lag.value_or(0.0), ms);
   }
   if (lag) {
@@ -102,7 +98,7 @@ admission::Reading Ticker::sample(Millis t) {
 
   // Upstream wait: p95 per upstream over the last 1.5 ticks (seed 000: a wait
   // is read on at most two ticks, fewer than the rise gate needs), the worst upstream.
-  auto since = steady_ns(now) - std::chrono::duration_cast<std::chrono::nanoseconds>(tick).count() * 3 / 2;
+  auto since = to_ns(now) - std::chrono::duration_cast<std::chrono::nanoseconds>(tick).count() * 3 / 2;
   std::vector<std::vector<std::uint32_t>> waits(rt_.config.upstreams.size());
   for (auto& w : rt_.workers)
     w->waits.for_each_since(since, [&](std::uint16_t u, std::uint32_t us) {
@@ -117,7 +113,7 @@ admission::Reading Ticker::sample(Millis t) {
     for (auto& u : w->stats().upstream) {
       auto since = u.oldest_waiting_since_ns.load(std::memory_order_relaxed);
       if (since == 0) continue;
-      double ms = static_cast<double>(steady_ns(now) - since) / 1e6;
+      double ms = static_cast<double>(to_ns(now) - since) / 1e6;
       r.upstream_wait_ms = std::max(r.upstream_wait_ms.value_or(0.0), ms);
     }
 
@@ -135,7 +131,7 @@ admission::Reading Ticker::sample(Millis t) {
   if (stall_ns > 0) r.stall_ms = static_cast<double>(stall_ns) / 1e6;
 
   // The watchdog itself has not looked for a while: its stall reading cannot be trusted.
-  auto watchdog_age = steady_ns(now) - watchdog_.heartbeat_ns();
+  auto watchdog_age = to_ns(now) - watchdog_.heartbeat_ns();
   auto interval_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(rt_.config.lag_probe_interval).count();
   r.ok = watchdog_age < std::max<std::int64_t>(10 * interval_ns, 500'000'000);
 
@@ -246,13 +242,11 @@ void Ticker::audit(std::string_view what, Level from, Level to, const std::strin
 void Ticker::read_pins_file() {
   const auto& path = rt_.config.admission.pins_file;
   if (path.empty()) return;
-  struct stat st {};
-  std::string key;
+  auto file = file_state(path);
+  if (file.key == pins_file_key_) return;  // unchanged (a missing file is reported once)
+  pins_file_key_ = file.key;
   Json pin = Json::object();
-  if (::stat(path.c_str(), &st) == 0) {
-    key = std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
-          std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
-    if (key == pins_file_key_) return;
+  if (file.changed) {
     std::ifstream in(path);
     std::stringstream text;
     text << in.rdbuf();
@@ -266,14 +260,8 @@ void Ticker::read_pins_file() {
       pin = Json::object();
     }
   } else {
-    key = "missing";
-    if (key == pins_file_key_) return;
-    if (!pins_file_warned_)
-      std::fprintf(stderr, "sluice: pins file %s: %s; acting as no pin\n", path.c_str(),
-                   std::strerror(errno));
-    pins_file_warned_ = true;
+    std::fprintf(stderr, "sluice: pins file %s: cannot read it; acting as no pin\n", path.c_str());
   }
-  pins_file_key_ = key;
 
   auto current = controller_.pin_state();
   bool ours = current && current->who == "pins-file";
@@ -287,9 +275,8 @@ void Ticker::read_pins_file() {
     if (pin.contains("ttl")) {
       // The TTL runs from the file's change, so a restart does not extend it.
       auto total = config::parse_duration(pin.at("ttl").get<std::string>());
-      auto changed = std::chrono::system_clock::time_point(
-          std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec));
-      auto left = total - std::chrono::duration_cast<Millis>(std::chrono::system_clock::now() - changed);
+      auto left = total - std::chrono::duration_cast<Millis>(std::chrono::system_clock::now() -
+                                                             *file.changed);
       if (left <= Millis{0}) {
         if (ours) unpin("pins-file");
         return;
@@ -307,17 +294,19 @@ void Ticker::read_pins_file() {
   }
 }
 
-std::string Ticker::file_key(const std::string& path) const {
+Ticker::FileState Ticker::file_state(const std::string& path) {
   if (path.empty()) return {};
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return "missing";
-  return std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
-         std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+  if (::stat(path.c_str(), &st) != 0) return {"missing", std::nullopt};
+  return {std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
+              std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec),
+          std::chrono::system_clock::time_point(std::chrono::seconds(st.st_mtim.tv_sec) +
+                                                std::chrono::nanoseconds(st.st_mtim.tv_nsec))};
 }
 
 void Ticker::watch_config_files() {
-  auto config_key = file_key(current_.config_file);
-  auto routes_key = file_key(current_.routes_file);
+  auto config_key = file_state(current_.config_file).key;
+  auto routes_key = file_state(current_.routes_file).key;
   if (config_key == config_file_key_ && routes_key == routes_file_key_) return;
   config_file_key_ = config_key;
   routes_file_key_ = routes_key;

@@ -55,7 +55,13 @@ class Ticker {
              std::optional<admission::Millis> ttl);
   void read_pins_file();
   void watch_config_files();
-  std::string file_key(const std::string& path) const;
+  // What identifies a version of a file (inode, size, mtime; "missing"), and
+  // when it last changed.
+  struct FileState {
+    std::string key;
+    std::optional<std::chrono::system_clock::time_point> changed;
+  };
+  static FileState file_state(const std::string& path);
   admission::Millis now() const;
 
   Runtime& rt_;
@@ -84,7 +90,6 @@ class Ticker {
   bool logged_unpin_ = false;
   // pins file state
   std::string pins_file_key_;  // mtime/size/inode of the version applied
-  bool pins_file_warned_ = false;
 };
 
 }  // namespace sluice::proxy

@@ -9,12 +9,6 @@
 
 namespace sluice::proxy {
 
-namespace {
-std::int64_t to_ns(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
-}  // namespace
-
 // ---- UpstreamConnection ----
 
 void UpstreamConnection::on_deadline() {
@@ -52,8 +46,7 @@ void UpstreamPool::acquire(PoolWaiter& w) {
     auto c = std::move(idle_.back());
     idle_.pop_back();
     if (w.wait_start - c->idle_since >= kCheckIdleAfter && !still_open(c->socket)) {
-      --open_;
-      bump(worker_.stats().upstream[index_].connections, std::int64_t{-1});
+      closed(1);
       continue;
     }
     w.on_connection(std::move(c), {});  // the caller is w itself: no need to go round the queue
@@ -66,6 +59,18 @@ void UpstreamPool::acquire(PoolWaiter& w) {
   waiters_.push_back(w);
   bump(worker_.stats().upstream[index_].waiting, std::int64_t{1});
   note_oldest();
+}
+
+void UpstreamPool::closed(std::size_t n) {
+  open_ -= n;
+  bump(worker_.stats().upstream[index_].connections, -static_cast<std::int64_t>(n));
+}
+
+void UpstreamPool::serve_next() {
+  if (waiters_.empty() || open_ >= max_) return;
+  auto& w = waiters_.front();
+  cancel(w);
+  connect_for(w);
 }
 
 void UpstreamPool::note_oldest() {
@@ -113,15 +118,9 @@ void UpstreamPool::connect_for(PoolWaiter& w) {
         if (c->connect_timed_out) ec = net::error::timed_out;
         bump(worker_.stats().upstream[index_].connect_failures);
         c.reset();
-        --open_;
-        bump(worker_.stats().upstream[index_].connections, std::int64_t{-1});
+        closed(1);
         w.on_connection(nullptr, ec);
-        // The slot freed here may serve someone queued behind.
-        if (!waiters_.empty() && open_ < max_) {
-          auto& next = waiters_.front();
-          cancel(next);
-          connect_for(next);
-        }
+        serve_next();  // the slot freed here may serve someone queued behind
       });
 }
 
@@ -139,13 +138,8 @@ void UpstreamPool::release(std::unique_ptr<UpstreamConnection> c, bool reusable)
     return;
   }
   c.reset();
-  --open_;
-  bump(worker_.stats().upstream[index_].connections, std::int64_t{-1});
-  if (!waiters_.empty()) {
-    auto& w = waiters_.front();
-    cancel(w);
-    connect_for(w);
-  }
+  closed(1);
+  serve_next();
 }
 
 void UpstreamPool::sweep(Clock::time_point now) {
@@ -155,13 +149,11 @@ void UpstreamPool::sweep(Clock::time_point now) {
   while (n < idle_.size() && now - idle_[n]->idle_since >= limit) ++n;
   if (n == 0) return;
   idle_.erase(idle_.begin(), idle_.begin() + static_cast<std::ptrdiff_t>(n));
-  open_ -= n;
-  bump(worker_.stats().upstream[index_].connections, -static_cast<std::int64_t>(n));
+  closed(n);
 }
 
 void UpstreamPool::close_idle() {
-  open_ -= idle_.size();
-  bump(worker_.stats().upstream[index_].connections, -static_cast<std::int64_t>(idle_.size()));
+  closed(idle_.size());
   idle_.clear();
 }
 
@@ -245,8 +237,7 @@ void Worker::on_heartbeat() {
   auto lag_us = static_cast<std::uint64_t>(lag * 1e6);
   lag_max_us_ = epoch == lag_epoch_ ? std::max(lag_max_us_, lag_us) : lag_us;
   lag_epoch_ = epoch;
-  lag_epoch_max.store((epoch << 48) | std::min(lag_max_us_, (std::uint64_t{1} << 48) - 1),
-                      std::memory_order_relaxed);
+  lag_epoch_max.store(pack_lag(epoch, lag_max_us_), std::memory_order_relaxed);
 
   for (auto it = tracked_.begin(); it != tracked_.end();) {
     Tracked& t = *it++;

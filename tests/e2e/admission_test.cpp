@@ -20,21 +20,20 @@ using nlohmann::json;
 using sluice::test::eventually;
 using sluice::test::request;
 using sluice::test::Sluice;
+using sluice::test::kSluice;
+using sluice::test::kUpstream;
 using sluice::test::Upstream;
 
 namespace {
 
-const std::string kSluice = SLUICE_BIN;
-const std::string kUpstream = SLUICE_UPSTREAM_BIN;
 const std::string kRoutes =
     R"([{"name":"bulk","prefix":"/bulk","lane":"bulk"},{"name":"api","prefix":"/","lane":"standard"}])";
 
 std::map<std::string, std::string> env_for(const Upstream& up,
                                             std::map<std::string, std::string> extra = {}) {
-  extra.emplace("SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(up.port));
   extra.emplace("SLUICE_ROUTES", kRoutes);
   extra.emplace("SLUICE_TICK", "100ms");
-  return extra;
+  return sluice::test::upstream_env(up, std::move(extra));
 }
 
 // Checks SPEC's refusal shape; returns its Retry-After.

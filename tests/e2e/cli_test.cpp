@@ -11,11 +11,11 @@
 using namespace std::chrono_literals;
 using sluice::test::Process;
 using sluice::test::Sluice;
+using sluice::test::kSluice;
+using sluice::test::kUpstream;
 using sluice::test::Upstream;
 
 namespace {
-const std::string kSluice = SLUICE_BIN;
-const std::string kUpstream = SLUICE_UPSTREAM_BIN;
 
 struct Ran {
   int code;

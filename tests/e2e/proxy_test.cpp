@@ -22,18 +22,14 @@ using sluice::test::Conn;
 using sluice::test::format_request;
 using sluice::test::request;
 using sluice::test::Sluice;
+using sluice::test::kSluice;
+using sluice::test::upstream_env;
+using sluice::test::kUpstream;
 using sluice::test::Upstream;
 
 namespace {
 
-const std::string kSluice = SLUICE_BIN;
-const std::string kUpstream = SLUICE_UPSTREAM_BIN;
 
-std::map<std::string, std::string> env_for(const Upstream& up,
-                                            std::map<std::string, std::string> extra = {}) {
-  extra.emplace("SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(up.port));
-  return extra;
-}
 
 std::uint64_t upstream_requests(const Upstream& up) {
   return json::parse(request(up.port, "GET", "/stats").body)["requests"].get<std::uint64_t>();
@@ -61,7 +57,7 @@ json headers_seen(const sluice::test::Response& res) {
 TEST_CASE("a request is forwarded and its answer returned with a generated X-Request-Id",
           "[e2e][proxy]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up));
+  Sluice s(kSluice, upstream_env(up));
   auto res = request(s.port, "GET", "/hello?x=1");
   CHECK(res.status == 200);
   CHECK(res.body == "ok\n");
@@ -71,7 +67,7 @@ TEST_CASE("a request is forwarded and its answer returned with a generated X-Req
 
 TEST_CASE("the client's X-Request-Id is forwarded upstream and returned", "[e2e][proxy]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up));
+  Sluice s(kSluice, upstream_env(up));
   auto res = request(s.port, "GET", "/headers", {{"X-Request-Id", "client-id-42"}});
   CHECK(res.header("X-Request-Id") == "client-id-42");
   CHECK(headers_seen(res)["x-request-id"] == "client-id-42");
@@ -80,7 +76,7 @@ TEST_CASE("the client's X-Request-Id is forwarded upstream and returned", "[e2e]
 TEST_CASE("hop-by-hop headers, and those Connection names, never reach the upstream",
           "[e2e][proxy]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up));
+  Sluice s(kSluice, upstream_env(up));
   auto res = request(s.port, "GET", "/headers",
                      {{"Connection", "keep-alive, X-Secret-Hop"},
                       {"X-Secret-Hop", "1"},
@@ -104,7 +100,7 @@ TEST_CASE("hop-by-hop headers, and those Connection names, never reach the upstr
 
 TEST_CASE("request and response bodies stream both ways with Content-Length", "[e2e][proxy]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up));
+  Sluice s(kSluice, upstream_env(up));
   auto body = pattern(3 * 1024 * 1024 + 17);
   auto res = request(s.port, "POST", "/echo", {{"Content-Type", "application/x-test"}}, body);
   CHECK(res.status == 200);
@@ -114,7 +110,7 @@ TEST_CASE("request and response bodies stream both ways with Content-Length", "[
 
 TEST_CASE("a chunked request body is forwarded chunked and echoed intact", "[e2e][proxy]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up));
+  Sluice s(kSluice, upstream_env(up));
   auto c = Conn::open(s.port);
   std::string piece = pattern(40000);
   char size[16];
@@ -130,7 +126,7 @@ TEST_CASE("a chunked request body is forwarded chunked and echoed intact", "[e2e
 
 TEST_CASE("large responses stream through, chunked and with Content-Length", "[e2e][proxy]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up));
+  Sluice s(kSluice, upstream_env(up));
   auto a = request(s.port, "GET", "/large?bytes=5000000");
   CHECK(a.status == 200);
   CHECK(a.body.size() == 5000000);
@@ -144,7 +140,7 @@ TEST_CASE("large responses stream through, chunked and with Content-Length", "[e
 TEST_CASE("SSE events reach the client as the upstream sends them, not at the end",
           "[e2e][proxy][sse]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up));
+  Sluice s(kSluice, upstream_env(up));
   auto c = Conn::open(s.port);
   REQUIRE(c.send(format_request("GET", "/sse?n=5&interval_ms=300", s.port,
                                 {{"Accept", "text/event-stream"}})));
@@ -173,7 +169,7 @@ TEST_CASE("SSE events reach the client as the upstream sends them, not at the en
 TEST_CASE("keep-alive holds on both sides: one client connection, one upstream connection",
           "[e2e][proxy]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up, {{"SLUICE_THREADS", "1"}}));
+  Sluice s(kSluice, upstream_env(up, {{"SLUICE_THREADS", "1"}}));
   auto c = Conn::open(s.port);
   for (int i = 0; i < 5; ++i) {
     REQUIRE(c.send(format_request("GET", "/", s.port)));
@@ -192,7 +188,7 @@ TEST_CASE("keep-alive holds on both sides: one client connection, one upstream c
 TEST_CASE("a head above SLUICE_MAX_HEADER_BYTES gets 431 and never reaches the upstream",
           "[e2e][proxy][limits]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up, {{"SLUICE_MAX_HEADER_BYTES", "4KiB"}}));
+  Sluice s(kSluice, upstream_env(up, {{"SLUICE_MAX_HEADER_BYTES", "4KiB"}}));
   auto res = request(s.port, "GET", "/", {{"X-Big", std::string(8000, 'x')}});
   CHECK(res.status == 431);
   CHECK(upstream_requests(up) == 0);
@@ -201,7 +197,7 @@ TEST_CASE("a head above SLUICE_MAX_HEADER_BYTES gets 431 and never reaches the u
 TEST_CASE("a body above SLUICE_MAX_BODY_BYTES gets 413 and never reaches the upstream",
           "[e2e][proxy][limits]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up, {{"SLUICE_MAX_BODY_BYTES", "1KiB"}}));
+  Sluice s(kSluice, upstream_env(up, {{"SLUICE_MAX_BODY_BYTES", "1KiB"}}));
   SECTION("declared by Content-Length") {
     auto res = request(s.port, "POST", "/echo", {}, std::string(2000, 'b'));
     CHECK(res.status == 413);
@@ -221,7 +217,7 @@ TEST_CASE("a body above SLUICE_MAX_BODY_BYTES gets 413 and never reaches the ups
 TEST_CASE("a head trickled in slower than SLUICE_HEADER_TIMEOUT gets 408 and is closed",
           "[e2e][proxy][limits]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up, {{"SLUICE_HEADER_TIMEOUT", "300ms"}}));
+  Sluice s(kSluice, upstream_env(up, {{"SLUICE_HEADER_TIMEOUT", "300ms"}}));
   auto c = Conn::open(s.port);
   REQUIRE(c.send("GET / HTTP/1.1\r\nHost: t\r\n"));
   for (int i = 0; i < 6; ++i) {  // slowloris: a byte every 100ms keeps the socket busy
@@ -238,7 +234,7 @@ TEST_CASE("a head trickled in slower than SLUICE_HEADER_TIMEOUT gets 408 and is 
 TEST_CASE("an idle keep-alive connection is closed after SLUICE_IDLE_TIMEOUT",
           "[e2e][proxy][limits]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up, {{"SLUICE_IDLE_TIMEOUT", "300ms"}}));
+  Sluice s(kSluice, upstream_env(up, {{"SLUICE_IDLE_TIMEOUT", "300ms"}}));
   auto c = Conn::open(s.port);
   REQUIRE(c.send(format_request("GET", "/", s.port)));
   REQUIRE(c.read_response());
@@ -261,7 +257,7 @@ TEST_CASE("an upstream that refuses connections gets 502", "[e2e][proxy][upstrea
 TEST_CASE("an upstream slower than SLUICE_UPSTREAM_RESPONSE_TIMEOUT gets 504 and is counted",
           "[e2e][proxy][upstream-failure]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up, {{"SLUICE_UPSTREAM_RESPONSE_TIMEOUT", "300ms"}}));
+  Sluice s(kSluice, upstream_env(up, {{"SLUICE_UPSTREAM_RESPONSE_TIMEOUT", "300ms"}}));
   auto res = request(s.port, "GET", "/slow?ms=3000");
   CHECK(res.status == 504);
   CHECK(s.metric("sluice_upstream_timeouts_total{upstream=\"api\"}") == 1);
@@ -270,7 +266,7 @@ TEST_CASE("an upstream slower than SLUICE_UPSTREAM_RESPONSE_TIMEOUT gets 504 and
 TEST_CASE("an SSE stream silent for SLUICE_SSE_IDLE_TIMEOUT is cut, visibly incomplete",
           "[e2e][proxy][sse]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up, {{"SLUICE_SSE_IDLE_TIMEOUT", "300ms"}}));
+  Sluice s(kSluice, upstream_env(up, {{"SLUICE_SSE_IDLE_TIMEOUT", "300ms"}}));
   auto c = Conn::open(s.port);
   REQUIRE(c.send(format_request("GET", "/sse?n=3&interval_ms=2000", s.port,
                                 {{"Accept", "text/event-stream"}})));
@@ -278,12 +274,14 @@ TEST_CASE("an SSE stream silent for SLUICE_SSE_IDLE_TIMEOUT is cut, visibly inco
   REQUIRE(r.head);
   CHECK(r.head->status == 200);
   CHECK_FALSE(r.complete);
+  // Cut before the first event, due 2 s in: the stream never got that far.
+  CHECK(r.body().find("event 1") == std::string::npos);
   CHECK(c.closed_by_peer(1s));
 }
 
 TEST_CASE("connections above SLUICE_MAX_CONNECTIONS are closed at once", "[e2e][proxy][limits]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up, {{"SLUICE_MAX_CONNECTIONS", "2"}}));
+  Sluice s(kSluice, upstream_env(up, {{"SLUICE_MAX_CONNECTIONS", "2"}}));
   auto a = Conn::open(s.port);
   auto b = Conn::open(s.port);
   REQUIRE(a.send(format_request("GET", "/", s.port)));
@@ -298,7 +296,7 @@ TEST_CASE("connections above SLUICE_MAX_CONNECTIONS are closed at once", "[e2e][
 TEST_CASE("malformed and ambiguous requests are refused and never forwarded",
           "[e2e][proxy][framing]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up));
+  Sluice s(kSluice, upstream_env(up));
   struct Case {
     const char* name;
     std::string raw;
@@ -341,7 +339,7 @@ TEST_CASE("malformed and ambiguous requests are refused and never forwarded",
 TEST_CASE("Expect: 100-continue gets its 100 from Sluice and the body goes through",
           "[e2e][proxy]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up));
+  Sluice s(kSluice, upstream_env(up));
   auto c = Conn::open(s.port);
   REQUIRE(c.send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n"));
   auto interim = c.read_response(3s);
@@ -382,7 +380,7 @@ TEST_CASE("routes pick the lane and the upstream; no match gets 404", "[e2e][pro
 
 TEST_CASE("every access log line carries SPEC's fields", "[e2e][proxy][log]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up));
+  Sluice s(kSluice, upstream_env(up));
   request(s.port, "POST", "/echo?secret=1", {{"X-Request-Id", "log-1"}}, "12345");
   auto lines = s.wait_log_lines(1);
   REQUIRE(lines.size() == 1);
@@ -405,7 +403,7 @@ TEST_CASE("every access log line carries SPEC's fields", "[e2e][proxy][log]") {
 
 TEST_CASE("/metrics serves Prometheus text with the proxy's measurements", "[e2e][proxy][metrics]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up));
+  Sluice s(kSluice, upstream_env(up));
   request(s.port, "GET", "/");
   auto res = request(s.admin, "GET", "/metrics");
   CHECK(res.status == 200);
@@ -423,7 +421,7 @@ TEST_CASE("/metrics serves Prometheus text with the proxy's measurements", "[e2e
 TEST_CASE("on SIGTERM /readyz turns 503 at once and a request in flight still completes",
           "[e2e][proxy][drain]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up, {{"SLUICE_DRAIN_DELAY", "300ms"}, {"SLUICE_DRAIN_TIMEOUT", "10s"}}));
+  Sluice s(kSluice, upstream_env(up, {{"SLUICE_DRAIN_DELAY", "300ms"}, {"SLUICE_DRAIN_TIMEOUT", "10s"}}));
   auto c = Conn::open(s.port);
   REQUIRE(c.send(format_request("GET", "/slow?ms=1500", s.port)));
   std::this_thread::sleep_for(200ms);  // the request is with the upstream
@@ -443,7 +441,7 @@ TEST_CASE("on SIGTERM /readyz turns 503 at once and a request in flight still co
 
 TEST_CASE("a drain ends an SSE stream cleanly", "[e2e][proxy][drain][sse]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up, {{"SLUICE_DRAIN_DELAY", "0s"}}));
+  Sluice s(kSluice, upstream_env(up, {{"SLUICE_DRAIN_DELAY", "0s"}}));
   auto c = Conn::open(s.port);
   REQUIRE(c.send(format_request("GET", "/sse?n=100&interval_ms=100", s.port,
                                 {{"Accept", "text/event-stream"}})));
@@ -460,7 +458,7 @@ TEST_CASE("a drain ends an SSE stream cleanly", "[e2e][proxy][drain][sse]") {
 
 TEST_CASE("the watchdog sees a stalled event loop while it is stalled", "[e2e][proxy][pressure]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up, {{"SLUICE_DEBUG_ENDPOINTS", "true"}}));
+  Sluice s(kSluice, upstream_env(up, {{"SLUICE_DEBUG_ENDPOINTS", "true"}}));
   CHECK(s.metric("sluice_event_loop_stall_seconds{thread=\"1\"}") < 0.25);
   auto res = request(s.admin, "POST", "/admin/debug/block?thread=1&ms=1500");
   REQUIRE(res.status == 202);
@@ -481,10 +479,10 @@ TEST_CASE("fault injection is off unless enabled and needs the token when one is
           "[e2e][proxy][admin]") {
   Upstream up(kUpstream);
   {
-    Sluice s(kSluice, env_for(up));
+    Sluice s(kSluice, upstream_env(up));
     CHECK(request(s.admin, "POST", "/admin/debug/block?ms=10").status == 404);
   }
-  Sluice s(kSluice, env_for(up, {{"SLUICE_DEBUG_ENDPOINTS", "true"}, {"SLUICE_ADMIN_TOKEN", "t0k"}}));
+  Sluice s(kSluice, upstream_env(up, {{"SLUICE_DEBUG_ENDPOINTS", "true"}, {"SLUICE_ADMIN_TOKEN", "t0k"}}));
   CHECK(request(s.admin, "POST", "/admin/debug/block?ms=10").status == 401);
   CHECK(request(s.admin, "POST", "/admin/debug/block?ms=10", {{"Authorization", "Bearer nope"}})
             .status == 401);
@@ -497,7 +495,7 @@ TEST_CASE("fault injection is off unless enabled and needs the token when one is
 TEST_CASE("a GET on a pooled connection the upstream has closed is retried, once, unseen",
           "[e2e][proxy][retry]") {
   Upstream up(kUpstream, {"--keepalive-ms", "200"});
-  Sluice s(kSluice, env_for(up, {{"SLUICE_THREADS", "1"}}));
+  Sluice s(kSluice, upstream_env(up, {{"SLUICE_THREADS", "1"}}));
   CHECK(request(s.port, "GET", "/").status == 200);
   std::this_thread::sleep_for(400ms);  // the upstream closes its idle side
   CHECK(request(s.port, "GET", "/").status == 200);
@@ -507,7 +505,7 @@ TEST_CASE("a GET on a pooled connection the upstream has closed is retried, once
 TEST_CASE("a POST on a pooled connection the upstream has closed is not replayed: 502",
           "[e2e][proxy][retry]") {
   Upstream up(kUpstream, {"--keepalive-ms", "200"});
-  Sluice s(kSluice, env_for(up, {{"SLUICE_THREADS", "1"}}));
+  Sluice s(kSluice, upstream_env(up, {{"SLUICE_THREADS", "1"}}));
   CHECK(request(s.port, "GET", "/").status == 200);
   std::this_thread::sleep_for(400ms);
   // No body: only the method stands between this request and a replay.
@@ -518,7 +516,7 @@ TEST_CASE("a POST on a pooled connection the upstream has closed is not replayed
 TEST_CASE("a pooled connection idle long enough is checked before use, so nothing fails",
           "[e2e][proxy][retry]") {
   Upstream up(kUpstream, {"--keepalive-ms", "200"});
-  Sluice s(kSluice, env_for(up, {{"SLUICE_THREADS", "1"}}));
+  Sluice s(kSluice, upstream_env(up, {{"SLUICE_THREADS", "1"}}));
   CHECK(request(s.port, "GET", "/").status == 200);
   std::this_thread::sleep_for(900ms);  // past the 500ms after which a reuse is checked
   CHECK(request(s.port, "POST", "/echo", {}, "x").status == 200);
@@ -527,7 +525,7 @@ TEST_CASE("a pooled connection idle long enough is checked before use, so nothin
 
 TEST_CASE("a WebSocket upgrade is tunnelled both ways for its lifetime", "[e2e][proxy][websocket]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up));
+  Sluice s(kSluice, upstream_env(up));
   auto c = Conn::open(s.port);
   REQUIRE(c.send("GET /ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
                  "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"));
@@ -561,7 +559,7 @@ TEST_CASE("a WebSocket upgrade is tunnelled both ways for its lifetime", "[e2e][
 TEST_CASE("an HTTP/1.0 client gets an HTTP/1.0 answer it can read, ended by the close",
           "[e2e][proxy]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up));
+  Sluice s(kSluice, upstream_env(up));
   auto c = Conn::open(s.port);
   // No Host (allowed in 1.0) and a chunked answer upstream, which 1.0 cannot read.
   REQUIRE(c.send("GET /large?bytes=40000&chunked=1 HTTP/1.0\r\n\r\n"));
@@ -576,7 +574,7 @@ TEST_CASE("an HTTP/1.0 client gets an HTTP/1.0 answer it can read, ended by the 
 
 TEST_CASE("HEAD keeps the upstream's Content-Length and sends no body", "[e2e][proxy]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up));
+  Sluice s(kSluice, upstream_env(up));
   auto c = Conn::open(s.port);
   REQUIRE(c.send(format_request("HEAD", "/large?bytes=1234", s.port)));
   auto res = c.read_response(3s, true);
@@ -593,7 +591,7 @@ TEST_CASE("HEAD keeps the upstream's Content-Length and sends no body", "[e2e][p
 TEST_CASE("during the drain delay a new connection is still served, then told to close",
           "[e2e][proxy][drain]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up, {{"SLUICE_DRAIN_DELAY", "3s"}}));
+  Sluice s(kSluice, upstream_env(up, {{"SLUICE_DRAIN_DELAY", "3s"}}));
   REQUIRE(kill(s.process.pid(), SIGTERM) == 0);
   REQUIRE(s.process.wait_for_err("draining", 2s));
   auto c = Conn::open(s.port);
@@ -610,7 +608,7 @@ TEST_CASE("during the drain delay a new connection is still served, then told to
 
 TEST_CASE("HEAD on the admin listener states the length and sends no body", "[e2e][proxy][admin]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up));
+  Sluice s(kSluice, upstream_env(up));
   auto c = Conn::open(s.admin);
   REQUIRE(c.send("HEAD /healthz HTTP/1.1\r\nHost: a\r\n\r\nGET /readyz HTTP/1.1\r\nHost: a\r\n\r\n"));
   auto head = c.read_response(3s, true);
@@ -625,7 +623,7 @@ TEST_CASE("HEAD on the admin listener states the length and sends no body", "[e2
 TEST_CASE("a request body that stalls past SLUICE_BODY_TIMEOUT gets 408 and is closed",
           "[e2e][proxy][limits]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up, {{"SLUICE_BODY_TIMEOUT", "300ms"}}));
+  Sluice s(kSluice, upstream_env(up, {{"SLUICE_BODY_TIMEOUT", "300ms"}}));
   auto c = Conn::open(s.port);
   REQUIRE(c.send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n0123456789"));
   auto res = c.read_response(3s);

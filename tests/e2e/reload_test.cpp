@@ -23,11 +23,11 @@ using sluice::test::format_request;
 using sluice::test::eventually;
 using sluice::test::request;
 using sluice::test::Sluice;
+using sluice::test::kSluice;
+using sluice::test::kUpstream;
 using sluice::test::Upstream;
 
 namespace {
-const std::string kSluice = SLUICE_BIN;
-const std::string kUpstream = SLUICE_UPSTREAM_BIN;
 
 struct TempFile {
   std::filesystem::path path;

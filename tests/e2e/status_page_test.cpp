@@ -24,18 +24,18 @@ using sluice::test::Conn;
 using sluice::test::Process;
 using sluice::test::request;
 using sluice::test::Sluice;
+using sluice::test::kSluice;
+using sluice::test::kUpstream;
 using sluice::test::Upstream;
 
 namespace {
 
-const std::string kSluice = SLUICE_BIN;
-const std::string kUpstream = SLUICE_UPSTREAM_BIN;
 
 std::map<std::string, std::string> env_for(const Upstream& up) {
-  return {{"SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(up.port)},
-          {"SLUICE_ROUTES", R"([{"name":"uploads","prefix":"/bulk","lane":"bulk"},)"
+  return sluice::test::upstream_env(
+      up, {{"SLUICE_ROUTES", R"([{"name":"uploads","prefix":"/bulk","lane":"bulk"},)"
                             R"({"name":"api","prefix":"/","lane":"standard"}])"},
-          {"SLUICE_TICK", "100ms"}};
+          {"SLUICE_TICK", "100ms"}});
 }
 
 // The text after the first occurrence of `attr` (e.g. `id="level-name"`) up to the next tag,

@@ -13,6 +13,17 @@
 
 namespace sluice::test {
 
+// The binaries under test (tests/CMakeLists.txt defines the paths).
+inline const std::string kSluice = SLUICE_BIN;
+inline const std::string kUpstream = SLUICE_UPSTREAM_BIN;
+
+// extra, plus SLUICE_UPSTREAMS naming `up` "api".
+inline std::map<std::string, std::string> upstream_env(
+    const Upstream& up, std::map<std::string, std::string> extra = {}) {
+  extra.emplace("SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(up.port));
+  return extra;
+}
+
 // Polls pred every 20 ms until it holds or timeout passes; returns the last answer.
 template <class Pred>
 bool eventually(Pred pred, std::chrono::milliseconds timeout) {
