@@ -1,0 +1,256 @@
+#pragma once
+// Bulkheads: how many requests of each lane may be in flight to one upstream.
+// Seeds 001 (lane admission) and 004 (heavy leases). A "round" there is a
+// request here, a "model pool" an upstream, a "provider refusal" its answer.
+//
+// The estimate K̂ (seed-and-grow), per bulkhead:
+//   start        K̂ = seed, slow start.
+//   growth       at most once per max(growth_interval, baseline response time),
+//                and only when demand met the estimate since the last growth
+//                (a request found no slot): an idle pool does not grow.
+//                slow start:   K̂ = 2 K̂
+//                below K:      K̂ += max(kMinStep, r K̂ (1 - K̂/K))   (logistic toward K)
+//                at or above K: K̂ += 1                            (slow probing upward)
+//   too much     an upstream 429 or 503, a connect or response timeout, or a
+//                response head slower than slow_factor x the baseline. It sets
+//                K = the load the refused request met when it was admitted, and
+//                K̂ = max(1, decrease x min(K̂, K)), ending slow start. Once per
+//                burst: signals from requests admitted before the decrease are
+//                the same burst and change nothing.
+//   K̂ never exceeds `max` (the connection pool's share).
+//
+// Lanes, in one bulkhead, for a request of lane l (slots S = floor(K̂), free F = S - running):
+//   guaranteed   floor_l x S for the lanes that have work (running, waiting or
+//                asking), by largest remainder; a lane with work and a non-zero
+//                floor gets at least one.
+//   1 floor      running_l < guaranteed_l: admitted while F > 0; on a bulkhead
+//                never measured exhausted, admitted even when full.
+//   2 reserved   a borrower is refused while the free slots are owed to other
+//                lanes below their floors that have requests waiting (reclaim at
+//                request boundaries: nothing in flight is cut).
+//   3 fair share the borrowed part goes to the waiting lane with the least
+//                borrowed per weight (ties: the heavier weight, then standard,
+//                heavy, bulk); others yield to it.
+//   4 chance     admitted with p = s(φ/0.3)^e, φ = 1 - running/K̂, s the
+//                smoothstep, e = clamp(max weight / weight_l, 1, 4): certain while
+//                30 % is free, 0 at K̂, flatter for lighter lanes.
+//   Oldest first: a newcomer queues behind the waiting requests of its lane.
+//   A request that is not admitted waits up to its lane's queue window and
+//   re-asks on every release and every tick, oldest first in its lane; then
+//   queue_timeout. With a zero window it is refused at once.
+//   Idle lanes lend everything: a lone flood may fill the bulkhead.
+// Delegated requests (a live lease's token) are seated at once on the parent's
+// lane, counted as running, never refused.
+//
+// Threading: not thread-safe. Each proxy I/O thread owns one Bulkhead per
+// upstream and estimates its own share, as every instance of a fleet does.
+// Time comes in as Micros since an epoch the caller picks; nothing is scheduled.
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "admission/gate.hpp"
+#include "admission/lane.hpp"
+
+namespace sluice::admission {
+
+using Micros = std::chrono::microseconds;
+
+// What an ended request said about its upstream.
+enum class Signal : std::uint8_t { clean, refused, timeout, slow, none };
+std::string_view to_string(Signal signal);
+
+struct EstimatePolicy {
+  double seed = 4.0;
+  double max = 256.0;
+  Micros growth_interval{250'000};
+  double decrease = 0.85;
+  double slow_factor = 4.0;  // 0: slowness is never "too much"
+  static constexpr double kRate = 0.5;
+  static constexpr double kMinStep = 0.25;
+  static constexpr int kBaselineSamples = 16;  // before slowness is judged
+};
+
+// Seed-and-grow: the concurrency one upstream serves now.
+class Estimate {
+ public:
+  explicit Estimate(const EstimatePolicy& p = {});
+  double value() const { return khat_; }
+  int slots() const;                     // max(1, floor(K̂))
+  double carrying() const { return k_; }  // 0: never measured
+  bool measured() const { return k_ > 0; }
+  bool slow_start() const { return slow_start_; }
+  Micros baseline() const { return Micros(static_cast<std::int64_t>(baseline_us_)); }
+  std::optional<Micros> exhausted_at() const { return exhausted_at_; }
+  Signal why() const { return why_; }
+  std::uint64_t decreases() const { return decreases_; }
+
+  void demand() { limited_ = true; }  // a request found no slot
+  // Grows when the interval has passed and demand met the estimate since.
+  bool maybe_grow(Micros now);
+  // A response head arrived after `ttfb`: clean, slow or (by status) refused.
+  Signal classify(int status, Micros ttfb) const;
+  // The request admitted as number `seq`, which met `load` running requests,
+  // ended with `signal`. True when this decreased the estimate.
+  bool observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, Micros now);
+  std::uint64_t next_seq() { return ++seq_; }
+  void set_policy(const EstimatePolicy& p);
+
+ private:
+  EstimatePolicy p_;
+  double khat_;
+  double k_ = 0.0;
+  bool slow_start_ = true;
+  bool limited_ = false;
+  Micros last_growth_{0};
+  double baseline_us_ = 0.0;
+  int samples_ = 0;
+  std::uint64_t seq_ = 0;
+  std::uint64_t burst_seq_ = 0;  // signals from requests admitted at or before it are one burst
+  std::optional<Micros> exhausted_at_;
+  Signal why_ = Signal::none;
+  std::uint64_t decreases_ = 0;
+};
+
+struct LanePolicy {
+  std::array<double, kLaneCount> floors{0.1, 0.5, 0.2};  // fractions of K̂
+  std::array<double, kLaneCount> weights{1.0, 4.0, 2.0};
+  std::array<Micros, kLaneCount> queue_window{Micros{0}, Micros{500'000}, Micros{2'000'000}};
+  Micros starved_after{5'000'000};
+};
+
+// What the lane rules look at: counts, no identities.
+struct Census {
+  double estimate = 1.0;  // K̂
+  bool measured = false;  // K is known (exhausted at least once)
+  std::array<int, kLaneCount> running{};
+  std::array<int, kLaneCount> waiting{};
+  int slots() const;
+  int total_running() const { return running[0] + running[1] + running[2]; }
+};
+
+using Seats = std::array<int, kLaneCount>;
+
+// Why a request was not seated (none: it was).
+enum class Hold : std::uint8_t { none, full, reserved, fair_share, chance, heavy_cap, behind };
+std::string_view to_string(Hold hold);
+
+// Guaranteed slots per lane; `asking` counts as having work.
+Seats guaranteed(const LanePolicy& p, const Census& c, std::optional<Lane> asking = {});
+// The probability of a marginal admission of `lane`.
+double marginal_probability(const LanePolicy& p, const Census& c, Lane lane);
+// Rules 1-4 for one request of `lane` (oldest-first is the caller's); u in [0,1) is the draw.
+Hold decide(const LanePolicy& p, const Census& c, Lane lane, double u);
+// How many of `wanted` requests of `lane` would be seated now with certainty
+// (rules 1-3 and p == 1), seating nothing.
+int plan(const LanePolicy& p, Census c, Lane lane, int wanted);
+
+// The absolute cap on heavy leases (SLUICE_HEAVY_MAX_IN_FLIGHT), shared by
+// every bulkhead of the process; the proxy implements it with an atomic.
+class LeaseCap {
+ public:
+  virtual ~LeaseCap() = default;
+  virtual bool try_take() = 0;
+  virtual void give_back() = 0;
+};
+
+// A request holding or waiting for a slot. The owner keeps it alive while it is
+// queued or seated; a seat is given back exactly once by release().
+struct Seat {
+  Lane lane = Lane::standard;
+  bool seated = false;
+  bool queued = false;
+  bool delegated = false;
+  bool capped = false;       // holds one unit of the heavy cap
+  std::uint64_t seq = 0;
+  int load = 0;              // running requests when it was seated
+  Micros since{0};           // queued or seated at
+  Seat* prev = nullptr;      // in its lane's queue, or its lane's live list
+  Seat* next = nullptr;
+  virtual ~Seat() = default;
+  // A queued request got its slot (called from release() or tick()).
+  virtual void on_seated() {}
+};
+
+struct LaneView {
+  int running = 0, waiting = 0, guaranteed = 0, borrowed = 0, delegated = 0;
+  std::optional<Micros> oldest_waiting_since;
+  std::optional<Micros> youngest_seat_since;
+  std::optional<Micros> waiting_since;  // the queue has not been empty since
+  bool starving = false;
+};
+
+struct BulkheadView {
+  double estimate = 0, carrying = 0;
+  bool slow_start = true;
+  std::optional<Micros> exhausted_at;
+  Signal why = Signal::none;
+  int slots = 0, running = 0, waiting = 0, free = 0;
+  std::uint64_t successes = 0, failures = 0, decreases = 0;
+  Micros mean_latency{0};
+  std::array<LaneView, kLaneCount> lanes{};
+};
+
+class Bulkhead {
+ public:
+  Bulkhead(const LanePolicy& lanes, const EstimatePolicy& estimate, LeaseCap* heavy_cap = nullptr);
+  Bulkhead(const Bulkhead&) = delete;
+  Bulkhead& operator=(const Bulkhead&) = delete;
+
+  // A new request of s.lane. Seated: true. Otherwise queued (s.queued) when
+  // its window is not zero, or refused (neither); `hold` says why.
+  bool ask(Seat& s, Micros now, Rng& rng, Hold* hold = nullptr);
+  // A request carrying a live lease's token: seated at once, never refused.
+  void seat_delegated(Seat& s, Micros now);
+  // The request ended; `signal` is what it said (none: nothing learnt). Serves waiters.
+  void release(Seat& s, Signal signal, Micros ttfb, Micros now, Rng& rng);
+  // Takes a queued request out (its window ended or its client left).
+  void cancel(Seat& s, Micros now);
+  // Growth and a re-ask of the waiters. Returns lanes that became starving.
+  std::array<bool, kLaneCount> tick(Micros now, Rng& rng);
+  // Classifies a response head for release().
+  Signal classify(int status, Micros ttfb) const { return estimate_.classify(status, ttfb); }
+
+  Census census() const;
+  BulkheadView view(Micros now) const;
+  const Estimate& estimate() const { return estimate_; }
+  const LanePolicy& lanes() const { return lanes_; }
+  void set_policy(const LanePolicy& lanes, const EstimatePolicy& estimate);
+  // The youngest live seat of `lane` (seed 004: when capacity last turned over).
+  std::optional<Micros> youngest(Lane lane) const;
+  std::optional<Micros> oldest_waiting(Lane lane) const;
+
+ private:
+  struct List {
+    Seat* head = nullptr;
+    Seat* tail = nullptr;
+    void push_back(Seat& s);
+    void erase(Seat& s);
+  };
+  Hold try_seat(Seat& s, Micros now, Rng& rng, bool newcomer);
+  void seat(Seat& s, Micros now);
+  void serve(Micros now, Rng& rng);
+  bool starving(Lane lane, const Seats& g, Micros now) const;
+
+  LanePolicy lanes_;
+  Estimate estimate_;
+  LeaseCap* heavy_cap_;
+  std::array<int, kLaneCount> running_{};
+  std::array<int, kLaneCount> waiting_{};
+  std::array<int, kLaneCount> delegated_{};
+  std::array<List, kLaneCount> queue_{};  // oldest first
+  std::array<List, kLaneCount> live_{};   // seated, in seating order
+  std::array<std::optional<Micros>, kLaneCount> waiting_since_{};
+  std::array<bool, kLaneCount> was_starving_{};
+  std::uint64_t successes_ = 0, failures_ = 0;
+  double latency_sum_us_ = 0;
+};
+
+// Seed 004's Retry-After, before clamping to the lane's band: the larger of the
+// queue window the request exhausted and the age of the youngest live lease
+// (absent: no lease is live).
+Millis lease_retry_after(Micros window_waited, std::optional<Micros> youngest_age);
+
+}  // namespace sluice::admission
