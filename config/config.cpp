@@ -6,6 +6,7 @@
 #include <array>
 #include <charconv>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -120,6 +121,40 @@ constexpr Variable kVariables[] = {
      "with the level); lanes left out keep their defaults."},
     {"SLUICE_RETRY_AFTER", "bulk=120s:180s;standard=1s:30s;heavy=2s:60s",
      "Per lane, floor and cap of the derived Retry-After; lanes left out keep their defaults."},
+    {"SLUICE_LANE_FLOORS", "bulk=0.1;standard=0.5;heavy=0.2",
+     "Per lane, the fraction of an upstream's measured capacity guaranteed to the lane while it "
+     "has work (each in 0..1, together at most 1); lanes left out keep their defaults."},
+    {"SLUICE_LANE_WEIGHTS", "bulk=1;standard=4;heavy=2",
+     "Per lane, its share of borrowed capacity (weighted fair share above the floors) and how "
+     "eagerly it takes the last free slots (each a finite number above 0); lanes left out keep "
+     "their defaults."},
+    {"SLUICE_QUEUE_WINDOW", "bulk=0s;standard=500ms;heavy=2s",
+     "Per lane, how long a request that finds no free slot may wait for one before a 503 "
+     "queue_timeout (0s..5m; 0s refuses at once); lanes left out keep their defaults."},
+    {"SLUICE_STARVED_AFTER", "5s",
+     "A lane below its floor whose queue has stayed non-empty this long is listed as starving "
+     "and counted (greater than 0)."},
+    {"SLUICE_HEAVY_MAX_IN_FLIGHT", "unset",
+     "Optional absolute cap (at least 1) on live heavy leases across the process (a heavy lease "
+     "lasts the whole response, an SSE stream included); unset, heavy requests are limited only "
+     "relative to the measured capacity."},
+    {"SLUICE_BULKHEAD_SEED", "4",
+     "The capacity estimate an upstream starts from (split across the I/O threads, at least 1 "
+     "each) before slow start grows it (1..100000)."},
+    {"SLUICE_BULKHEAD_GROWTH_INTERVAL", "250ms",
+     "Least time between two growths of an upstream's capacity estimate, and never faster than "
+     "the upstream's baseline response time (at least 1ms)."},
+    {"SLUICE_BULKHEAD_SLOW_FACTOR", "4",
+     "A response head this many times slower than the upstream's recent baseline counts as too "
+     "much load and lowers the estimate; 0 turns this off, otherwise at least 1.5."},
+    {"SLUICE_DELEGATION", "on",
+     "on or off; on: each forwarded request carries a signed lease token (header "
+     "X-Sluice-Lease), and a request that carries a live lease's token is seated at once on its "
+     "parent's lane."},
+    {"SLUICE_LEASE_KEY", "generated at start",
+     "32 hex digits (16 bytes), the key that signs lease tokens; set the same key on all "
+     "instances only if tokens must verify across restarts. check-config shows it only as "
+     "(set)."},
     {"SLUICE_PINS_FILE", "unset",
      "A JSON file of pins ({\"level\":N,\"ttl\":\"10m\",\"reason\":\"...\"} or {} for none), "
      "re-read when it changes; a missing or unreadable file acts as no pin."},
@@ -192,6 +227,27 @@ std::string format_duration(Duration d) {
   if (ms % 60'000 == 0) return std::to_string(ms / 60'000) + "m";
   if (ms % 1'000 == 0) return std::to_string(ms / 1'000) + "s";
   return std::to_string(ms) + "ms";
+}
+
+std::string format_micros(admission::Micros us) {
+  return format_duration(std::chrono::duration_cast<Duration>(us));
+}
+
+// The shortest text that reads back as the same double.
+std::string format_number(double v) {
+  char buf[32];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+// "bulk=..;standard=..;heavy=..", the form the per-lane variables take.
+template <class T, class Format>
+std::string per_lane(const std::array<T, admission::kLaneCount>& values, Format format) {
+  std::string out;
+  for (auto lane : admission::kLanes)
+    out += (out.empty() ? "" : ";") + std::string(admission::to_string(lane)) + "=" +
+           format(values[admission::index(lane)]);
+  return out;
 }
 
 std::string format_bytes(std::uint64_t n) {
@@ -667,6 +723,68 @@ admission::RetryBands parse_bands(std::string_view text, admission::RetryBands o
   return out;
 }
 
+// A duration as the bulkhead keeps it, in microseconds.
+admission::Micros to_micros(std::string_view text, Duration d) {
+  constexpr auto kMax = std::chrono::duration_cast<Duration>(admission::Micros::max());
+  if (d > kMax) invalid(in_quotes(text) + " is too large");
+  return std::chrono::duration_cast<admission::Micros>(d);
+}
+
+using LaneNumbers = std::array<double, admission::kLaneCount>;
+
+LaneNumbers parse_floors(std::string_view text, LaneNumbers out) {
+  parse_per_lane(text, out, [&](std::string_view v) {
+    double f = parse_decimal(v);
+    if (f > 1) invalid(in_quotes(v) + " is above 1; a floor is a fraction 0..1 of the capacity");
+    return f;
+  }, "bulk=0.1;standard=0.5;heavy=0.2");
+  double sum = 0;
+  for (double f : out) sum += f;
+  // A little slack for decimal fractions that do not add up exactly in binary (0.2+0.5+0.3).
+  if (sum > 1 + 1e-9) {
+    char total[32];
+    std::snprintf(total, sizeof total, "%.6g", sum);
+    invalid("the floors " + per_lane(out, format_number) + " add up to " + total +
+            "; together they may guarantee at most 1 (lanes left out keep their defaults)");
+  }
+  return out;
+}
+
+LaneNumbers parse_weights(std::string_view text, LaneNumbers out) {
+  parse_per_lane(text, out, [&](std::string_view v) {
+    double w = parse_decimal(v);
+    if (w <= 0 || !std::isfinite(w))
+      invalid(in_quotes(v) + " is out of range; valid: a finite number above 0, e.g. standard=4");
+    return w;
+  }, "bulk=1;standard=4;heavy=2");
+  return out;
+}
+
+std::array<admission::Micros, admission::kLaneCount> parse_windows(
+    std::string_view text, std::array<admission::Micros, admission::kLaneCount> out) {
+  parse_per_lane(text, out, [&](std::string_view v) {
+    Duration d = parse_duration(v);
+    if (d > Duration{300'000}) invalid(in_quotes(v) + " is out of range; valid: 0s..5m");
+    return to_micros(v, d);
+  }, "bulk=0s;standard=500ms;heavy=2s");
+  return out;
+}
+
+// 32 hex digits. The value is a secret: no message repeats any of it.
+std::string parse_lease_key(const std::string& v) {
+  const std::string kHint = "give 32 hex digits (16 bytes), e.g. from openssl rand -hex 16";
+  if (v.empty())
+    invalid("set but empty; " + kHint + ", or unset it to have one generated at start");
+  if (v.size() != 32)
+    invalid("has " + std::to_string(v.size()) + " characters, not 32; " + kHint);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    char c = v[i];
+    if (!is_digit(c) && !(c >= 'a' && c <= 'f') && !(c >= 'A' && c <= 'F'))
+      invalid("character " + std::to_string(i + 1) + " is not a hex digit; " + kHint);
+  }
+  return v;
+}
+
 Admission read_admission(const Env& env) {
   Admission a;
   read(env, "SLUICE_ADMISSION_MODE", a.mode, [](const std::string& v) {
@@ -705,6 +823,48 @@ Admission read_admission(const Env& env) {
        [&](const std::string& v) { return parse_factors(v, a.factors); });
   read(env, "SLUICE_RETRY_AFTER", a.retry,
        [&](const std::string& v) { return parse_bands(v, a.retry); });
+  auto& lanes = a.lanes;
+  read(env, "SLUICE_LANE_FLOORS", lanes.floors,
+       [&](const std::string& v) { return parse_floors(v, lanes.floors); });
+  read(env, "SLUICE_LANE_WEIGHTS", lanes.weights,
+       [&](const std::string& v) { return parse_weights(v, lanes.weights); });
+  read(env, "SLUICE_QUEUE_WINDOW", lanes.queue_window,
+       [&](const std::string& v) { return parse_windows(v, lanes.queue_window); });
+  read(env, "SLUICE_STARVED_AFTER", lanes.starved_after, [](const std::string& v) {
+    Duration d = parse_duration(v);
+    if (d.count() <= 0)
+      invalid(in_quotes(v) + " is not allowed; valid: greater than 0, e.g. " +
+              std::string(default_of("SLUICE_STARVED_AFTER")));
+    return to_micros(v, d);
+  });
+  if (lookup(env, "SLUICE_HEAVY_MAX_IN_FLIGHT")) {
+    std::size_t cap = 0;
+    read_count(env, "SLUICE_HEAVY_MAX_IN_FLIGHT", cap, 1, {}, false);
+    a.heavy_max_in_flight = cap;
+  }
+  auto& estimate = a.estimate;
+  read(env, "SLUICE_BULKHEAD_SEED", estimate.seed, [](const std::string& v) {
+    double seed = parse_decimal(v);
+    if (seed < 1 || seed > 100'000) invalid(in_quotes(v) + " is out of range; valid: 1..100000");
+    return seed;
+  });
+  read(env, "SLUICE_BULKHEAD_GROWTH_INTERVAL", estimate.growth_interval, [](const std::string& v) {
+    Duration d = parse_duration(v);
+    if (d < Duration{1}) invalid(in_quotes(v) + " is out of range; valid: at least 1ms");
+    return to_micros(v, d);
+  });
+  read(env, "SLUICE_BULKHEAD_SLOW_FACTOR", estimate.slow_factor, [](const std::string& v) {
+    double factor = parse_decimal(v);
+    if (factor != 0 && !(factor >= 1.5 && std::isfinite(factor)))
+      invalid(in_quotes(v) + " is out of range; valid: 0 (off) or a number of at least 1.5");
+    return factor;
+  });
+  read(env, "SLUICE_DELEGATION", a.delegation, [](const std::string& v) {
+    if (v == "on") return true;
+    if (v == "off") return false;
+    invalid(in_quotes(v) + " is neither on nor off; valid: on, off");
+  });
+  read(env, "SLUICE_LEASE_KEY", a.lease_key, parse_lease_key);
   read(env, "SLUICE_PINS_FILE", a.pins_file, [](const std::string& v) {
     if (v.empty()) invalid("empty; give the path of a JSON pins file");
     return v;
@@ -877,16 +1037,11 @@ std::string to_json(const Config& c) {
     for (const auto& v : values) out += (out.empty() ? "" : ",") + format(v);
     return out;
   };
-  auto number = [](double v) {
-    char buf[32];
-    auto r = std::to_chars(buf, buf + sizeof buf, v);
-    return std::string(buf, r.ptr);
-  };
   j["admission_mode"] = std::string(admission::to_string(a.mode));
   j["admission_profile"] = a.profile;
   j["tick"] = format_duration(a.tick);
-  j["admission_lag_ms"] = list(k.lag_ms, number);
-  j["admission_upstream_wait_ms"] = list(k.upstream_wait_ms, number);
+  j["admission_lag_ms"] = list(k.lag_ms, format_number);
+  j["admission_upstream_wait_ms"] = list(k.upstream_wait_ms, format_number);
   j["admission_rise_ticks"] = k.rise_ticks;
   j["admission_emergency_ms"] = k.emergency_stall.count();
   j["admission_hold"] = list(k.hold, format_duration);
@@ -894,16 +1049,22 @@ std::string to_json(const Config& c) {
   j["admission_spacing"] = format_duration(k.spacing);
   j["admission_emergency_dwell"] = format_duration(k.emergency_dwell);
   j["admission_timeout_pin"] = format_duration(k.timeout_window);
-  std::string factors, bands;
-  for (auto lane : admission::kLanes) {
-    auto i = admission::index(lane);
-    factors += (factors.empty() ? "" : ";") + std::string(admission::to_string(lane)) + "=" +
-               list(a.factors[i], number);
-    bands += (bands.empty() ? "" : ";") + std::string(admission::to_string(lane)) + "=" +
-             format_duration(a.retry[i].floor) + ":" + format_duration(a.retry[i].cap);
-  }
-  j["lane_factors"] = factors;
-  j["retry_after"] = bands;
+  j["lane_factors"] =
+      per_lane(a.factors, [&](const auto& factors) { return list(factors, format_number); });
+  j["retry_after"] = per_lane(a.retry, [](const admission::RetryBand& band) {
+    return format_duration(band.floor) + ":" + format_duration(band.cap);
+  });
+  j["lane_floors"] = per_lane(a.lanes.floors, format_number);
+  j["lane_weights"] = per_lane(a.lanes.weights, format_number);
+  j["queue_window"] = per_lane(a.lanes.queue_window, format_micros);
+  j["starved_after"] = format_micros(a.lanes.starved_after);
+  j["heavy_max_in_flight"] =
+      a.heavy_max_in_flight ? Json(*a.heavy_max_in_flight) : Json(nullptr);
+  j["bulkhead_seed"] = a.estimate.seed;
+  j["bulkhead_growth_interval"] = format_micros(a.estimate.growth_interval);
+  j["bulkhead_slow_factor"] = a.estimate.slow_factor;
+  j["delegation"] = a.delegation ? "on" : "off";
+  j["lease_key"] = a.lease_key.empty() ? Json(nullptr) : Json("(set)");
   j["pins_file"] = a.pins_file.empty() ? Json(nullptr) : Json(a.pins_file);
   j["tick_log"] = a.tick_log.empty() ? Json(nullptr) : Json(a.tick_log);
   j["debug_endpoints"] = c.debug_endpoints;
@@ -956,7 +1117,7 @@ std::string reference_markdown() {
       "prefix `SLUICE_`. A bad value, or an unknown `SLUICE_` name (a typo), stops start-up with\n"
       "`sluice: config: SLUICE_X: <what is wrong and what would be valid>` and exit status 2.\n"
       "`sluice check-config` validates the environment and prints the effective configuration\n"
-      "as JSON (the admin token shown only as `(set)`).\n"
+      "as JSON (the admin token and the lease key shown only as `(set)`).\n"
       "\n"
       "| variable | default | meaning |\n"
       "|---|---|---|\n";

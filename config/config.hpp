@@ -5,12 +5,14 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "admission/bulkhead.hpp"
 #include "admission/controller.hpp"
 #include "admission/gate.hpp"
 #include "routes/routes.hpp"
@@ -41,6 +43,11 @@ struct Admission {
   admission::ControllerConfig controller = admission::ControllerConfig::fast();
   admission::LaneFactors factors = admission::default_lane_factors();
   admission::RetryBands retry = admission::default_retry_bands();
+  admission::LanePolicy lanes;         // floors, weights, queue_window, starved_after
+  admission::EstimatePolicy estimate;  // seed, growth_interval, slow_factor (max: set by the proxy)
+  std::optional<std::size_t> heavy_max_in_flight;  // unset: none
+  bool delegation = true;
+  std::string lease_key;  // 32 hex digits (16 bytes); empty: generated at start
   std::string pins_file;  // empty: unset
   std::string tick_log;   // empty: unset
 };
@@ -125,7 +132,8 @@ Env with_config_file(const Env& env);
 // required; every other variable is still validated. Throws ConfigError.
 Admission load_admission(const Env& env);
 
-// Effective configuration as pretty JSON (check-config); the token is redacted.
+// Effective configuration as pretty JSON (check-config); the admin token and the
+// lease key are redacted.
 std::string to_json(const Config& config);
 
 // `sluice --help` text: usage plus the variable table.

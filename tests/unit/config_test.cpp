@@ -93,7 +93,7 @@ TEST_CASE("the variable table names each variable once, with a default and a mea
     CHECK_FALSE(v.meaning.empty());
     CHECK(names.insert(v.name).second);
   }
-  CHECK(names.size() == 41);
+  CHECK(names.size() == 51);
 }
 
 TEST_CASE("every variable in the table is read by load and shown by to_json", "[config]") {
@@ -125,7 +125,9 @@ TEST_CASE("the defaults in the table are the defaults load applies", "[config]")
   CHECK(not_literal == std::set<std::string_view>{"SLUICE_ADMIN_TOKEN", "SLUICE_UPSTREAMS",
                                                   "SLUICE_ROUTES", "SLUICE_ROUTES_FILE",
                                                   "SLUICE_THREADS", "SLUICE_PINS_FILE",
-                                                  "SLUICE_TICK_LOG", "SLUICE_CONFIG_FILE"});
+                                                  "SLUICE_TICK_LOG", "SLUICE_CONFIG_FILE",
+                                                  "SLUICE_HEAVY_MAX_IN_FLIGHT",
+                                                  "SLUICE_LEASE_KEY"});
 
   // And the loaded defaults are the struct's.
   Config expected;
@@ -493,6 +495,16 @@ TEST_CASE("every config error starts with the variable it is about", "[config]")
       {"SLUICE_ADMISSION_TIMEOUT_PIN", "0s"},
       {"SLUICE_LANE_FACTORS", "bulk=1,2,0,0"},
       {"SLUICE_RETRY_AFTER", "bulk=10s:5s"},
+      {"SLUICE_LANE_FLOORS", "standard=0.8"},
+      {"SLUICE_LANE_WEIGHTS", "bulk=0"},
+      {"SLUICE_QUEUE_WINDOW", "heavy=6m"},
+      {"SLUICE_STARVED_AFTER", "0s"},
+      {"SLUICE_HEAVY_MAX_IN_FLIGHT", "0"},
+      {"SLUICE_BULKHEAD_SEED", "0.5"},
+      {"SLUICE_BULKHEAD_GROWTH_INTERVAL", "0"},
+      {"SLUICE_BULKHEAD_SLOW_FACTOR", "1"},
+      {"SLUICE_DELEGATION", "true"},
+      {"SLUICE_LEASE_KEY", "abc"},
       {"SLUICE_PINS_FILE", ""},
       {"SLUICE_TICK_LOG", ""},
       {"SLUICE_DEBUG_ENDPOINTS", "yes"},
@@ -520,6 +532,15 @@ TEST_CASE("to_json never contains the admin token", "[config][json]") {
   CHECK_THAT(shown, !Catch::Contains("hunter2-secret"));
   CHECK(nlohmann::json::parse(shown)["admin_token"] == "(set)");
   CHECK(nlohmann::json::parse(to_json(load(minimal())))["admin_token"].is_null());
+}
+
+TEST_CASE("to_json never contains the lease key", "[config][json]") {
+  const std::string key = "00112233445566778899aabbccddeeff";
+  std::string shown = to_json(load(minimal({{"SLUICE_LEASE_KEY", key}})));
+  CHECK_THAT(shown, !Catch::Contains(key));
+  CHECK_THAT(shown, !Catch::Contains("00112233"));
+  CHECK(nlohmann::json::parse(shown)["lease_key"] == "(set)");
+  CHECK(nlohmann::json::parse(to_json(load(minimal())))["lease_key"].is_null());
 }
 
 TEST_CASE("to_json shows values in user units and routes by upstream name", "[config][json]") {
@@ -664,4 +685,218 @@ TEST_CASE("SLUICE_CONFIG_FILE lines are laid over the environment and checked li
   TempFile junk("TICK=1s\n");
   CHECK_THAT(error_of(minimal({{"SLUICE_CONFIG_FILE", junk.path.string()}})),
              Catch::Contains("line 1: not SLUICE_X=value"));
+}
+
+TEST_CASE("bulkhead and lease variables default to the documented values", "[config][admission]") {
+  auto a = load(minimal()).admission;
+  CHECK(a.lanes.floors == std::array<double, 3>{0.1, 0.5, 0.2});
+  CHECK(a.lanes.weights == std::array<double, 3>{1, 4, 2});
+  CHECK(a.lanes.queue_window ==
+        std::array<sluice::admission::Micros, 3>{0us, 500'000us, 2'000'000us});
+  CHECK(a.lanes.starved_after == 5s);
+  CHECK_FALSE(a.heavy_max_in_flight.has_value());
+  CHECK(a.estimate.seed == 4.0);
+  CHECK(a.estimate.growth_interval == 250ms);
+  CHECK(a.estimate.slow_factor == 4.0);
+  CHECK(a.estimate.max == sluice::admission::EstimatePolicy{}.max);  // the proxy sets it
+  CHECK(a.estimate.decrease == sluice::admission::EstimatePolicy{}.decrease);
+  CHECK(a.delegation);
+  CHECK(a.lease_key.empty());
+
+  auto j = nlohmann::json::parse(to_json(load(minimal())));
+  CHECK(j["lane_floors"] == "bulk=0.1;standard=0.5;heavy=0.2");
+  CHECK(j["lane_weights"] == "bulk=1;standard=4;heavy=2");
+  CHECK(j["queue_window"] == "bulk=0s;standard=500ms;heavy=2s");
+  CHECK(j["starved_after"] == "5s");
+  CHECK(j["heavy_max_in_flight"].is_null());
+  CHECK(j["bulkhead_seed"] == 4.0);
+  CHECK(j["bulkhead_growth_interval"] == "250ms");
+  CHECK(j["bulkhead_slow_factor"] == 4.0);
+  CHECK(j["delegation"] == "on");
+  CHECK(j["lease_key"].is_null());
+}
+
+TEST_CASE("bulkhead and lease variables are parsed into the admission config",
+          "[config][admission]") {
+  const Env env{{"SLUICE_LANE_FLOORS", "bulk=0;heavy=0.5"},
+                {"SLUICE_LANE_WEIGHTS", "standard=2.5"},
+                {"SLUICE_QUEUE_WINDOW", "bulk=100ms;heavy=5m"},
+                {"SLUICE_STARVED_AFTER", "1500ms"},
+                {"SLUICE_HEAVY_MAX_IN_FLIGHT", "32"},
+                {"SLUICE_BULKHEAD_SEED", "16"},
+                {"SLUICE_BULKHEAD_GROWTH_INTERVAL", "1ms"},
+                {"SLUICE_BULKHEAD_SLOW_FACTOR", "1.5"},
+                {"SLUICE_DELEGATION", "off"},
+                {"SLUICE_LEASE_KEY", "00112233445566778899AABBccddeeff"}};
+  auto a = load(minimal(env)).admission;
+  // Lanes left out keep their defaults.
+  CHECK(a.lanes.floors == std::array<double, 3>{0, 0.5, 0.5});
+  CHECK(a.lanes.weights == std::array<double, 3>{1, 2.5, 2});
+  CHECK(a.lanes.queue_window ==
+        std::array<sluice::admission::Micros, 3>{100'000us, 500'000us, 300'000'000us});
+  CHECK(a.lanes.starved_after == 1500ms);
+  CHECK(a.heavy_max_in_flight == std::optional<std::size_t>{32});
+  CHECK(a.estimate.seed == 16.0);
+  CHECK(a.estimate.growth_interval == 1ms);
+  CHECK(a.estimate.slow_factor == 1.5);
+  CHECK_FALSE(a.delegation);
+  CHECK(a.lease_key == "00112233445566778899AABBccddeeff");
+
+  auto j = nlohmann::json::parse(to_json(load(minimal(env))));
+  CHECK(j["lane_floors"] == "bulk=0;standard=0.5;heavy=0.5");
+  CHECK(j["lane_weights"] == "bulk=1;standard=2.5;heavy=2");
+  CHECK(j["queue_window"] == "bulk=100ms;standard=500ms;heavy=5m");
+  CHECK(j["starved_after"] == "1500ms");
+  CHECK(j["heavy_max_in_flight"] == 32);
+  CHECK(j["bulkhead_seed"] == 16.0);
+  CHECK(j["bulkhead_growth_interval"] == "1ms");
+  CHECK(j["bulkhead_slow_factor"] == 1.5);
+  CHECK(j["delegation"] == "off");
+  CHECK(j["lease_key"] == "(set)");
+
+  // The same values reach `sluice replay` and live reload through load_admission.
+  auto replayed = sluice::config::load_admission(env);
+  CHECK(replayed.lanes.floors == a.lanes.floors);
+  CHECK(replayed.lanes.weights == a.lanes.weights);
+  CHECK(replayed.lanes.queue_window == a.lanes.queue_window);
+  CHECK(replayed.lanes.starved_after == a.lanes.starved_after);
+  CHECK(replayed.heavy_max_in_flight == a.heavy_max_in_flight);
+  CHECK(replayed.estimate.seed == a.estimate.seed);
+  CHECK(replayed.estimate.growth_interval == a.estimate.growth_interval);
+  CHECK(replayed.estimate.slow_factor == a.estimate.slow_factor);
+  CHECK(replayed.delegation == a.delegation);
+  CHECK(replayed.lease_key == a.lease_key);
+}
+
+TEST_CASE("the limits of the bulkhead and lease variables are accepted", "[config][admission]") {
+  auto a = load(minimal({{"SLUICE_LANE_FLOORS", "bulk=0.2;standard=0.5;heavy=0.3"},
+                         {"SLUICE_LANE_WEIGHTS", "bulk=0.001;standard=1e6"},
+                         {"SLUICE_QUEUE_WINDOW", "standard=0"},
+                         {"SLUICE_STARVED_AFTER", "1ms"},
+                         {"SLUICE_HEAVY_MAX_IN_FLIGHT", "1"},
+                         {"SLUICE_BULKHEAD_SEED", "100000"},
+                         {"SLUICE_BULKHEAD_SLOW_FACTOR", "0"}}))
+               .admission;
+  CHECK(a.lanes.floors == std::array<double, 3>{0.2, 0.5, 0.3});  // sums to 1, give or take a bit
+  CHECK(a.lanes.weights == std::array<double, 3>{0.001, 1e6, 2});
+  CHECK(a.lanes.queue_window[1] == 0us);
+  CHECK(a.lanes.starved_after == 1ms);
+  CHECK(a.heavy_max_in_flight == std::optional<std::size_t>{1});
+  CHECK(a.estimate.seed == 100'000.0);
+  CHECK(a.estimate.slow_factor == 0.0);
+  CHECK(load(minimal({{"SLUICE_BULKHEAD_SEED", "1"}})).admission.estimate.seed == 1.0);
+  CHECK(load(minimal({{"SLUICE_LANE_FLOORS", "bulk=1;standard=0;heavy=0"}}))
+            .admission.lanes.floors == std::array<double, 3>{1, 0, 0});
+}
+
+TEST_CASE("SLUICE_LANE_FLOORS: each in 0..1, together at most 1, lanes by name",
+          "[config][admission]") {
+  CHECK(error_of(minimal({{"SLUICE_LANE_FLOORS", "standard=0.8"}})) ==
+        "SLUICE_LANE_FLOORS: the floors bulk=0.1;standard=0.8;heavy=0.2 add up to 1.1; together "
+        "they may guarantee at most 1 (lanes left out keep their defaults)");
+  CHECK(error_of(minimal({{"SLUICE_LANE_FLOORS", "bulk=1.5"}})) ==
+        "SLUICE_LANE_FLOORS: \"1.5\" is above 1; a floor is a fraction 0..1 of the capacity");
+  CHECK(error_of(minimal({{"SLUICE_LANE_FLOORS", "bulk=-0.1"}})) ==
+        "SLUICE_LANE_FLOORS: \"-0.1\" is not a non-negative number");
+  CHECK(error_of(minimal({{"SLUICE_LANE_FLOORS", "fast=0.1"}})) ==
+        "SLUICE_LANE_FLOORS: \"fast\" is not a lane; valid: bulk, standard, heavy");
+  CHECK(error_of(minimal({{"SLUICE_LANE_FLOORS", "0.1"}})) ==
+        "SLUICE_LANE_FLOORS: \"0.1\" is not lane=value; e.g. bulk=0.1;standard=0.5;heavy=0.2");
+  CHECK_THAT(error_of(minimal({{"SLUICE_LANE_FLOORS", "bulk=nan"}})),
+             Catch::StartsWith("SLUICE_LANE_FLOORS: "));
+}
+
+TEST_CASE("SLUICE_LANE_WEIGHTS: each finite and above 0", "[config][admission]") {
+  CHECK(error_of(minimal({{"SLUICE_LANE_WEIGHTS", "bulk=0"}})) ==
+        "SLUICE_LANE_WEIGHTS: \"0\" is out of range; valid: a finite number above 0, e.g. "
+        "standard=4");
+  CHECK(error_of(minimal({{"SLUICE_LANE_WEIGHTS", "heavy=inf"}})) ==
+        "SLUICE_LANE_WEIGHTS: \"inf\" is out of range; valid: a finite number above 0, e.g. "
+        "standard=4");
+  CHECK(error_of(minimal({{"SLUICE_LANE_WEIGHTS", "heavy=-2"}})) ==
+        "SLUICE_LANE_WEIGHTS: \"-2\" is not a non-negative number");
+  CHECK(error_of(minimal({{"SLUICE_LANE_WEIGHTS", "batch=1"}})) ==
+        "SLUICE_LANE_WEIGHTS: \"batch\" is not a lane; valid: bulk, standard, heavy");
+}
+
+TEST_CASE("SLUICE_QUEUE_WINDOW: durations with a unit, at most 5m", "[config][admission]") {
+  CHECK(error_of(minimal({{"SLUICE_QUEUE_WINDOW", "heavy=6m"}})) ==
+        "SLUICE_QUEUE_WINDOW: \"6m\" is out of range; valid: 0s..5m");
+  CHECK(error_of(minimal({{"SLUICE_QUEUE_WINDOW", "standard=500"}})) ==
+        "SLUICE_QUEUE_WINDOW: \"500\" has no unit; use e.g. 250ms, 5s, 2m");
+  CHECK(error_of(minimal({{"SLUICE_QUEUE_WINDOW", "standard=-1s"}})) ==
+        "SLUICE_QUEUE_WINDOW: \"-1s\" is negative; use e.g. 250ms, 5s, 2m");
+  CHECK(error_of(minimal({{"SLUICE_QUEUE_WINDOW", "urgent=1s"}})) ==
+        "SLUICE_QUEUE_WINDOW: \"urgent\" is not a lane; valid: bulk, standard, heavy");
+}
+
+TEST_CASE("SLUICE_STARVED_AFTER must be greater than 0", "[config][admission]") {
+  CHECK(error_of(minimal({{"SLUICE_STARVED_AFTER", "0s"}})) ==
+        "SLUICE_STARVED_AFTER: \"0s\" is not allowed; valid: greater than 0, e.g. 5s");
+  CHECK(error_of(minimal({{"SLUICE_STARVED_AFTER", "5"}})) ==
+        "SLUICE_STARVED_AFTER: \"5\" has no unit; use e.g. 250ms, 5s, 2m");
+  // Too large to hold in microseconds.
+  CHECK(error_of(minimal({{"SLUICE_STARVED_AFTER", "9223372036854776ms"}})) ==
+        "SLUICE_STARVED_AFTER: \"9223372036854776ms\" is too large");
+}
+
+TEST_CASE("SLUICE_HEAVY_MAX_IN_FLIGHT is a whole number of at least 1", "[config][admission]") {
+  CHECK(error_of(minimal({{"SLUICE_HEAVY_MAX_IN_FLIGHT", "0"}})) ==
+        "SLUICE_HEAVY_MAX_IN_FLIGHT: \"0\" is out of range; valid: at least 1");
+  CHECK(error_of(minimal({{"SLUICE_HEAVY_MAX_IN_FLIGHT", "2.5"}})) ==
+        "SLUICE_HEAVY_MAX_IN_FLIGHT: \"2.5\" is not a whole number; e.g. 512");
+  CHECK(variable_of(minimal({{"SLUICE_HEAVY_MAX_IN_FLIGHT", ""}})) ==
+        "SLUICE_HEAVY_MAX_IN_FLIGHT");
+}
+
+TEST_CASE("SLUICE_BULKHEAD_SEED is a number in 1..100000", "[config][admission]") {
+  CHECK(error_of(minimal({{"SLUICE_BULKHEAD_SEED", "0.5"}})) ==
+        "SLUICE_BULKHEAD_SEED: \"0.5\" is out of range; valid: 1..100000");
+  CHECK(error_of(minimal({{"SLUICE_BULKHEAD_SEED", "100001"}})) ==
+        "SLUICE_BULKHEAD_SEED: \"100001\" is out of range; valid: 1..100000");
+  CHECK(error_of(minimal({{"SLUICE_BULKHEAD_SEED", "four"}})) ==
+        "SLUICE_BULKHEAD_SEED: \"four\" is not a non-negative number");
+}
+
+TEST_CASE("SLUICE_BULKHEAD_GROWTH_INTERVAL is a duration of at least 1ms", "[config][admission]") {
+  CHECK(error_of(minimal({{"SLUICE_BULKHEAD_GROWTH_INTERVAL", "0"}})) ==
+        "SLUICE_BULKHEAD_GROWTH_INTERVAL: \"0\" is out of range; valid: at least 1ms");
+  CHECK(error_of(minimal({{"SLUICE_BULKHEAD_GROWTH_INTERVAL", "250"}})) ==
+        "SLUICE_BULKHEAD_GROWTH_INTERVAL: \"250\" has no unit; use e.g. 250ms, 5s, 2m");
+}
+
+TEST_CASE("SLUICE_BULKHEAD_SLOW_FACTOR is 0 or at least 1.5", "[config][admission]") {
+  for (const char* bad : {"1", "1.49", "inf"}) {
+    INFO(bad);
+    CHECK(error_of(minimal({{"SLUICE_BULKHEAD_SLOW_FACTOR", bad}})) ==
+          "SLUICE_BULKHEAD_SLOW_FACTOR: \"" + std::string(bad) +
+              "\" is out of range; valid: 0 (off) or a number of at least 1.5");
+  }
+  CHECK(error_of(minimal({{"SLUICE_BULKHEAD_SLOW_FACTOR", "-4"}})) ==
+        "SLUICE_BULKHEAD_SLOW_FACTOR: \"-4\" is not a non-negative number");
+}
+
+TEST_CASE("SLUICE_DELEGATION is on or off", "[config][admission]") {
+  CHECK(load(minimal({{"SLUICE_DELEGATION", "on"}})).admission.delegation);
+  for (const char* bad : {"true", "1", "ON", ""}) {
+    INFO(bad);
+    CHECK(error_of(minimal({{"SLUICE_DELEGATION", bad}})) ==
+          "SLUICE_DELEGATION: \"" + std::string(bad) + "\" is neither on nor off; valid: on, off");
+  }
+}
+
+TEST_CASE("SLUICE_LEASE_KEY is 32 hex digits and its errors never show it", "[config][admission]") {
+  CHECK(error_of(minimal({{"SLUICE_LEASE_KEY", ""}})) ==
+        "SLUICE_LEASE_KEY: set but empty; give 32 hex digits (16 bytes), e.g. from openssl rand "
+        "-hex 16, or unset it to have one generated at start");
+  const std::string short_key = "s3cr3t0123456789abcdef0123456789a";  // 33 characters
+  CHECK(error_of(minimal({{"SLUICE_LEASE_KEY", short_key}})) ==
+        "SLUICE_LEASE_KEY: has 33 characters, not 32; give 32 hex digits (16 bytes), e.g. from "
+        "openssl rand -hex 16");
+  const std::string not_hex = "0123456789abcdef0123456789abcdeg";
+  std::string e = error_of(minimal({{"SLUICE_LEASE_KEY", not_hex}}));
+  CHECK(e ==
+        "SLUICE_LEASE_KEY: character 32 is not a hex digit; give 32 hex digits (16 bytes), e.g. "
+        "from openssl rand -hex 16");
+  CHECK_THAT(e, !Catch::Contains("0123456789abcdef"));
 }
