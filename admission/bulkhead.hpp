@@ -30,7 +30,7 @@
 //                request boundaries: nothing in flight is cut).
 //   3 fair share the borrowed part goes to the waiting lane with the least
 //                borrowed per weight (ties: the heavier weight, then standard,
-//                heavy, bulk); others yield to it.
+//                heavy, bulk); other borrowers yield to it.
 //   4 chance     admitted with p = s(φ/0.3)^e, φ = 1 - running/K̂, s the
 //                smoothstep, e = clamp(max weight / weight_l, 1, 4): certain while
 //                30 % is free, 0 at K̂, flatter for lighter lanes.
@@ -77,6 +77,8 @@ struct EstimatePolicy {
 class Estimate {
  public:
   explicit Estimate(const EstimatePolicy& p = {});
+  // An estimate that already remembers a carrying capacity (past slow start).
+  Estimate(const EstimatePolicy& p, double khat, double carrying);
   double value() const { return khat_; }
   int slots() const;                     // max(1, floor(K̂))
   double carrying() const { return k_; }  // 0: never measured
@@ -195,7 +197,7 @@ struct BulkheadView {
 
 class Bulkhead {
  public:
-  Bulkhead(const LanePolicy& lanes, const EstimatePolicy& estimate, LeaseCap* heavy_cap = nullptr);
+  Bulkhead(const LanePolicy& lanes, const Estimate& estimate, LeaseCap* heavy_cap = nullptr);
   Bulkhead(const Bulkhead&) = delete;
   Bulkhead& operator=(const Bulkhead&) = delete;
 
@@ -229,7 +231,7 @@ class Bulkhead {
     void push_back(Seat& s);
     void erase(Seat& s);
   };
-  Hold try_seat(Seat& s, Micros now, Rng& rng, bool newcomer);
+  Hold try_seat(Seat& s, Micros now, Rng& rng);
   void seat(Seat& s, Micros now);
   void serve(Micros now, Rng& rng);
   bool starving(Lane lane, const Seats& g, Micros now) const;

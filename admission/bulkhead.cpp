@@ -1,0 +1,422 @@
+#include "admission/bulkhead.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace sluice::admission {
+
+namespace {
+
+constexpr double kHighFree = 0.3;  // seed 001: certain while this fraction is free
+// A response head counts as slow only when it is also this much later than
+// the baseline: a fast upstream's jitter is many times its baseline.
+constexpr Micros kSlowMinGap{50'000};
+constexpr double kBaselineAlpha = 1.0 / 16.0;
+
+// Ties between lanes go to the heavier weight, then in this order.
+constexpr std::array<Lane, kLaneCount> kTieOrder{Lane::standard, Lane::heavy, Lane::bulk};
+
+int tie_rank(Lane lane) {
+  for (std::size_t i = 0; i < kTieOrder.size(); ++i)
+    if (kTieOrder[i] == lane) return static_cast<int>(i);
+  return 0;
+}
+
+// True when lane a goes before lane b at equal borrowed-per-weight.
+bool before(const LanePolicy& p, Lane a, Lane b) {
+  double wa = p.weights[index(a)], wb = p.weights[index(b)];
+  if (wa != wb) return wa > wb;
+  return tie_rank(a) < tie_rank(b);
+}
+
+double borrowed_per_weight(const LanePolicy& p, const Census& c, const Seats& g, std::size_t l) {
+  return std::max(0, c.running[l] - g[l]) / p.weights[l];
+}
+
+}  // namespace
+
+std::string_view to_string(Signal signal) {
+  switch (signal) {
+    case Signal::clean: return "clean";
+    case Signal::refused: return "refused";
+    case Signal::timeout: return "timeout";
+    case Signal::slow: return "slow";
+    case Signal::none: return "none";
+  }
+  return "none";
+}
+
+std::string_view to_string(Hold hold) {
+  switch (hold) {
+    case Hold::none: return "none";
+    case Hold::full: return "full";
+    case Hold::reserved: return "reserved";
+    case Hold::fair_share: return "fair_share";
+    case Hold::chance: return "chance";
+    case Hold::heavy_cap: return "heavy_cap";
+    case Hold::behind: return "behind";
+  }
+  return "none";
+}
+
+// ---------------------------------------------------------------- Estimate
+
+Estimate::Estimate(const EstimatePolicy& p) : p_(p), khat_(std::clamp(p.seed, 1.0, std::max(1.0, p.max))) {}
+
+Estimate::Estimate(const EstimatePolicy& p, double khat, double carrying) : Estimate(p) {
+  khat_ = std::clamp(khat, 1.0, std::max(1.0, p.max));
+  k_ = std::max(0.0, carrying);
+  slow_start_ = k_ == 0;
+}
+
+void Estimate::set_policy(const EstimatePolicy& p) {
+  p_ = p;
+  khat_ = std::clamp(khat_, 1.0, std::max(1.0, p.max));
+}
+
+int Estimate::slots() const { return std::max(1, static_cast<int>(std::floor(khat_ + 1e-9))); }
+
+bool Estimate::maybe_grow(Micros now) {
+  if (!limited_ || now - last_growth_ < std::max(p_.growth_interval, baseline())) return false;
+  limited_ = false;
+  last_growth_ = now;
+  double before = khat_;
+  if (slow_start_) {
+    khat_ *= 2.0;
+  } else if (khat_ < k_) {
+    khat_ += std::max(EstimatePolicy::kMinStep, EstimatePolicy::kRate * khat_ * (1.0 - khat_ / k_));
+  } else {
+    khat_ += 1.0;
+  }
+  khat_ = std::min(khat_, std::max(1.0, p_.max));
+  return khat_ != before;
+}
+
+Signal Estimate::classify(int status, Micros ttfb) const {
+  if (status == 429 || status == 503) return Signal::refused;
+  if (p_.slow_factor > 0 && samples_ >= EstimatePolicy::kBaselineSamples) {
+    double us = static_cast<double>(ttfb.count());
+    if (us > p_.slow_factor * baseline_us_ &&
+        us > baseline_us_ + static_cast<double>(kSlowMinGap.count()))
+      return Signal::slow;
+  }
+  return Signal::clean;
+}
+
+bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, Micros now) {
+  if (signal == Signal::none) return false;
+  if (signal == Signal::clean || signal == Signal::slow) {
+    // Slow answers join the baseline too: it follows what the upstream does now.
+    auto us = static_cast<double>(ttfb.count());
+    baseline_us_ = samples_ == 0 ? us : baseline_us_ + kBaselineAlpha * (us - baseline_us_);
+    ++samples_;
+    if (signal == Signal::clean) return false;
+  }
+  if (seq <= burst_seq_) return false;  // admitted before the last decrease: the same burst
+  burst_seq_ = seq_;
+  k_ = std::max(1.0, static_cast<double>(load));
+  khat_ = std::max(1.0, p_.decrease * std::min(khat_, k_));
+  slow_start_ = false;
+  exhausted_at_ = now;
+  why_ = signal;
+  ++decreases_;
+  return true;
+}
+
+// ---------------------------------------------------------------- lane rules
+
+int Census::slots() const { return std::max(1, static_cast<int>(std::floor(estimate + 1e-9))); }
+
+Seats guaranteed(const LanePolicy& p, const Census& c, std::optional<Lane> asking) {
+  const int s = c.slots();
+  Seats g{};
+  std::array<double, kLaneCount> rest{};
+  std::array<bool, kLaneCount> work{};
+  double total = 0;
+  int given = 0;
+  for (std::size_t l = 0; l < kLaneCount; ++l) {
+    bool ask = asking && index(*asking) == l;
+    work[l] = c.running[l] > 0 || c.waiting[l] > 0 || ask;
+    if (!work[l]) continue;
+    double q = p.floors[l] * s;
+    g[l] = static_cast<int>(std::floor(q + 1e-9));
+    rest[l] = q - g[l];
+    total += q;
+    given += g[l];
+  }
+  // Largest remainder: the seats the floors add up to, to the largest fractions.
+  for (int left = static_cast<int>(std::floor(total + 1e-9)) - given; left > 0; --left) {
+    std::optional<std::size_t> best;
+    for (Lane lane : kTieOrder) {
+      auto l = index(lane);
+      if (work[l] && rest[l] > 1e-9 && (!best || rest[l] > rest[*best] + 1e-12)) best = l;
+    }
+    if (!best) break;
+    ++g[*best];
+    rest[*best] = 0;
+  }
+  for (std::size_t l = 0; l < kLaneCount; ++l) {
+    bool waits = c.waiting[l] > 0 || (asking && index(*asking) == l);
+    if (waits && p.floors[l] > 0 && g[l] == 0) g[l] = 1;
+  }
+  return g;
+}
+
+double marginal_probability(const LanePolicy& p, const Census& c, Lane lane) {
+  if (c.estimate <= 0) return 0.0;
+  double phi = 1.0 - c.total_running() / c.estimate;
+  if (phi >= kHighFree) return 1.0;
+  if (phi <= 0) return 0.0;
+  double x = phi / kHighFree;
+  double s = x * x * (3.0 - 2.0 * x);
+  double heaviest = *std::max_element(p.weights.begin(), p.weights.end());
+  double e = std::clamp(heaviest / p.weights[index(lane)], 1.0, 4.0);
+  return std::pow(s, e);
+}
+
+Hold decide(const LanePolicy& p, const Census& c, Lane lane, double u) {
+  const auto l = index(lane);
+  const int free = c.slots() - c.total_running();
+  const Seats g = guaranteed(p, c, lane);
+  // 1: within the floor.
+  if (c.running[l] < g[l]) return free > 0 || !c.measured ? Hold::none : Hold::full;
+  if (free <= 0) return Hold::full;
+  // 2: slots owed to lanes below their floors that have requests waiting.
+  int owed = 0;
+  for (std::size_t m = 0; m < kLaneCount; ++m)
+    if (m != l && c.waiting[m] > 0) owed += std::max(0, g[m] - c.running[m]);
+  if (free <= owed) return Hold::reserved;
+  // 3: the borrowed part goes to the waiting lane with the least borrowed per weight.
+  double mine = borrowed_per_weight(p, c, g, l);
+  for (Lane other : kLanes) {
+    auto m = index(other);
+    // A lane below its floor is not competing for the borrowed part: rule 2 keeps its slots.
+    if (m == l || c.waiting[m] == 0 || c.running[m] < g[m]) continue;
+    double theirs = borrowed_per_weight(p, c, g, m);
+    if (theirs < mine || (theirs == mine && before(p, other, lane))) return Hold::fair_share;
+  }
+  // 4: the marginal admission.
+  return u < marginal_probability(p, c, lane) ? Hold::none : Hold::chance;
+}
+
+int plan(const LanePolicy& p, Census c, Lane lane, int wanted) {
+  const auto l = index(lane);
+  if (c.waiting[l] > 0) return 0;  // newcomers queue behind
+  const double certain = std::nextafter(1.0, 0.0);
+  int n = 0;
+  while (n < wanted && decide(p, c, lane, certain) == Hold::none) {
+    ++c.running[l];
+    ++n;
+  }
+  return n;
+}
+
+Millis lease_retry_after(Micros window_waited, std::optional<Micros> youngest_age) {
+  Micros m = std::max(window_waited, youngest_age.value_or(Micros{0}));
+  return std::chrono::ceil<Millis>(m);
+}
+
+// ---------------------------------------------------------------- Bulkhead
+
+void Bulkhead::List::push_back(Seat& s) {
+  s.prev = tail;
+  s.next = nullptr;
+  (tail ? tail->next : head) = &s;
+  tail = &s;
+}
+
+void Bulkhead::List::erase(Seat& s) {
+  (s.prev ? s.prev->next : head) = s.next;
+  (s.next ? s.next->prev : tail) = s.prev;
+  s.prev = s.next = nullptr;
+}
+
+Bulkhead::Bulkhead(const LanePolicy& lanes, const Estimate& estimate, LeaseCap* heavy_cap)
+    : lanes_(lanes), estimate_(estimate), heavy_cap_(heavy_cap) {}
+
+void Bulkhead::set_policy(const LanePolicy& lanes, const EstimatePolicy& estimate) {
+  lanes_ = lanes;
+  estimate_.set_policy(estimate);
+}
+
+Census Bulkhead::census() const {
+  Census c;
+  c.estimate = estimate_.value();
+  c.measured = estimate_.measured();
+  c.running = running_;
+  c.waiting = waiting_;
+  return c;
+}
+
+bool Bulkhead::ask(Seat& s, Micros now, Rng& rng, Hold* hold) {
+  s.queued = s.seated = s.delegated = false;
+  const auto l = index(s.lane);
+  Hold h = waiting_[l] > 0 ? Hold::behind : try_seat(s, now, rng);
+  if (hold) *hold = h;
+  if (h == Hold::none) return true;
+  if (h != Hold::heavy_cap) estimate_.demand();
+  if (lanes_.queue_window[l] > Micros{0}) {
+    s.queued = true;
+    s.since = now;
+    queue_[l].push_back(s);
+    if (waiting_[l]++ == 0) waiting_since_[l] = now;
+  }
+  return false;
+}
+
+void Bulkhead::seat_delegated(Seat& s, Micros now) {
+  s.queued = false;
+  s.delegated = true;
+  ++delegated_[index(s.lane)];
+  seat(s, now);
+}
+
+Hold Bulkhead::try_seat(Seat& s, Micros now, Rng& rng) {
+  Hold h = decide(lanes_, census(), s.lane, rng.uniform());
+  if (h == Hold::none && s.lane == Lane::heavy && heavy_cap_) {
+    if (!heavy_cap_->try_take()) return Hold::heavy_cap;
+    s.capped = true;
+  }
+  if (h == Hold::none) seat(s, now);
+  return h;
+}
+
+void Bulkhead::seat(Seat& s, Micros now) {
+  const auto l = index(s.lane);
+  if (s.queued) {
+    queue_[l].erase(s);
+    if (--waiting_[l] == 0) waiting_since_[l].reset();
+    s.queued = false;
+  }
+  s.seated = true;
+  s.seq = estimate_.next_seq();
+  s.load = running_[0] + running_[1] + running_[2];
+  s.since = now;
+  ++running_[l];
+  live_[l].push_back(s);
+}
+
+void Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, Rng& rng) {
+  if (!s.seated) return;
+  const auto l = index(s.lane);
+  live_[l].erase(s);
+  --running_[l];
+  if (s.delegated) --delegated_[l];
+  if (s.capped) heavy_cap_->give_back();
+  s.seated = s.capped = s.delegated = false;
+  if (signal == Signal::clean || signal == Signal::slow) {
+    ++successes_;
+    latency_sum_us_ += static_cast<double>(ttfb.count());
+  } else if (signal != Signal::none) {
+    ++failures_;
+  }
+  estimate_.observe(signal, s.seq, s.load, ttfb, now);
+  serve(now, rng);
+}
+
+void Bulkhead::cancel(Seat& s, Micros) {
+  if (!s.queued) return;
+  const auto l = index(s.lane);
+  queue_[l].erase(s);
+  if (--waiting_[l] == 0) waiting_since_[l].reset();
+  s.queued = false;
+}
+
+// Offers free slots to the heads of the queues: lanes below their floors
+// first, then the least borrowed per weight; stops when no head is seated.
+void Bulkhead::serve(Micros now, Rng& rng) {
+  for (;;) {
+    Census c = census();
+    Seats g = guaranteed(lanes_, c);
+    std::array<Lane, kLaneCount> order{};
+    std::size_t n = 0;
+    for (Lane lane : kLanes)
+      if (waiting_[index(lane)] > 0) order[n++] = lane;
+    if (n == 0) return;
+    auto key = [&](Lane lane) {
+      auto l = index(lane);
+      return std::pair{c.running[l] < g[l] ? 0 : 1, borrowed_per_weight(lanes_, c, g, l)};
+    };
+    auto first = [&](Lane a, Lane b) {
+      auto ka = key(a), kb = key(b);
+      return ka != kb ? ka < kb : before(lanes_, a, b);
+    };
+    for (std::size_t i = 1; i < n; ++i)  // at most three: insertion sort
+      for (std::size_t j = i; j > 0 && first(order[j], order[j - 1]); --j) std::swap(order[j], order[j - 1]);
+    bool seated = false;
+    for (std::size_t i = 0; i < n && !seated; ++i) {
+      Seat& head = *queue_[index(order[i])].head;
+      if (try_seat(head, now, rng) == Hold::none) {
+        head.on_seated();
+        seated = true;
+      }
+    }
+    if (!seated) return;
+  }
+}
+
+bool Bulkhead::starving(Lane lane, const Seats& g, Micros now) const {
+  auto l = index(lane);
+  return waiting_[l] > 0 && running_[l] < g[l] && waiting_since_[l] &&
+         now - *waiting_since_[l] >= lanes_.starved_after;
+}
+
+std::array<bool, kLaneCount> Bulkhead::tick(Micros now, Rng& rng) {
+  estimate_.maybe_grow(now);
+  serve(now, rng);
+  std::array<bool, kLaneCount> became{};
+  Seats g = guaranteed(lanes_, census());
+  for (Lane lane : kLanes) {
+    auto l = index(lane);
+    bool st = starving(lane, g, now);
+    became[l] = st && !was_starving_[l];
+    was_starving_[l] = st;
+  }
+  return became;
+}
+
+std::optional<Micros> Bulkhead::youngest(Lane lane) const {
+  const Seat* s = live_[index(lane)].tail;
+  return s ? std::optional<Micros>(s->since) : std::nullopt;
+}
+
+std::optional<Micros> Bulkhead::oldest_waiting(Lane lane) const {
+  const Seat* s = queue_[index(lane)].head;
+  return s ? std::optional<Micros>(s->since) : std::nullopt;
+}
+
+BulkheadView Bulkhead::view(Micros now) const {
+  BulkheadView v;
+  Census c = census();
+  Seats g = guaranteed(lanes_, c);
+  v.estimate = estimate_.value();
+  v.carrying = estimate_.carrying();
+  v.slow_start = estimate_.slow_start();
+  v.exhausted_at = estimate_.exhausted_at();
+  v.why = estimate_.why();
+  v.slots = c.slots();
+  v.running = c.total_running();
+  v.waiting = waiting_[0] + waiting_[1] + waiting_[2];
+  v.free = std::max(0, v.slots - v.running);
+  v.successes = successes_;
+  v.failures = failures_;
+  v.decreases = estimate_.decreases();
+  v.mean_latency = successes_ ? Micros(static_cast<std::int64_t>(latency_sum_us_ / successes_))
+                              : Micros{0};
+  for (Lane lane : kLanes) {
+    auto l = index(lane);
+    auto& lv = v.lanes[l];
+    lv.running = running_[l];
+    lv.waiting = waiting_[l];
+    lv.guaranteed = g[l];
+    lv.borrowed = std::max(0, running_[l] - g[l]);
+    lv.delegated = delegated_[l];
+    lv.oldest_waiting_since = oldest_waiting(lane);
+    lv.youngest_seat_since = youngest(lane);
+    lv.waiting_since = waiting_since_[l];
+    lv.starving = starving(lane, g, now);
+  }
+  return v;
+}
+
+}  // namespace sluice::admission

@@ -1,0 +1,393 @@
+// The bulkhead's rules, one test each, on a fake clock (Micros values).
+#include <catch2/catch.hpp>
+#include <vector>
+
+#include "admission/bulkhead.hpp"
+
+using namespace sluice::admission;
+using namespace std::chrono_literals;
+using Catch::Detail::Approx;
+
+namespace {
+
+struct TestSeat : Seat {
+  explicit TestSeat(Lane l) { lane = l; }
+  int seated_calls = 0;
+  void on_seated() override { ++seated_calls; }
+};
+
+struct CountCap : LeaseCap {
+  explicit CountCap(int cap) : cap(cap) {}
+  int cap, taken = 0;
+  bool try_take() override { return taken < cap ? (++taken, true) : false; }
+  void give_back() override { --taken; }
+};
+
+Census census(double estimate, bool measured, Seats running, Seats waiting = {}) {
+  Census c;
+  c.estimate = estimate;
+  c.measured = measured;
+  c.running = running;
+  c.waiting = waiting;
+  return c;
+}
+
+// Lanes: bulk, standard, heavy.
+Seats seats(int bulk, int standard, int heavy) { return {bulk, standard, heavy}; }
+
+Estimate measured(double k) { return Estimate(EstimatePolicy{}, k, k); }
+
+constexpr double kCertain = 0.999999;
+
+}  // namespace
+
+TEST_CASE("floors are shared by largest remainder among the lanes that have work",
+          "[admission][bulkhead]") {
+  LanePolicy p;  // floors bulk 0.1, standard 0.5, heavy 0.2
+  // 7 slots: 0.7, 3.5, 1.4 -> 0, 3, 1 and the fifth seat to the largest remainder (bulk).
+  CHECK(guaranteed(p, census(7, true, seats(1, 1, 1))) == seats(1, 3, 1));
+  // A lane without work gets nothing: heavy is idle.
+  CHECK(guaranteed(p, census(10, true, seats(1, 1, 0))) == seats(1, 5, 0));
+  // The asking lane has work.
+  CHECK(guaranteed(p, census(10, true, seats(1, 1, 0)), Lane::heavy) == seats(1, 5, 2));
+}
+
+TEST_CASE("a lane with waiting work and a non-zero floor gets at least one slot",
+          "[admission][bulkhead]") {
+  LanePolicy p;
+  // 3 slots: 0.3, 1.5, 0.6 -> 0, 1, 0 + one remainder seat to heavy; bulk waits: at least one.
+  CHECK(guaranteed(p, census(3, true, seats(0, 1, 1), seats(1, 0, 0))) == seats(1, 1, 1));
+  p.floors = {0.0, 0.5, 0.2};
+  CHECK(guaranteed(p, census(3, true, seats(0, 1, 1), seats(1, 0, 0)))[0] == 0);
+}
+
+TEST_CASE("a lane below its floor is admitted while a slot is free, and beyond a never-measured estimate",
+          "[admission][bulkhead]") {
+  LanePolicy p;
+  // Bulk borrowed 9 of 10; standard (floor 5) takes the last free slot.
+  CHECK(decide(p, census(10, true, seats(9, 0, 0)), Lane::standard, kCertain) == Hold::none);
+  // Full on a measured bulkhead: even the floor waits for a release.
+  CHECK(decide(p, census(10, true, seats(10, 0, 0)), Lane::standard, kCertain) == Hold::full);
+  // Never measured: the estimate is a conservative start, the floor is admitted.
+  CHECK(decide(p, census(10, false, seats(10, 0, 0)), Lane::standard, kCertain) == Hold::none);
+}
+
+TEST_CASE("a borrower is refused while the free slots are owed to lanes below their floors",
+          "[admission][bulkhead]") {
+  LanePolicy p;
+  p.floors = {0.5, 0.3, 0.2};
+  // Standard at its floor (3), heavy at its floor (2), bulk (floor 5) waits with none running:
+  // the 5 free slots are owed to bulk.
+  auto c = census(10, true, seats(0, 3, 2), seats(1, 0, 0));
+  CHECK(decide(p, c, Lane::standard, kCertain) == Hold::reserved);
+  // One slot more than is owed (bulk runs one of its five): the borrower goes.
+  c.running = seats(1, 3, 1);
+  CHECK(decide(p, c, Lane::standard, 0.0) == Hold::none);
+}
+
+TEST_CASE("the borrowed part goes to the waiting lane with the least borrowed per weight",
+          "[admission][bulkhead]") {
+  LanePolicy p;
+  p.floors = {0, 0, 0};
+  p.weights = {1, 4, 2};
+  // Standard borrowed 4 (1 per weight), bulk 2 (2 per weight), 14 slots free.
+  auto c = census(20, true, seats(2, 4, 0), seats(1, 1, 0));
+  CHECK(decide(p, c, Lane::bulk, 0.0) == Hold::fair_share);
+  CHECK(decide(p, c, Lane::standard, 0.0) == Hold::none);
+  // Equal borrowed per weight: the heavier weight goes first.
+  c.running = seats(1, 4, 0);
+  CHECK(decide(p, c, Lane::bulk, 0.0) == Hold::fair_share);
+  CHECK(decide(p, c, Lane::standard, 0.0) == Hold::none);
+}
+
+TEST_CASE("a marginal admission is certain while 30 % is free, impossible at the estimate and flatter for lighter lanes",
+          "[admission][bulkhead]") {
+  LanePolicy p;  // weights bulk 1, standard 4: bulk's exponent is 4
+  CHECK(marginal_probability(p, census(10, true, seats(7, 0, 0)), Lane::bulk) == 1.0);
+  CHECK(marginal_probability(p, census(10, true, seats(10, 0, 0)), Lane::standard) == 0.0);
+  double previous = 1.0;
+  for (int running = 8; running <= 10; ++running) {
+    double ps = marginal_probability(p, census(10, true, seats(0, running, 0)), Lane::standard);
+    double pb = marginal_probability(p, census(10, true, seats(0, running, 0)), Lane::bulk);
+    CHECK(ps < previous);
+    if (running < 10) CHECK(pb < ps);
+    previous = ps;
+  }
+  // Half way (15 % free): smoothstep(0.5) = 0.5 for standard, 0.5^4 for bulk.
+  auto c = census(20, true, seats(2, 15, 0));  // both beyond their floors
+  CHECK(marginal_probability(p, c, Lane::standard) == Approx(0.5));
+  CHECK(marginal_probability(p, c, Lane::bulk) == Approx(0.0625));
+  CHECK(decide(p, c, Lane::standard, 0.4) == Hold::none);
+  CHECK(decide(p, c, Lane::bulk, 0.4) == Hold::chance);
+}
+
+TEST_CASE("slow start doubles the estimate once per interval, and only under demand",
+          "[admission][bulkhead]") {
+  EstimatePolicy p;
+  p.seed = 4;
+  p.growth_interval = 250ms;
+  Estimate e(p);
+  CHECK_FALSE(e.maybe_grow(1s));  // no demand: an idle pool does not grow
+  e.demand();
+  CHECK(e.maybe_grow(1s));
+  CHECK(e.value() == 8);
+  e.demand();
+  CHECK_FALSE(e.maybe_grow(1s + 249ms));
+  CHECK(e.maybe_grow(1s + 250ms));
+  CHECK(e.value() == 16);
+  CHECK(e.slow_start());
+  // Never faster than the upstream answers: a baseline of 2 s stretches the interval.
+  for (int i = 0; i < 20; ++i) e.observe(Signal::clean, 0, 0, 2s, 2s);
+  e.demand();
+  CHECK_FALSE(e.maybe_grow(3s));
+  CHECK(e.maybe_grow(3s + 250ms));
+}
+
+TEST_CASE("after the first decrease the estimate grows logistically toward K, then probes by one",
+          "[admission][bulkhead]") {
+  EstimatePolicy p;
+  Estimate e(p, 17, 20);
+  std::vector<double> steps;
+  Micros t = 1s;
+  for (int i = 0; i < 12 && e.value() < 22; ++i, t += 1s) {
+    double before = e.value();
+    e.demand();
+    REQUIRE(e.maybe_grow(t));
+    steps.push_back(e.value() - before);
+  }
+  REQUIRE(steps.size() >= 4);
+  CHECK(steps[0] == Approx(0.5 * 17 * (1 - 17.0 / 20)));
+  CHECK(steps[1] < steps[0]);  // slower as it nears K
+  CHECK(steps[2] < steps[1]);
+  CHECK(steps.back() == Approx(1.0));  // above K: one at a time
+  CHECK(e.value() >= 20);
+}
+
+TEST_CASE("too much decreases the estimate once per burst and remembers the load as K",
+          "[admission][bulkhead]") {
+  EstimatePolicy p;
+  p.seed = 16;
+  Estimate e(p);
+  for (int i = 0; i < 20; ++i) e.next_seq();
+  CHECK(e.observe(Signal::refused, 5, 12, 1ms, 1s));
+  CHECK(e.carrying() == 12);
+  CHECK(e.value() == Approx(0.85 * 12));
+  CHECK_FALSE(e.slow_start());
+  CHECK(e.why() == Signal::refused);
+  // Admitted before the decrease: the same burst, nothing changes.
+  CHECK_FALSE(e.observe(Signal::timeout, 20, 16, 1ms, 2s));
+  CHECK(e.value() == Approx(0.85 * 12));
+  // Admitted after it: a new burst.
+  auto seq = e.next_seq();
+  CHECK(e.observe(Signal::slow, seq, 10, 1ms, 3s));
+  CHECK(e.value() == Approx(0.85 * 10));
+  CHECK(e.decreases() == 2);
+}
+
+TEST_CASE("429 and 503 are refusals; a head much slower than the baseline is too much",
+          "[admission][bulkhead]") {
+  Estimate e;
+  CHECK(e.classify(429, 1ms) == Signal::refused);
+  CHECK(e.classify(503, 1ms) == Signal::refused);
+  CHECK(e.classify(200, 10s) == Signal::clean);  // no baseline yet
+  for (int i = 0; i < 16; ++i) e.observe(Signal::clean, 0, 0, 20ms, 1s);
+  CHECK(e.classify(200, 70ms) == Signal::clean);
+  CHECK(e.classify(500, 100ms) == Signal::slow);
+  Estimate fast;
+  for (int i = 0; i < 16; ++i) fast.observe(Signal::clean, 0, 0, 1ms, 1s);
+  CHECK(fast.classify(200, 10ms) == Signal::clean);  // ten times, but only 9 ms: jitter
+}
+
+TEST_CASE("a newcomer queues behind the waiting requests of its lane, and the oldest goes first",
+          "[admission][bulkhead]") {
+  CountCap cap(1);
+  LanePolicy p;
+  Bulkhead a(p, measured(10), &cap), b(p, measured(10), &cap);
+  Rng rng(1);
+  TestSeat x(Lane::heavy), first(Lane::heavy), second(Lane::heavy);
+  REQUIRE(b.ask(x, 0us, rng));  // the process-wide cap of one is taken on another bulkhead
+  Hold h{};
+  CHECK_FALSE(a.ask(first, 1ms, rng, &h));
+  CHECK(h == Hold::heavy_cap);
+  b.release(x, Signal::clean, 1ms, 2ms, rng);  // the cap is free; a has not re-asked yet
+  CHECK_FALSE(a.ask(second, 3ms, rng, &h));
+  CHECK(h == Hold::behind);
+  a.tick(4ms, rng);
+  CHECK(first.seated_calls == 1);
+  CHECK(first.seated);
+  CHECK(second.queued);
+}
+
+TEST_CASE("a release seats the oldest waiting request of the lane", "[admission][bulkhead]") {
+  LanePolicy p;
+  Bulkhead b(p, measured(2));
+  Rng rng(1);
+  std::vector<TestSeat> s(4, TestSeat(Lane::standard));
+  CHECK(b.ask(s[0], 0us, rng));
+  CHECK(b.ask(s[1], 0us, rng));  // 50 % free: certain
+  CHECK_FALSE(b.ask(s[2], 1ms, rng));
+  CHECK_FALSE(b.ask(s[3], 2ms, rng));
+  CHECK(b.oldest_waiting(Lane::standard) == Micros(1ms));
+  b.release(s[0], Signal::clean, 1ms, 3ms, rng);
+  CHECK(s[2].seated_calls == 1);
+  CHECK(s[3].seated_calls == 0);
+}
+
+TEST_CASE("a request whose lane has no queue window is refused at once, not queued",
+          "[admission][bulkhead]") {
+  LanePolicy p;  // bulk: 0 s
+  Bulkhead b(p, measured(1));
+  Rng rng(1);
+  TestSeat s0(Lane::bulk), s1(Lane::bulk);
+  CHECK(b.ask(s0, 0us, rng));
+  CHECK_FALSE(b.ask(s1, 0us, rng));
+  CHECK_FALSE(s1.queued);
+  CHECK(b.census().waiting[0] == 0);
+}
+
+TEST_CASE("freed slots go to a lane below its floor before borrowers, however long they waited",
+          "[admission][bulkhead]") {
+  LanePolicy p;
+  p.queue_window = {1s, 1s, 1s};
+  Bulkhead b(p, measured(4));
+  Rng rng(3);
+  std::vector<TestSeat> bulk(8, TestSeat(Lane::bulk)), standard(2, TestSeat(Lane::standard));
+  int seated = 0;
+  for (auto& s : bulk) seated += b.ask(s, 0us, rng) ? 1 : 0;
+  // A lone flood may fill the bulkhead: idle lanes lend everything.
+  CHECK(seated >= 3);
+  for (int i = 0; i < 50 && b.census().running[0] < 4; ++i) b.tick(Micros(i), rng);
+  CHECK(b.census().running[0] == 4);
+  CHECK_FALSE(b.ask(standard[0], 1ms, rng));
+  CHECK_FALSE(b.ask(standard[1], 1ms, rng));
+  // Bulk waiters are older, but standard is below its floor (2 of 4): it gets
+  // the next two slots; nothing in flight was cut to make room.
+  int released = 0;
+  for (auto& s : bulk)
+    if (s.seated && released < 2) {
+      b.release(s, Signal::clean, 1ms, 2ms, rng);
+      ++released;
+    }
+  CHECK(standard[0].seated);
+  CHECK(standard[1].seated);
+  CHECK(b.census().running == seats(2, 2, 0));
+}
+
+TEST_CASE("bulkheads are independent: one exhausted upstream holds back no other",
+          "[admission][bulkhead]") {
+  LanePolicy p;
+  Bulkhead busy(p, Estimate()), calm(p, Estimate());
+  Rng rng(1);
+  std::vector<TestSeat> flood(8, TestSeat(Lane::standard));
+  for (auto& s : flood) busy.ask(s, 0us, rng);
+  for (auto& s : flood)
+    if (s.seated) busy.release(s, Signal::refused, 1ms, 1ms, rng);
+  CHECK(busy.estimate().measured());
+  CHECK_FALSE(calm.estimate().measured());
+  CHECK(calm.estimate().value() == Approx(EstimatePolicy{}.seed));
+  TestSeat s(Lane::standard);
+  CHECK(calm.ask(s, 2ms, rng));
+}
+
+TEST_CASE("a lane below its floor with work waiting longer than starved_after is starving, once",
+          "[admission][bulkhead]") {
+  LanePolicy p;
+  p.starved_after = 5s;
+  p.queue_window = {1s, 1s, 1s};
+  EstimatePolicy ep;
+  ep.max = 4;  // the connection pool's share: no growth past it
+  Bulkhead b(p, Estimate(ep, 4, 4));
+  Rng rng(1);
+  std::vector<TestSeat> heavy(4, TestSeat(Lane::heavy));
+  for (int i = 0; i < 100 && b.census().running[2] < 4; ++i) {
+    for (auto& s : heavy)
+      if (!s.seated && !s.queued) b.ask(s, 0us, rng);
+    b.tick(Micros(i), rng);
+  }
+  REQUIRE(b.census().running[2] == 4);  // long streams hold every slot
+  TestSeat standard(Lane::standard);
+  CHECK_FALSE(b.ask(standard, 1s, rng));
+  CHECK_FALSE(b.tick(5s, rng)[1]);
+  CHECK(b.tick(6s, rng)[1]);
+  CHECK_FALSE(b.tick(7s, rng)[1]);  // counted once per episode
+  CHECK(b.view(7s).lanes[1].starving);
+  b.cancel(standard, 8s);
+  CHECK_FALSE(b.view(8s).lanes[1].starving);
+}
+
+TEST_CASE("a heavy lease is held for the whole response and the cap counts live leases",
+          "[admission][bulkhead]") {
+  CountCap cap(2);
+  LanePolicy p;
+  Bulkhead b(p, Estimate(), &cap);
+  Rng rng(1);
+  TestSeat s0(Lane::heavy), s1(Lane::heavy), s2(Lane::heavy);
+  CHECK(b.ask(s0, 0us, rng));
+  CHECK(b.ask(s1, 10s, rng));
+  Hold h{};
+  CHECK_FALSE(b.ask(s2, 20s, rng, &h));
+  CHECK(h == Hold::heavy_cap);
+  for (int m = 1; m <= 10; ++m) b.tick(Micros(std::chrono::minutes(m)), rng);
+  CHECK(b.census().running[2] == 2);  // ten minutes of ticks end no lease
+  CHECK(s2.queued);
+  CHECK(b.youngest(Lane::heavy) == Micros(10s));  // the youngest, not the oldest
+  b.release(s1, Signal::clean, 1ms, Micros(std::chrono::minutes(11)), rng);
+  CHECK(s2.seated);
+  CHECK(cap.taken == 2);
+  b.release(s0, Signal::clean, 1ms, Micros(std::chrono::minutes(11)), rng);
+  b.release(s2, Signal::clean, 1ms, Micros(std::chrono::minutes(11)), rng);
+  CHECK(cap.taken == 0);
+  CHECK_FALSE(b.youngest(Lane::heavy));
+}
+
+TEST_CASE("a lease refusal's Retry-After is the larger of the window waited and the youngest lease's age, in the band",
+          "[admission][bulkhead]") {
+  CHECK(lease_retry_after(2s, Micros(44'200'000)) == Millis(44'200));
+  CHECK(lease_retry_after(5s, Micros(1s)) == Millis(5'000));
+  CHECK(lease_retry_after(2s, std::nullopt) == Millis(2'000));
+  CHECK(lease_retry_after(Micros(1'500), std::nullopt) == Millis(2));  // rounded up
+  RetryBand heavy{Millis(2'000), Millis(60'000)};
+  Rng rng(7);
+  for (int i = 0; i < 100; ++i) {
+    CHECK(retry_after_seconds(lease_retry_after(2s, Micros(44'200'000)), heavy, rng) >= 45);
+    CHECK(retry_after_seconds(lease_retry_after(2s, Micros(600s)), heavy, rng) == 60);  // the cap
+    int idle = retry_after_seconds(lease_retry_after(Micros(0), std::nullopt), heavy, rng);
+    CHECK(idle >= 2);  // the floor
+    CHECK(idle <= 3);
+  }
+}
+
+TEST_CASE("a delegated request is seated at once on its parent's lane, counted and marked",
+          "[admission][bulkhead]") {
+  LanePolicy p;
+  Bulkhead b(p, measured(1));
+  Rng rng(1);
+  TestSeat parent(Lane::heavy), child(Lane::heavy), other(Lane::heavy);
+  CHECK(b.ask(parent, 0us, rng));
+  CHECK_FALSE(b.ask(other, 0us, rng));
+  b.seat_delegated(child, 1ms);
+  CHECK(child.seated);
+  CHECK(b.census().running[2] == 2);
+  CHECK(b.view(1ms).lanes[2].delegated == 1);
+  b.release(child, Signal::clean, 1ms, 2ms, rng);
+  CHECK(b.view(2ms).lanes[2].delegated == 0);
+}
+
+TEST_CASE("plan answers how many would start now, seating nothing", "[admission][bulkhead]") {
+  LanePolicy p;
+  p.floors = {0.3, 0.5, 0.2};
+  auto c = census(10, true, seats(0, 0, 0));
+  // Standard: 5 within its floor, then borrowing while 30 % stays free: 8.
+  CHECK(plan(p, c, Lane::standard, 20) == 8);
+  CHECK(plan(p, c, Lane::standard, 3) == 3);
+  // Bulk waits below its floor of 3: three slots stay owed.
+  c.waiting = seats(1, 0, 0);
+  CHECK(plan(p, c, Lane::standard, 20) == 7);
+  // Newcomers queue behind standard's own waiters.
+  c.waiting = seats(0, 1, 0);
+  CHECK(plan(p, c, Lane::standard, 20) == 0);
+  Bulkhead b(p, measured(10));
+  auto before = b.census();
+  CHECK(plan(p, b.census(), Lane::standard, 20) == 8);
+  CHECK(b.census().running == before.running);
+}
