@@ -69,11 +69,6 @@ Estimate::Estimate(const EstimatePolicy& p, double khat, double carrying) : Esti
   slow_start_ = k_ == 0;
 }
 
-void Estimate::set_policy(const EstimatePolicy& p) {
-  p_ = p;
-  khat_ = std::clamp(khat_, 1.0, std::max(1.0, p.max));
-}
-
 int Estimate::slots() const { return std::max(1, static_cast<int>(std::floor(khat_ + 1e-9))); }
 
 bool Estimate::maybe_grow(Micros now) {
@@ -234,11 +229,6 @@ void Bulkhead::List::erase(Seat& s) {
 Bulkhead::Bulkhead(const LanePolicy& lanes, const Estimate& estimate, LeaseCap* heavy_cap)
     : lanes_(lanes), estimate_(estimate), heavy_cap_(heavy_cap) {}
 
-void Bulkhead::set_policy(const LanePolicy& lanes, const EstimatePolicy& estimate) {
-  lanes_ = lanes;
-  estimate_.set_policy(estimate);
-}
-
 Census Bulkhead::census() const {
   Census c;
   c.estimate = estimate_.value();
@@ -296,8 +286,8 @@ void Bulkhead::seat(Seat& s, Micros now) {
   live_[l].push_back(s);
 }
 
-void Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, Rng& rng) {
-  if (!s.seated) return;
+bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, Rng& rng) {
+  if (!s.seated) return false;
   const auto l = index(s.lane);
   live_[l].erase(s);
   --running_[l];
@@ -310,8 +300,9 @@ void Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, Rng& rng
   } else if (signal != Signal::none) {
     ++failures_;
   }
-  estimate_.observe(signal, s.seq, s.load, ttfb, now);
+  bool decreased = estimate_.observe(signal, s.seq, s.load, ttfb, now);
   serve(now, rng);
+  return decreased;
 }
 
 void Bulkhead::cancel(Seat& s, Micros) {

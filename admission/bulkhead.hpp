@@ -98,7 +98,6 @@ class Estimate {
   // ended with `signal`. True when this decreased the estimate.
   bool observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, Micros now);
   std::uint64_t next_seq() { return ++seq_; }
-  void set_policy(const EstimatePolicy& p);
 
  private:
   EstimatePolicy p_;
@@ -207,7 +206,8 @@ class Bulkhead {
   // A request carrying a live lease's token: seated at once, never refused.
   void seat_delegated(Seat& s, Micros now);
   // The request ended; `signal` is what it said (none: nothing learnt). Serves waiters.
-  void release(Seat& s, Signal signal, Micros ttfb, Micros now, Rng& rng);
+  // True when the signal decreased the estimate (a new burst of too much).
+  bool release(Seat& s, Signal signal, Micros ttfb, Micros now, Rng& rng);
   // Takes a queued request out (its window ended or its client left).
   void cancel(Seat& s, Micros now);
   // Growth and a re-ask of the waiters. Returns lanes that became starving.
@@ -219,7 +219,7 @@ class Bulkhead {
   BulkheadView view(Micros now) const;
   const Estimate& estimate() const { return estimate_; }
   const LanePolicy& lanes() const { return lanes_; }
-  void set_policy(const LanePolicy& lanes, const EstimatePolicy& estimate);
+  void set_lanes(const LanePolicy& lanes) { lanes_ = lanes; }
   // The youngest live seat of `lane` (seed 004: when capacity last turned over).
   std::optional<Micros> youngest(Lane lane) const;
   std::optional<Micros> oldest_waiting(Lane lane) const;

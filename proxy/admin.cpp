@@ -279,7 +279,7 @@ std::string render_metrics(Runtime& rt, const Watchdog& watchdog, const Ticker& 
   }
   {
     auto wait = family("sluice_upstream_wait_seconds",
-                       "Time a request waited for an upstream connection (pooled, new or queued).",
+                       "Time an admitted request waited for its upstream: for a bulkhead slot, then for a connection (pooled, new or queued).",
                        prom::MetricType::Histogram);
     auto timeouts = family("sluice_upstream_timeouts_total",
                            "Upstream response timeouts (no response head, or a stalled body).",

@@ -16,10 +16,13 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "admission/bulkhead.hpp"
 #include "admission/gate.hpp"
+#include "admission/lease_token.hpp"
 #include "config/config.hpp"
 #include "proxy/access_log.hpp"
 #include "proxy/stats.hpp"
@@ -191,6 +194,60 @@ struct Live {
   routes::Table routes;
   admission::Gate gate;
   admission::RetryBands retry;
+  admission::LanePolicy lanes;
+};
+
+// The live leases of one Worker, by slot. A slot's generation is odd while its
+// lease lives and moves on when it ends, so a token (admission/lease_token.hpp)
+// names a live lease exactly while the generations match. The owner thread
+// opens and closes; any thread may ask live().
+class LeaseTable {
+ public:
+  explicit LeaseTable(std::size_t slots) : gen_(new std::atomic<std::uint64_t>[slots]()) {
+    free_.reserve(slots);
+    for (std::size_t i = slots; i-- > 0;) free_.push_back(static_cast<std::uint32_t>(i));
+    size_ = slots;
+  }
+  // A slot and its generation; none when every slot is taken (no token then).
+  bool open(std::uint32_t& slot, std::uint64_t& generation) {
+    if (free_.empty()) return false;
+    slot = free_.back();
+    free_.pop_back();
+    generation = gen_[slot].load(std::memory_order_relaxed) + 1;
+    gen_[slot].store(generation, std::memory_order_release);
+    return true;
+  }
+  void close(std::uint32_t slot) {
+    gen_[slot].store(gen_[slot].load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    free_.push_back(slot);
+  }
+  bool live(std::uint32_t slot, std::uint64_t generation) const {
+    return slot < size_ && (generation & 1) &&
+           gen_[slot].load(std::memory_order_acquire) == generation;
+  }
+
+ private:
+  std::unique_ptr<std::atomic<std::uint64_t>[]> gen_;
+  std::vector<std::uint32_t> free_;
+  std::size_t size_ = 0;
+};
+
+// SLUICE_HEAVY_MAX_IN_FLIGHT: one count for every bulkhead of the process.
+// Only heavy requests touch it.
+class HeavyCap final : public admission::LeaseCap {
+ public:
+  explicit HeavyCap(std::int64_t cap) : cap_(cap) {}
+  bool try_take() override {
+    if (taken_.fetch_add(1, std::memory_order_relaxed) < cap_) return true;
+    taken_.fetch_sub(1, std::memory_order_relaxed);
+    return false;
+  }
+  void give_back() override { taken_.fetch_sub(1, std::memory_order_relaxed); }
+  std::int64_t cap() const { return cap_; }
+
+ private:
+  const std::int64_t cap_;
+  std::atomic<std::int64_t> taken_{0};
 };
 
 // What the ticker publishes for every request to read: a few relaxed loads.
@@ -235,8 +292,18 @@ class Worker {
   WaitRing waits;
   admission::Rng& rng() { return rng_; }
   const Live& live() const { return *live_; }
-  void set_live(const Live* live) { live_ = live; }  // on this worker's thread
+  void set_live(const Live* live);  // on this worker's thread
   std::atomic<std::int64_t> active_sessions{0};
+  admission::Bulkhead& bulkhead(std::size_t upstream) { return *bulkheads_[upstream]; }
+  LeaseTable& leases() { return leases_; }
+  // The bulkheads as the heartbeat last saw them (any thread).
+  std::vector<admission::BulkheadView> views() const {
+    std::lock_guard lock(views_mutex_);
+    return views_;
+  }
+  // When this thread's youngest live heavy lease began (Micros; -1: none).
+  std::atomic<std::int64_t> youngest_heavy_us{-1};
+  void note_heavy();  // a heavy seat came or went: republish youngest_heavy_us
 
  private:
   void arm_heartbeat();
@@ -258,13 +325,15 @@ class Worker {
   admission::Rng rng_{0};
   const Live* live_ = nullptr;
   char id_prefix_[16];
+  std::vector<std::unique_ptr<admission::Bulkhead>> bulkheads_;  // one per upstream
+  LeaseTable leases_;
+  // Off the request path: the heartbeat writes, the admin thread copies.
+  mutable std::mutex views_mutex_;
+  std::vector<admission::BulkheadView> views_;
 };
 
 struct Runtime {
-  explicit Runtime(const config::Config& c) : config(c) {
-    generations.push_back(std::make_unique<Live>(
-        Live{c.routes, admission::Gate(c.admission.mode, c.admission.factors), c.admission.retry}));
-  }
+  explicit Runtime(const config::Config& c);
   const config::Config& config;
   std::vector<std::vector<tcp::endpoint>> upstream_hosts;  // resolved once at start
   std::vector<std::unique_ptr<Worker>> workers;
@@ -277,7 +346,19 @@ struct Runtime {
   // Lag samples are grouped by tick: the ticker advances the epoch, each Worker
   // tags its lag maximum with the epoch it was taken in.
   std::atomic<std::uint64_t> tick_epoch{0};
+  // The admission core's clock: Micros since start.
+  const Clock::time_point epoch = Clock::now();
+  admission::Micros micros(Clock::time_point t) const {
+    return std::chrono::duration_cast<admission::Micros>(t - epoch);
+  }
+  std::unique_ptr<HeavyCap> heavy_cap;  // SLUICE_HEAVY_MAX_IN_FLIGHT, when set
+  // Lease tokens: signed with this key, valid only in this process (instance).
+  admission::LeaseKey lease_key{};
+  std::uint64_t instance = 0;
 };
+
+// One generation of the live settings from a configuration.
+Live make_live(const config::Config& c);
 
 // Starts a client session on the worker that owns the socket's io_context.
 void start_session(Worker& worker, Socket socket);

@@ -29,6 +29,7 @@ using admission::Lane;
 namespace {
 
 constexpr std::size_t kReadChunk = 4096;
+constexpr std::string_view kLeaseHeader = "X-Sluice-Lease";
 constexpr std::size_t kMaxResponseHeader = 64 * 1024;
 
 std::string_view reason_phrase(int status) {
@@ -70,6 +71,7 @@ using Request = http::request<http::buffer_body, http::basic_fields<Alloc>>;
 
 enum class Phase : std::uint8_t {
   head,           // waiting for / reading a request head
+  queued,         // waiting for a bulkhead slot
   acquire,        // waiting for an upstream connection
   request_body,   // reading the request body from the client
   send_upstream,  // writing the request to the upstream
@@ -80,12 +82,16 @@ enum class Phase : std::uint8_t {
   closing,
 };
 
-class Session : public Tracked, public PoolWaiter, public std::enable_shared_from_this<Session> {
+class Session : public Tracked,
+                public PoolWaiter,
+                public admission::Seat,
+                public std::enable_shared_from_this<Session> {
  public:
   Session(Worker& w, Socket s)
       : w_(w), cfg_(w.config()), st_(w.stats()), sock_(std::move(s)) {}
 
   ~Session() override {
+    release_seat();
     if (lane_counted_) bump(st_.lane[admission::index(lane_)].in_flight, std::int64_t{-1});
     bump(st_.client_connections, std::int64_t{-1});
     w_.runtime().connections.fetch_sub(1, std::memory_order_relaxed);
@@ -113,6 +119,16 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     timed_out_ = true;
     error_code ec;
     switch (phase_) {
+      case Phase::queued: {
+        // The lane's queue window is over: 503 queue_timeout.
+        auto self = std::move(self_);
+        auto now = Clock::now();
+        bulkhead().cancel(*this, w_.runtime().micros(now));
+        note_queue_wait(now);
+        note_upstream_wait(now, queue_wait_);
+        refuse_queue(now);
+        break;
+      }
       case Phase::acquire:
         // Queued for a connection: give up now. A connect under way has its
         // own deadline and will call back.
@@ -150,15 +166,28 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     }
   }
 
+  // ---- Seat ----
+  // A bulkhead slot came free for this queued request (inside another
+  // request's release or the heartbeat): carry on from this Worker's queue.
+  void on_seated() override {
+    deadline = Clock::time_point::max();
+    phase_ = Phase::acquire;
+    net::post(w_.ioc(), [self = std::move(self_)] {
+      self->note_queue_wait(Clock::now());
+      self->count_decision();
+      self->forward();
+    });
+  }
+
   // ---- PoolWaiter ----
   void on_connection(std::unique_ptr<UpstreamConnection> c, error_code ec) override {
     auto self = std::move(self_);
     auto now = Clock::now();
     upstream_wait_ = now - wait_start;
-    st_.upstream[upstream_].wait.observe(std::chrono::duration<double>(upstream_wait_).count());
-    w_.waits.add(now, upstream_wait_, upstream_);
+    note_upstream_wait(now, queue_wait_ + upstream_wait_);
     if (ec) {
       // A connect that failed or timed out: the upstream could not be reached.
+      if (ec == net::error::timed_out) signal_ = admission::Signal::timeout;
       respond_error(502,
                     ec == net::error::timed_out ? "upstream_connect_timeout" : "upstream_connect_failed",
                     !req_->is_done());
@@ -199,6 +228,9 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     bytes_in_ = bytes_out_ = 0;
     upstream_wait_ = Clock::duration(-1);
     ttfb_ = Clock::duration(-1);
+    queue_wait_ = Clock::duration(0);
+    signal_ = admission::Signal::none;
+    delegated_ = false;
     if (buf_.size() > 0) {  // a pipelined request is already here
       begin_request();
       parse_head();
@@ -369,17 +401,105 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     }
     lane_ = route_->lane;
     upstream_ = route_->upstream;
+    admit();
+  }
 
-    // The level gate: a relaxed load of the published level and one draw.
+  // Admission: a delegated request is seated at once; any other passes the
+  // level gate (a relaxed load of the published level and one draw), then
+  // asks its upstream's bulkhead for a slot, waiting up to its lane's window.
+  void admit() {
     auto& rt = w_.runtime();
     level_ = static_cast<admission::Level>(rt.published.level.load(std::memory_order_relaxed));
+    const auto mode = live_->gate.mode();
+    if (mode == admission::Mode::off) {
+      count_decision();
+      forward();
+      return;
+    }
+    auto now = Clock::now();
+    if (delegate(now)) {
+      count_decision();
+      forward();
+      return;
+    }
     decision_ = live_->gate.admit(lane_, level_, w_.rng());
+    if (decision_.outcome == admission::Outcome::shed) {
+      count_decision();
+      refuse(derived_level_wait());
+      return;
+    }
+    Seat::lane = lane_;
+    auto& b = bulkhead();
+    if (!b.ask(*this, rt.micros(now), w_.rng())) {
+      if (mode == admission::Mode::observe) {
+        // Observe mode forwards everything: a request that would have waited
+        // goes now, unseated, and counts as would_shed.
+        b.cancel(*this, rt.micros(now));
+        if (decision_.outcome == admission::Outcome::admitted)
+          decision_ = {admission::Outcome::would_shed, admission::Reason::queue_timeout};
+      } else if (Seat::queued) {
+        phase_ = Phase::queued;
+        queue_start_ = now;
+        deadline = now + std::chrono::duration_cast<Clock::duration>(
+                             live_->lanes.queue_window[admission::index(lane_)]);
+        self_ = shared_from_this();
+        return;
+      } else {
+        refuse_queue(now);
+        return;
+      }
+    }
+    count_decision();
+    forward();
+  }
+
+  // A request carrying the token of a live lease is part of that lease's work:
+  // seated at once on the parent's lane (refusing it could only stall the parent).
+  bool delegate(Clock::time_point now) {
+    if (!cfg_.admission.delegation) return false;
+    auto& m = req_->get();
+    auto it = m.find(kLeaseHeader);
+    if (it == m.end()) return false;
+    auto& rt = w_.runtime();
+    auto id = admission::parse_lease_token(rt.lease_key, it->value());
+    if (!id || id->instance != rt.instance || id->worker >= rt.workers.size() ||
+        !rt.workers[id->worker]->leases().live(id->slot, id->generation))
+      return false;  // forged, from another instance, or its lease has ended: nothing earned
+    lane_ = id->lane;
+    Seat::lane = lane_;
+    bulkhead().seat_delegated(*this, rt.micros(now));
+    delegated_ = true;
+    bump(st_.lane[admission::index(lane_)].delegated);
+    return true;
+  }
+
+  void count_decision() {
     bump(st_.lane[admission::index(lane_)]
              .decisions[static_cast<std::size_t>(decision_.outcome)]
                        [static_cast<std::size_t>(decision_.reason)]);
-    if (decision_.outcome == admission::Outcome::shed) {
-      refuse();
-      return;
+  }
+
+  // The upstream wait the controller reads: for a bulkhead slot, then for a
+  // connection. A request refused at the end of its window waited all of it.
+  void note_upstream_wait(Clock::time_point now, Clock::duration wait) {
+    st_.upstream[upstream_].wait.observe(std::chrono::duration<double>(wait).count());
+    w_.waits.add(now, wait, upstream_);
+  }
+
+  void note_queue_wait(Clock::time_point now) {
+    queue_wait_ = now - queue_start_;
+    st_.lane[admission::index(lane_)].queue_wait.observe(
+        std::chrono::duration<double>(queue_wait_).count());
+  }
+
+  admission::Bulkhead& bulkhead() { return w_.bulkhead(upstream_); }
+
+  // Admitted: counted in flight, given a lease token, and on to the upstream.
+  void forward() {
+    auto& m = req_->get();
+    if (Seat::seated) {
+      if (lane_ == Lane::heavy) w_.note_heavy();
+      lease_open_ = cfg_.admission.delegation && w_.leases().open(lease_slot_, lease_gen_);
     }
     bump(st_.lane[admission::index(lane_)].in_flight, std::int64_t{1});
     lane_counted_ = true;
@@ -410,13 +530,43 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     }
   }
 
-  // SPEC's refusal: 503, Retry-After derived from what the controller knows,
-  // X-Sluice-Reject, and a JSON body saying why.
-  void refuse() {
+  // A level refusal's Retry-After: when the controller expects the lane back.
+  std::optional<admission::Millis> derived_level_wait() const {
+    auto readmit = w_.runtime().published.readmit_ms[admission::index(lane_)].load(
+        std::memory_order_relaxed);
+    if (readmit < 0) return std::nullopt;
+    return admission::Millis(readmit);
+  }
+
+  // No slot within the lane's window. Retry-After (seed 004): the larger of the
+  // window waited and the age of the lane's youngest live lease, the time
+  // since its capacity last turned over (heavy: across every thread).
+  void refuse_queue(Clock::time_point now) {
+    decision_ = {admission::Outcome::shed, admission::Reason::queue_timeout};
+    count_decision();
+    auto& rt = w_.runtime();
+    auto now_us = rt.micros(now);
+    std::optional<admission::Micros> youngest;
+    if (lane_ == Lane::heavy) {
+      for (auto& w : rt.workers) {
+        auto y = w.get() == &w_ ? -1 : w->youngest_heavy_us.load(std::memory_order_relaxed);
+        if (y >= 0 && (!youngest || admission::Micros(y) > *youngest)) youngest = admission::Micros(y);
+      }
+      for (std::size_t u = 0; u < cfg_.upstreams.size(); ++u)
+        if (auto y = w_.bulkhead(u).youngest(lane_); y && (!youngest || *y > *youngest)) youngest = y;
+    } else {
+      youngest = bulkhead().youngest(lane_);
+    }
+    std::optional<admission::Micros> age;
+    if (youngest) age = std::max(admission::Micros{0}, now_us - *youngest);
+    auto waited = std::chrono::duration_cast<admission::Micros>(queue_wait_);
+    refuse(admission::lease_retry_after(waited, age));
+  }
+
+  // SPEC's refusal: 503, Retry-After derived from what was observed, clamped to
+  // the lane's band with jitter that only adds, X-Sluice-Reject, and a JSON body.
+  void refuse(std::optional<admission::Millis> derived) {
     auto lane = admission::index(lane_);
-    auto readmit = w_.runtime().published.readmit_ms[lane].load(std::memory_order_relaxed);
-    std::optional<admission::Millis> derived;
-    if (readmit >= 0) derived = admission::Millis(readmit);
     retry_after_ = admission::retry_after_seconds(derived, live_->retry[lane], w_.rng());
     auto& b = own_body_;
     b.clear();
@@ -454,7 +604,9 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
         forwarded = true;
         continue;
       }
-      if (iequals(name, "x-forwarded-proto") || iequals(name, "x-request-id")) continue;
+      if (iequals(name, "x-forwarded-proto") || iequals(name, "x-request-id") ||
+          iequals(name, kLeaseHeader))
+        continue;
       has_host |= f.name() == http::field::host;
       append_field(h, name, f.value());
     }
@@ -477,6 +629,18 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
         }
     h += std::string_view(client_, client_len_);
     h += "\r\nX-Forwarded-Proto: http\r\n";
+    if (lease_open_) {
+      // This request's lease: a request the upstream makes back through
+      // Sluice with it is seated at once on this lane (delegation).
+      auto& rt = w_.runtime();
+      admission::LeaseId id{rt.instance, static_cast<std::uint32_t>(w_.index()), lease_slot_,
+                            lease_gen_, lane_};
+      char token[admission::kLeaseTokenMax];
+      h += kLeaseHeader;
+      h += ": ";
+      h.append(token, admission::format_lease_token(rt.lease_key, id, token));
+      h += "\r\n";
+    }
     end_head(h);
   }
 
@@ -593,6 +757,7 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
   // ---------------------------------------------------------------- request out
   void send_request() {
     phase_ = Phase::send_upstream;
+    sent_at_ = Clock::now();
     build_request_head();
     if (expect_continue_ && buf_.size() == 0) {
       expect_continue_ = false;
@@ -692,6 +857,7 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     }
     if (timed_out) {
       bump(st_.upstream[upstream_].timeouts);
+      signal_ = admission::Signal::timeout;
       respond_error(504, "upstream_timeout", true);
     } else {
       respond_error(502, what, !req_->is_done() || !client_keep_alive_);
@@ -721,7 +887,10 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
       read_response_head();  // interim responses are Sluice's to answer, not forwarded
       return;
     }
-    ttfb_ = Clock::now() - start_;
+    auto now = Clock::now();
+    ttfb_ = now - start_;
+    up_ttfb_ = std::chrono::duration_cast<admission::Micros>(now - sent_at_);
+    if (Seat::seated) signal_ = bulkhead().classify(status, up_ttfb_);
     if (status == 101) {
       if (!upgrade_) {
         upstream_failed(http::error::bad_status, "upstream_bad_response");
@@ -913,7 +1082,23 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     end_exchange(status, !client_keep_alive_ || end_stream_);
   }
 
+  // The lease ends with its response (an SSE stream's or a tunnel's included):
+  // the slot goes back, and what the upstream said teaches the estimate.
+  void release_seat() {
+    if (Seat::queued) bulkhead().cancel(*this, w_.runtime().micros(Clock::now()));
+    if (!Seat::seated) return;
+    if (lease_open_) {
+      w_.leases().close(lease_slot_);
+      lease_open_ = false;
+    }
+    bool heavy = lane_ == Lane::heavy;
+    if (bulkhead().release(*this, signal_, up_ttfb_, w_.runtime().micros(Clock::now()), w_.rng()))
+      bump(st_.upstream[upstream_].exhausted[static_cast<std::size_t>(signal_)]);
+    if (heavy) w_.note_heavy();
+  }
+
   void log(int status) {
+    release_seat();
     auto now = Clock::now();
     auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
     double duration = std::chrono::duration<double>(now - start_).count();
@@ -945,6 +1130,7 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
     r.level = static_cast<int>(level_);
     r.retry_after_s = retry_after_;
     r.client = std::string_view(client_, client_len_);
+    r.queue_ms = ms(queue_wait_);
     r.upstream_wait_ms = upstream_wait_.count() >= 0 ? ms(upstream_wait_) : -1;
     r.ttfb_ms = ttfb_.count() >= 0 ? ms(ttfb_) : -1;
     r.duration_ms = duration * 1000.0;
@@ -1093,6 +1279,15 @@ class Session : public Tracked, public PoolWaiter, public std::enable_shared_fro
   std::chrono::system_clock::time_point start_wall_{};
   Clock::duration upstream_wait_{-1};
   Clock::duration ttfb_{-1};
+  Clock::duration queue_wait_{0};
+  Clock::time_point queue_start_{};
+  Clock::time_point sent_at_{};
+  admission::Micros up_ttfb_{0};  // request sent to response head: what the estimate learns from
+  admission::Signal signal_ = admission::Signal::none;
+  bool delegated_ = false;
+  bool lease_open_ = false;
+  std::uint32_t lease_slot_ = 0;
+  std::uint64_t lease_gen_ = 0;
   std::uint64_t bytes_in_ = 0, bytes_out_ = 0;
   char id_[128];
   std::size_t id_len_ = 0;

@@ -53,6 +53,8 @@ struct UpstreamStats {
   std::atomic<std::int64_t> connections{0};           // open connections (gauge)
   std::atomic<std::int64_t> waiting{0};               // requests queued for a connection (gauge)
   std::atomic<std::int64_t> oldest_waiting_since_ns{0};  // 0: nobody is queued
+  // Decreases of the capacity estimate, by admission::Signal (refused, timeout, slow).
+  std::array<std::atomic<std::uint64_t>, 4> exhausted{};
 };
 
 inline constexpr std::size_t kOutcomes = 3;  // admission::Outcome
@@ -63,7 +65,10 @@ struct LaneStats {
   std::array<std::array<std::atomic<std::uint64_t>, kReasons>, kOutcomes> decisions{};
   std::array<std::atomic<std::uint64_t>, kStatusSlots> requests{};  // by status code
   LatencyHistogram duration{kLatencyBounds};
+  LatencyHistogram queue_wait{kLatencyBounds};  // time waited for a bulkhead slot
   std::atomic<std::int64_t> in_flight{0};
+  std::atomic<std::uint64_t> starved{0};    // episodes of starvation
+  std::atomic<std::uint64_t> delegated{0};  // requests seated on a parent's lease
 };
 
 struct Shard {

@@ -116,6 +116,14 @@ admission::Reading Ticker::sample(Millis t) {
       double ms = static_cast<double>(to_ns(now) - since) / 1e6;
       r.upstream_wait_ms = std::max(r.upstream_wait_ms.value_or(0.0), ms);
     }
+  // The same for requests queued for a bulkhead slot (as of each thread's last heartbeat).
+  for (auto& w : rt_.workers)
+    for (const auto& v : w->views())
+      for (const auto& lane : v.lanes)
+        if (lane.oldest_waiting_since) {
+          double ms = static_cast<double>((rt_.micros(now) - *lane.oldest_waiting_since).count()) / 1e3;
+          r.upstream_wait_ms = std::max(r.upstream_wait_ms.value_or(0.0), ms);
+        }
 
   // Upstream timeouts since the last tick.
   std::uint64_t timeouts = 0;
@@ -335,7 +343,8 @@ bool Ticker::reload(std::string_view why) {
       "routes", "admission_mode", "admission_profile", "tick", "admission_lag_ms",
       "admission_upstream_wait_ms", "admission_rise_ticks", "admission_emergency_ms",
       "admission_hold", "admission_exit_ratio", "admission_spacing", "admission_emergency_dwell",
-      "admission_timeout_pin", "lane_factors", "retry_after"};
+      "admission_timeout_pin", "lane_factors", "retry_after", "lane_floors", "lane_weights",
+      "queue_window", "starved_after"};
   auto before = Json::parse(config::to_json(current_));
   auto after = Json::parse(config::to_json(next));
   Json changed = Json::array(), needs_restart = Json::array();
@@ -357,9 +366,7 @@ bool Ticker::reload(std::string_view why) {
     audit_.flush();
     return false;
   }
-  rt_.generations.push_back(std::make_unique<Live>(
-      Live{next.routes, admission::Gate(next.admission.mode, next.admission.factors),
-           next.admission.retry}));
+  rt_.generations.push_back(std::make_unique<Live>(make_live(next)));
   live_ = rt_.generations.back().get();
   for (auto& w : rt_.workers)
     net::post(w->ioc(), [w = w.get(), live = live_] { w->set_live(live); });

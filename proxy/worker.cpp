@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <charconv>
 #include <random>
 
 #include "proxy/runtime.hpp"
@@ -157,19 +158,63 @@ void UpstreamPool::close_idle() {
   idle_.clear();
 }
 
+// ---- Runtime ----
+
+Live make_live(const config::Config& c) {
+  return Live{c.routes, admission::Gate(c.admission.mode, c.admission.factors), c.admission.retry,
+              c.admission.lanes};
+}
+
+Runtime::Runtime(const config::Config& c) : config(c) {
+  generations.push_back(std::make_unique<Live>(make_live(c)));
+  if (c.admission.heavy_max_in_flight)
+    heavy_cap = std::make_unique<HeavyCap>(static_cast<std::int64_t>(*c.admission.heavy_max_in_flight));
+  std::random_device rd;
+  auto random64 = [&rd] { return (std::uint64_t{rd()} << 32) ^ rd(); };
+  instance = random64();
+  const auto& hex = c.admission.lease_key;  // validated: 32 hex digits, or empty
+  for (std::size_t i = 0; i < lease_key.size(); ++i) {
+    if (hex.size() == 2 * lease_key.size()) {
+      std::from_chars(hex.data() + 2 * i, hex.data() + 2 * i + 2, lease_key[i], 16);
+    } else {
+      lease_key[i] = static_cast<std::uint8_t>(rd());
+    }
+  }
+}
+
 // ---- Worker ----
 
+namespace {
+// One lease slot per connection this thread may hold, and some room.
+std::size_t lease_slots(const config::Config& c) {
+  return c.max_connections / static_cast<std::size_t>(c.threads) + 64;
+}
+}  // namespace
+
 Worker::Worker(Runtime& rt, std::size_t index, int log_fd)
-    : rt_(rt), index_(index), heartbeat_(ioc_), stats_(rt.config.upstreams.size()), log_(log_fd) {
+    : rt_(rt),
+      index_(index),
+      heartbeat_(ioc_),
+      stats_(rt.config.upstreams.size()),
+      log_(log_fd),
+      leases_(lease_slots(rt.config)) {
   const auto& cfg = rt.config;
   std::size_t threads = static_cast<std::size_t>(cfg.threads);
   for (std::size_t u = 0; u < cfg.upstreams.size(); ++u) {
     // This thread's share of the upstream's connections, at least one.
-    std::size_t share = cfg.upstream_max_connections / threads +
-                        (index < cfg.upstream_max_connections % threads ? 1 : 0);
-    pools_.push_back(
-        std::make_unique<UpstreamPool>(*this, u, rt.upstream_hosts[u], std::max<std::size_t>(share, 1)));
+    std::size_t share = std::max<std::size_t>(
+        1, cfg.upstream_max_connections / threads +
+               (index < cfg.upstream_max_connections % threads ? 1 : 0));
+    pools_.push_back(std::make_unique<UpstreamPool>(*this, u, rt.upstream_hosts[u], share));
+    // Each thread estimates its own share of the upstream, as each instance of
+    // a fleet does; the estimate never passes the connections it may open.
+    admission::EstimatePolicy ep = cfg.admission.estimate;
+    ep.seed = std::max(1.0, ep.seed / static_cast<double>(threads));
+    ep.max = static_cast<double>(share);
+    bulkheads_.push_back(std::make_unique<admission::Bulkhead>(
+        cfg.admission.lanes, admission::Estimate(ep), rt.heavy_cap.get()));
   }
+  views_.resize(cfg.upstreams.size());
   std::random_device rd;
   std::uint64_t r = (std::uint64_t{rd()} << 32) ^ rd() ^ (std::uint64_t{index} << 56);
   static constexpr char kHex[] = "0123456789abcdef";
@@ -185,6 +230,18 @@ Worker::~Worker() {
 }
 
 const config::Config& Worker::config() const { return rt_.config; }
+
+void Worker::set_live(const Live* live) {
+  live_ = live;
+  for (auto& b : bulkheads_) b->set_lanes(live->lanes);
+}
+
+void Worker::note_heavy() {
+  std::optional<admission::Micros> youngest;
+  for (auto& b : bulkheads_)
+    if (auto y = b->youngest(admission::Lane::heavy); y && (!youngest || *y > *youngest)) youngest = y;
+  youngest_heavy_us.store(youngest ? youngest->count() : -1, std::memory_order_relaxed);
+}
 
 char* Worker::request_id(char* out) {
   // 16 hex digits unique to this thread and run, then 8 of a counter.
@@ -247,6 +304,17 @@ void Worker::on_heartbeat() {
     }
   }
   for (auto& p : pools_) p->sweep(now);
+  // The bulkheads' clock: growth, a re-ask of the waiters, starvation.
+  auto now_us = rt_.micros(now);
+  for (auto& b : bulkheads_) {
+    auto became = b->tick(now_us, rng_);
+    for (auto lane : admission::kLanes)
+      if (became[admission::index(lane)]) bump(stats_.lane[admission::index(lane)].starved);
+  }
+  {
+    std::lock_guard lock(views_mutex_);
+    for (std::size_t u = 0; u < bulkheads_.size(); ++u) views_[u] = bulkheads_[u]->view(now_us);
+  }
   log_.flush();
 
   expected_ = now + config().lag_probe_interval;
