@@ -376,8 +376,54 @@ std::optional<Micros> Bulkhead::oldest_waiting(Lane lane) const {
   return s ? std::optional<Micros>(s->since) : std::nullopt;
 }
 
+void merge_view(BulkheadView& t, const BulkheadView& v) {
+  if (t.shards++ == 0) {
+    int shards = t.shards;
+    t = v;
+    t.shards = shards;
+    return;
+  }
+  auto earliest = [](std::optional<Micros>& a, std::optional<Micros> b) {
+    if (b && (!a || *b < *a)) a = b;
+  };
+  auto latest = [](std::optional<Micros>& a, std::optional<Micros> b) {
+    if (b && (!a || *b > *a)) a = b;
+  };
+  if (v.exhausted_at && (!t.exhausted_at || *v.exhausted_at > *t.exhausted_at)) t.why = v.why;
+  latest(t.exhausted_at, v.exhausted_at);
+  auto successes = t.successes + v.successes;
+  if (successes > 0)
+    t.mean_latency = Micros((t.mean_latency.count() * static_cast<std::int64_t>(t.successes) +
+                             v.mean_latency.count() * static_cast<std::int64_t>(v.successes)) /
+                            static_cast<std::int64_t>(successes));
+  t.estimate += v.estimate;
+  t.carrying += v.carrying;
+  t.slow_start = t.slow_start || v.slow_start;
+  t.slots += v.slots;
+  t.running += v.running;
+  t.waiting += v.waiting;
+  t.free += v.free;
+  t.successes = successes;
+  t.failures += v.failures;
+  t.decreases += v.decreases;
+  for (std::size_t l = 0; l < kLaneCount; ++l) {
+    auto& a = t.lanes[l];
+    const auto& b = v.lanes[l];
+    a.running += b.running;
+    a.waiting += b.waiting;
+    a.guaranteed += b.guaranteed;
+    a.borrowed += b.borrowed;
+    a.delegated += b.delegated;
+    earliest(a.oldest_waiting_since, b.oldest_waiting_since);
+    latest(a.youngest_seat_since, b.youngest_seat_since);
+    earliest(a.waiting_since, b.waiting_since);
+    a.starving = a.starving || b.starving;
+  }
+}
+
 BulkheadView Bulkhead::view(Micros now) const {
   BulkheadView v;
+  v.shards = 1;
   Census c = census();
   Seats g = guaranteed(lanes_, c);
   v.estimate = estimate_.value();

@@ -184,6 +184,7 @@ struct LaneView {
 };
 
 struct BulkheadView {
+  int shards = 0;  // views merged into this one (merge_view)
   double estimate = 0, carrying = 0;
   bool slow_start = true;
   std::optional<Micros> exhausted_at;
@@ -193,6 +194,10 @@ struct BulkheadView {
   Micros mean_latency{0};
   std::array<LaneView, kLaneCount> lanes{};
 };
+
+// Adds one thread's view of an upstream into the process's: counts and
+// estimates add, times take the oldest wait and the latest exhaustion.
+void merge_view(BulkheadView& into, const BulkheadView& shard);
 
 class Bulkhead {
  public:

@@ -241,6 +241,70 @@ std::string render_metrics(Runtime& rt, const Watchdog& watchdog, const Ticker& 
     out.push_back(std::move(f));
   }
   {
+    // The bulkheads, summed over the I/O threads (each estimates its own share).
+    auto views = rt.bulkhead_views();
+    auto estimate = family("sluice_upstream_capacity_estimate",
+                           "The measured concurrency the upstream serves now (K-hat), all threads.",
+                           prom::MetricType::Gauge);
+    auto carrying = family("sluice_upstream_carrying_capacity",
+                           "The load at which the upstream last said too much (K; 0: never), all threads.",
+                           prom::MetricType::Gauge);
+    auto exhausted = family("sluice_upstream_exhausted_total",
+                            "Decreases of the capacity estimate, by upstream and what said too much.",
+                            prom::MetricType::Counter);
+    for (std::size_t u = 0; u < cfg.upstreams.size(); ++u) {
+      const auto& name = cfg.upstreams[u].name;
+      auto m = with_labels({{"upstream", name}});
+      m.gauge.value = views[u].estimate;
+      estimate.metric.push_back(m);
+      m.gauge.value = views[u].carrying;
+      carrying.metric.push_back(m);
+      for (auto why : {admission::Signal::refused, admission::Signal::timeout, admission::Signal::slow}) {
+        auto mm = with_labels({{"upstream", name}, {"why", std::string(admission::to_string(why))}});
+        mm.counter.value = static_cast<double>(sum_workers<std::uint64_t>(rt, [&](Shard& s) -> auto& {
+          return s.upstream[u].exhausted[static_cast<std::size_t>(why)];
+        }));
+        exhausted.metric.push_back(std::move(mm));
+      }
+    }
+    auto depth = family("sluice_lane_queue_depth", "Requests waiting for a bulkhead slot, by lane.",
+                        prom::MetricType::Gauge);
+    auto wait = family("sluice_lane_queue_wait_seconds",
+                       "Time an admitted or timed-out request waited for a bulkhead slot, by lane.",
+                       prom::MetricType::Histogram);
+    auto starved = family("sluice_lane_starvation_total",
+                          "Times a lane below its floor had work waiting longer than SLUICE_STARVED_AFTER.",
+                          prom::MetricType::Counter);
+    auto delegated = family("sluice_lane_delegated_total",
+                            "Requests seated at once on a live parent lease's lane (delegation).",
+                            prom::MetricType::Counter);
+    for (auto lane : kLanes) {
+      auto l = admission::index(lane);
+      std::vector<prom::ClientMetric::Label> labels{{"lane", std::string(to_string(lane))}};
+      auto m = with_labels(labels);
+      for (const auto& v : views) m.gauge.value += v.lanes[l].waiting;
+      depth.metric.push_back(std::move(m));
+      auto h = with_labels(labels);
+      h.histogram = sum_histograms<kLatencyBounds.size()>(
+          rt, [&](Shard& s) -> auto& { return s.lane[l].queue_wait; });
+      wait.metric.push_back(std::move(h));
+      auto c = with_labels(labels);
+      c.counter.value = static_cast<double>(
+          sum_workers<std::uint64_t>(rt, [&](Shard& s) -> auto& { return s.lane[l].starved; }));
+      starved.metric.push_back(c);
+      c.counter.value = static_cast<double>(
+          sum_workers<std::uint64_t>(rt, [&](Shard& s) -> auto& { return s.lane[l].delegated; }));
+      delegated.metric.push_back(std::move(c));
+    }
+    for (auto* f : {&estimate, &carrying, &exhausted, &depth, &wait, &starved, &delegated})
+      out.push_back(std::move(*f));
+    double heavy = 0;
+    for (const auto& v : views) heavy += v.lanes[admission::index(admission::Lane::heavy)].running;
+    add_scalar(out, "sluice_heavy_leases",
+               "Live heavy leases (a heavy request holds one for its whole response, an SSE stream included).",
+               prom::MetricType::Gauge, heavy);
+  }
+  {
     auto f = family("sluice_client_errors_total",
                     "Requests answered before routing (malformed, too large, too slow, no route), by status code.",
                     prom::MetricType::Counter);
@@ -445,24 +509,72 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
     return diff == 0;
   }
 
-  static std::optional<long> query_number(std::string_view target, std::string_view key) {
+  static std::optional<std::string_view> query_value(std::string_view target, std::string_view key) {
     auto q = target.find('?');
     if (q == std::string_view::npos) return std::nullopt;
     std::string_view rest = target.substr(q + 1);
     while (!rest.empty()) {
       auto amp = rest.find('&');
       auto pair = rest.substr(0, amp);
-      if (pair.starts_with(key) && pair.size() > key.size() && pair[key.size()] == '=') {
-        auto v = pair.substr(key.size() + 1);
-        long n = 0;
-        auto r = std::from_chars(v.data(), v.data() + v.size(), n);
-        if (r.ec != std::errc{} || r.ptr != v.data() + v.size()) return std::nullopt;
-        return n;
-      }
+      if (pair.starts_with(key) && pair.size() > key.size() && pair[key.size()] == '=')
+        return pair.substr(key.size() + 1);
       if (amp == std::string_view::npos) break;
       rest.remove_prefix(amp + 1);
     }
     return std::nullopt;
+  }
+
+  static std::optional<long> query_number(std::string_view target, std::string_view key) {
+    auto v = query_value(target, key);
+    if (!v) return std::nullopt;
+    long n = 0;
+    auto r = std::from_chars(v->data(), v->data() + v->size(), n);
+    if (r.ec != std::errc{} || r.ptr != v->data() + v->size()) return std::nullopt;
+    return n;
+  }
+
+  // GET /admin/plan?lane=L&upstream=U&wanted=N (seed 001 §11): how many of N
+  // requests of lane L to upstream U would start now with certainty, by every
+  // thread's bulkhead as of its last heartbeat. Seats nothing.
+  void handle_plan(std::string_view target) {
+    using nlohmann::json;
+    if (req_.method() != http::verb::get) {
+      res_.set(http::field::allow, "GET");
+      return reply(http::status::method_not_allowed, R"({"error":"method_not_allowed"})");
+    }
+    auto lane = admission::lane_from_string(query_value(target, "lane").value_or(""));
+    const auto& ups = rt_.config.upstreams;
+    auto name = query_value(target, "upstream").value_or(ups.front().name);
+    std::size_t u = 0;
+    while (u < ups.size() && ups[u].name != name) ++u;
+    auto wanted = query_number(target, "wanted").value_or(1);
+    if (!lane || u == ups.size() || wanted < 1 || wanted > 1'000'000)
+      return reply(http::status::bad_request,
+                   json{{"error", "bad_request"},
+                        {"valid", "lane=bulk|standard|heavy&upstream=<a name in SLUICE_UPSTREAMS>&wanted=1..1000000"}}
+                       .dump());
+    const auto& policy = rt_.generations.back()->lanes;  // appended on this thread only
+    int start = 0;
+    json threads = json::array();
+    for (auto& w : rt_.workers) {
+      const auto v = w->views()[u];
+      admission::Census c;
+      c.estimate = v.estimate;
+      c.measured = v.carrying > 0;
+      for (std::size_t l = 0; l < admission::kLaneCount; ++l) {
+        c.running[l] = v.lanes[l].running;
+        c.waiting[l] = v.lanes[l].waiting;
+      }
+      int n = admission::plan(policy, c, *lane, static_cast<int>(wanted) - start);
+      threads.push_back(n);
+      start += n;
+    }
+    reply(http::status::ok, json{{"lane", std::string(admission::to_string(*lane))},
+                                 {"upstream", std::string(name)},
+                                 {"wanted", wanted},
+                                 {"start", start},
+                                 {"per_thread", threads}}
+                                .dump());
   }
 
   void reply(http::status status, std::string body) {
@@ -500,6 +612,7 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
       return reply(http::status::ok, ticker_.state_json());
     }
     if (path == "/admin/pins") return handle_pins();
+    if (path == "/admin/plan") return handle_plan(target);
     reply(http::status::not_found, R"({"error":"not_found"})");
   }
 

@@ -352,6 +352,8 @@ struct Runtime {
     return std::chrono::duration_cast<admission::Micros>(t - epoch);
   }
   std::unique_ptr<HeavyCap> heavy_cap;  // SLUICE_HEAVY_MAX_IN_FLIGHT, when set
+  // Per upstream, every thread's bulkhead as of its last heartbeat, merged.
+  std::vector<admission::BulkheadView> bulkhead_views() const;
   // Lease tokens: signed with this key, valid only in this process (instance).
   admission::LeaseKey lease_key{};
   std::uint64_t instance = 0;

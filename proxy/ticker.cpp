@@ -421,6 +421,13 @@ std::string Ticker::state_json() const {
   } else {
     j["pin"] = nullptr;
   }
+  // The bulkheads (seed 001 §11): per upstream, then per lane x upstream.
+  auto views = rt_.bulkhead_views();
+  auto now_us = rt_.micros(Clock::now());
+  auto age_s = [&](std::optional<admission::Micros> t) -> Json {
+    if (!t) return nullptr;
+    return static_cast<double>((now_us - *t).count()) / 1e6;
+  };
   Json lanes = Json::object();
   for (auto lane : admission::kLanes) {
     auto i = admission::index(lane);
@@ -432,36 +439,82 @@ std::string Ticker::state_json() const {
       for (std::size_t o = 0; o < kOutcomes; ++o)
         for (auto& r : ls.decisions[o]) outcomes[o] += r.load(std::memory_order_relaxed);
     }
+    int waiting = 0;
+    for (const auto& v : views) waiting += v.lanes[i].waiting;
     Json l;
     l["in_flight"] = in_flight;
-    l["waiting"] = 0;  // no admission queue yet: requests wait only for pool connections
+    l["waiting"] = waiting;
     l["admitted"] = outcomes[0];
     l["shed"] = outcomes[1];
     l["would_shed"] = outcomes[2];
     l["factor"] = live_->gate.factors()[i][static_cast<std::size_t>(c.level())];
     auto readmit = rt_.published.readmit_ms[i].load(std::memory_order_relaxed);
     l["readmit_in_s"] = readmit >= 0 ? Json(static_cast<double>(readmit) / 1000.0) : Json(nullptr);
+    l["floor"] = live_->lanes.floors[i];
+    l["weight"] = live_->lanes.weights[i];
+    l["queue_window_s"] = static_cast<double>(live_->lanes.queue_window[i].count()) / 1e6;
     lanes[std::string(admission::to_string(lane))] = l;
   }
   j["lanes"] = lanes;
   Json upstreams = Json::array();
+  Json starving = Json::array();
   for (std::size_t u = 0; u < rt_.config.upstreams.size(); ++u) {
     std::int64_t conns = 0, waiting = 0;
     for (auto& w : rt_.workers) {
       conns += w->stats().upstream[u].connections.load(std::memory_order_relaxed);
       waiting += w->stats().upstream[u].waiting.load(std::memory_order_relaxed);
     }
-    upstreams.push_back({{"name", rt_.config.upstreams[u].name},
+    const auto& v = views[u];
+    const auto& name = rt_.config.upstreams[u].name;
+    Json per_lane = Json::object();
+    for (auto lane : admission::kLanes) {
+      const auto& lv = v.lanes[admission::index(lane)];
+      per_lane[std::string(admission::to_string(lane))] = {
+          {"running", lv.running},
+          {"waiting", lv.waiting},
+          {"guaranteed", lv.guaranteed},
+          {"borrowed", lv.borrowed},
+          {"delegated", lv.delegated},
+          {"oldest_waiting_s", age_s(lv.oldest_waiting_since)},
+          {"starving", lv.starving}};
+      if (lv.starving)
+        starving.push_back({{"lane", std::string(admission::to_string(lane))},
+                            {"upstream", name},
+                            {"waiting", lv.waiting},
+                            {"waiting_for_s", age_s(lv.waiting_since)}});
+    }
+    upstreams.push_back({{"name", name},
                          {"connections", conns},
-                         {"waiting_for_connection", waiting}});
+                         {"waiting_for_connection", waiting},
+                         {"capacity", v.estimate},
+                         {"carrying_capacity", v.carrying},
+                         {"slow_start", v.slow_start},
+                         {"exhausted", v.exhausted_at.has_value()},
+                         {"exhausted_ago_s", age_s(v.exhausted_at)},
+                         {"why", v.exhausted_at ? Json(std::string(admission::to_string(v.why))) : Json(nullptr)},
+                         {"slots", v.slots},
+                         {"free", v.free},
+                         {"running", v.running},
+                         {"waiting", v.waiting},
+                         {"successes", v.successes},
+                         {"failures", v.failures},
+                         {"mean_latency_ms", static_cast<double>(v.mean_latency.count()) / 1e3},
+                         {"threads", v.shards},
+                         {"lanes", per_lane}});
   }
   j["upstreams"] = upstreams;
-  std::int64_t heavy = 0;
-  for (auto& w : rt_.workers)
-    heavy += w->stats().lane[admission::index(admission::Lane::heavy)].in_flight.load(
-        std::memory_order_relaxed);
-  j["heavy_leases"] = {{"count", heavy}};
-  j["starving"] = Json::array();
+  int heavy = 0;
+  std::optional<admission::Micros> youngest;
+  for (const auto& v : views) {
+    const auto& lv = v.lanes[admission::index(admission::Lane::heavy)];
+    heavy += lv.running;
+    if (lv.youngest_seat_since && (!youngest || *lv.youngest_seat_since > *youngest))
+      youngest = lv.youngest_seat_since;
+  }
+  j["heavy_leases"] = {{"count", heavy},
+                       {"youngest_age_s", age_s(youngest)},
+                       {"cap", rt_.heavy_cap ? Json(rt_.heavy_cap->cap()) : Json(nullptr)}};
+  j["starving"] = starving;
   return j.dump(2);
 }
 

@@ -182,6 +182,16 @@ Runtime::Runtime(const config::Config& c) : config(c) {
   }
 }
 
+std::vector<admission::BulkheadView> Runtime::bulkhead_views() const {
+  std::vector<admission::BulkheadView> total(config.upstreams.size());
+  for (auto& w : workers) {
+    auto views = w->views();
+    for (std::size_t u = 0; u < views.size() && u < total.size(); ++u)
+      admission::merge_view(total[u], views[u]);
+  }
+  return total;
+}
+
 // ---- Worker ----
 
 namespace {
