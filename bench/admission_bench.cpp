@@ -4,6 +4,10 @@
 //    precomputed Retry-After base from an atomic and retry_after_seconds;
 //  - Controller::step, the tick's work. It takes one reading and no per-request
 //    input, so its cost does not grow with the request rate.
+//  - a bulkhead slot: Bulkhead::ask and release for one request, with 0 to
+//    100,000 requests of another lane waiting in the same bulkhead (each
+//    release re-offers the slot to the waiting lane's oldest request): the
+//    cost must not grow with the queue.
 // Plain C++ and std::chrono; run the RelWithDebInfo build: sluice_admission_bench.
 #include <algorithm>
 #include <atomic>
@@ -13,6 +17,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "admission/bulkhead.hpp"
 #include "admission/controller.hpp"
 #include "admission/gate.hpp"
 
@@ -83,6 +88,41 @@ int main(int argc, char** argv) {
         "%-6d %12.2f %10.2f %10.2f %9.1f%%\n", level, median(ns),
         *std::min_element(ns.begin(), ns.end()), *std::max_element(ns.begin(), ns.end()),
         100.0 * static_cast<double>(sink.refused) / (static_cast<double>(per_batch) * batches));
+  }
+
+  // A bulkhead slot with a queue beside it: heavy requests wait (their cap is
+  // taken), standard requests come and go.
+  struct NoCap : LeaseCap {
+    bool try_take() override { return false; }
+    void give_back() override {}
+  } no_cap;
+  std::printf("\nBulkhead::ask + release of one standard request, heavy requests waiting\n");
+  std::printf("%-8s %12s %10s %10s\n", "waiting", "median ns", "min ns", "max ns");
+  for (int waiting : {0, 100, 10'000, 100'000}) {
+    LanePolicy lanes;
+    lanes.queue_window = {Micros{0}, Micros{500'000}, Micros{3'600'000'000}};
+    Bulkhead bulkhead(lanes, Estimate(EstimatePolicy{}, 64, 64), &no_cap);
+    Rng rng(3);
+    std::vector<Seat> queued(static_cast<std::size_t>(waiting));
+    for (auto& q : queued) {
+      q.lane = Lane::heavy;
+      bulkhead.ask(q, Micros{0}, rng);
+    }
+    std::vector<Seat> running(16);
+    for (auto& r : running) bulkhead.ask(r, Micros{0}, rng);  // standard, within its floor
+    std::vector<double> per;
+    Seat s;
+    const int n = 1'000'000;
+    for (int b = 0; b < batches; ++b) {
+      auto start = Clock::now();
+      for (int i = 0; i < n; ++i) {
+        keep = keep + (bulkhead.ask(s, Micros{i}, rng) ? 1 : 0);
+        bulkhead.release(s, Signal::clean, Micros{100}, Micros{i}, rng);
+      }
+      per.push_back(std::chrono::duration<double, std::nano>(Clock::now() - start).count() / n);
+    }
+    std::printf("%-8d %12.2f %10.2f %10.2f\n", waiting, median(per),
+                *std::min_element(per.begin(), per.end()), *std::max_element(per.begin(), per.end()));
   }
 
   // The tick: a day's worth of one-second readings through one controller.
