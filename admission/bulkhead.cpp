@@ -316,14 +316,13 @@ void Bulkhead::cancel(Seat& s, Micros) {
 // Offers free slots to the heads of the queues: lanes below their floors
 // first, then the least borrowed per weight; stops when no head is seated.
 void Bulkhead::serve(Micros now, Rng& rng) {
-  for (;;) {
+  while (waiting_[0] + waiting_[1] + waiting_[2] > 0) {
     Census c = census();
     Seats g = guaranteed(lanes_, c);
     std::array<Lane, kLaneCount> order{};
     std::size_t n = 0;
     for (Lane lane : kLanes)
       if (waiting_[index(lane)] > 0) order[n++] = lane;
-    if (n == 0) return;
     auto key = [&](Lane lane) {
       auto l = index(lane);
       return std::pair{c.running[l] < g[l] ? 0 : 1, borrowed_per_weight(lanes_, c, g, l)};

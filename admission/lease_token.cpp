@@ -1,5 +1,6 @@
 #include "admission/lease_token.hpp"
 
+#include <bit>
 #include <charconv>
 #include <cstring>
 
@@ -10,8 +11,9 @@ namespace {
 constexpr std::uint64_t rotl(std::uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
 
 std::uint64_t load_le64(const std::uint8_t* p) {
-  std::uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  std::uint64_t v;
+  std::memcpy(&v, p, 8);
+  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap64(v);
   return v;
 }
 
@@ -37,7 +39,6 @@ std::size_t mac_input(const LeaseId& id, std::uint8_t* out) {
   auto put = [&](std::uint64_t v, int bytes) {
     for (int i = 0; i < bytes; ++i) out[n++] = static_cast<std::uint8_t>(v >> (8 * i));
   };
-  put(id.instance, 8);
   put(id.worker, 4);
   put(id.slot, 4);
   put(id.generation, 8);
@@ -46,7 +47,7 @@ std::size_t mac_input(const LeaseId& id, std::uint8_t* out) {
 }
 
 std::uint64_t mac(const LeaseKey& key, const LeaseId& id) {
-  std::uint8_t buf[32];
+  std::uint8_t buf[24];
   return siphash24(key, buf, mac_input(id, buf));
 }
 
@@ -79,12 +80,26 @@ std::uint64_t siphash24(const LeaseKey& key, const void* data, std::size_t n) {
   return s.v0 ^ s.v1 ^ s.v2 ^ s.v3;
 }
 
+LeaseKey instance_key(const LeaseKey& key, std::uint64_t instance) {
+  LeaseKey out{};
+  for (std::uint8_t half = 0; half < 2; ++half) {
+    std::uint8_t in[9];
+    for (int i = 0; i < 8; ++i) in[i] = static_cast<std::uint8_t>(instance >> (8 * i));
+    in[8] = half;
+    auto h = siphash24(key, in, sizeof in);
+    for (int i = 0; i < 8; ++i) out[half * 8 + i] = static_cast<std::uint8_t>(h >> (8 * i));
+  }
+  return out;
+}
+
 std::size_t format_lease_token(const LeaseKey& key, const LeaseId& id, char* out) {
+  static constexpr char kHex[] = "0123456789abcdef";
   char* p = out;
-  char* end = out + kLeaseTokenMax;
-  auto hex = [&](std::uint64_t v) { p = std::to_chars(p, end, v, 16).ptr; };
-  hex(id.instance);
-  *p++ = '-';
+  auto hex = [&](std::uint64_t v) {  // lower-case, no leading zeros
+    int digits = v == 0 ? 1 : (67 - std::countl_zero(v)) / 4;
+    for (int i = digits - 1; i >= 0; --i) p[digits - 1 - i] = kHex[(v >> (4 * i)) & 15];
+    p += digits;
+  };
   hex(id.worker);
   *p++ = '-';
   hex(id.slot);
@@ -101,7 +116,7 @@ std::optional<LeaseId> parse_lease_token(const LeaseKey& key, std::string_view t
   if (token.size() > kLeaseTokenMax) return std::nullopt;
   LeaseId id;
   std::uint64_t lane = 0, tag = 0;
-  if (!parse_hex(token, id.instance, false) || !parse_hex(token, id.worker, false) ||
+  if (!parse_hex(token, id.worker, false) ||
       !parse_hex(token, id.slot, false) || !parse_hex(token, id.generation, false) ||
       !parse_hex(token, lane, false) || !parse_hex(token, tag, true) || !token.empty() ||
       lane >= kLaneCount)

@@ -354,7 +354,8 @@ struct Runtime {
   std::unique_ptr<HeavyCap> heavy_cap;  // SLUICE_HEAVY_MAX_IN_FLIGHT, when set
   // Per upstream, every thread's bulkhead as of its last heartbeat, merged.
   std::vector<admission::BulkheadView> bulkhead_views() const;
-  // Lease tokens: signed with this key, valid only in this process (instance).
+  // Lease tokens: signed with SLUICE_LEASE_KEY bound to this start's random
+  // instance id, so they verify only in this process.
   admission::LeaseKey lease_key{};
   std::uint64_t instance = 0;
 };

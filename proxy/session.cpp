@@ -462,7 +462,7 @@ class Session : public Tracked,
     if (it == m.end()) return false;
     auto& rt = w_.runtime();
     auto id = admission::parse_lease_token(rt.lease_key, it->value());
-    if (!id || id->instance != rt.instance || id->worker >= rt.workers.size() ||
+    if (!id || id->worker >= rt.workers.size() ||
         !rt.workers[id->worker]->leases().live(id->slot, id->generation))
       return false;  // forged, from another instance, or its lease has ended: nothing earned
     lane_ = id->lane;
@@ -633,8 +633,7 @@ class Session : public Tracked,
       // This request's lease: a request the upstream makes back through
       // Sluice with it is seated at once on this lane (delegation).
       auto& rt = w_.runtime();
-      admission::LeaseId id{rt.instance, static_cast<std::uint32_t>(w_.index()), lease_slot_,
-                            lease_gen_, lane_};
+      admission::LeaseId id{static_cast<std::uint32_t>(w_.index()), lease_slot_, lease_gen_, lane_};
       char token[admission::kLeaseTokenMax];
       h += kLeaseHeader;
       h += ": ";

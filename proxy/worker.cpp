@@ -173,13 +173,15 @@ Runtime::Runtime(const config::Config& c) : config(c) {
   auto random64 = [&rd] { return (std::uint64_t{rd()} << 32) ^ rd(); };
   instance = random64();
   const auto& hex = c.admission.lease_key;  // validated: 32 hex digits, or empty
-  for (std::size_t i = 0; i < lease_key.size(); ++i) {
-    if (hex.size() == 2 * lease_key.size()) {
-      std::from_chars(hex.data() + 2 * i, hex.data() + 2 * i + 2, lease_key[i], 16);
+  admission::LeaseKey key{};
+  for (std::size_t i = 0; i < key.size(); ++i) {
+    if (hex.size() == 2 * key.size()) {
+      std::from_chars(hex.data() + 2 * i, hex.data() + 2 * i + 2, key[i], 16);
     } else {
-      lease_key[i] = static_cast<std::uint8_t>(rd());
+      key[i] = static_cast<std::uint8_t>(rd());
     }
   }
+  lease_key = admission::instance_key(key, instance);
 }
 
 std::vector<admission::BulkheadView> Runtime::bulkhead_views() const {
