@@ -313,8 +313,9 @@ void Bulkhead::cancel(Seat& s, Micros) {
   s.queued = false;
 }
 
-// Offers free slots to the heads of the queues: lanes below their floors
-// first, then the least borrowed per weight; stops when no head is seated.
+// Offers free slots to the heads of the queues, least borrowed per weight
+// first (a lane below its floor has borrowed nothing; rule 2 keeps its slots
+// from borrowers anyway); stops when no head is seated.
 void Bulkhead::serve(Micros now, Rng& rng) {
   while (waiting_[0] + waiting_[1] + waiting_[2] > 0) {
     Census c = census();
@@ -323,12 +324,9 @@ void Bulkhead::serve(Micros now, Rng& rng) {
     std::size_t n = 0;
     for (Lane lane : kLanes)
       if (waiting_[index(lane)] > 0) order[n++] = lane;
-    auto key = [&](Lane lane) {
-      auto l = index(lane);
-      return std::pair{c.running[l] < g[l] ? 0 : 1, borrowed_per_weight(lanes_, c, g, l)};
-    };
     auto first = [&](Lane a, Lane b) {
-      auto ka = key(a), kb = key(b);
+      double ka = borrowed_per_weight(lanes_, c, g, index(a));
+      double kb = borrowed_per_weight(lanes_, c, g, index(b));
       return ka != kb ? ka < kb : before(lanes_, a, b);
     };
     for (std::size_t i = 1; i < n; ++i)  // at most three: insertion sort

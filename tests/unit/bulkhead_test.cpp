@@ -193,6 +193,10 @@ TEST_CASE("429 and 503 are refusals; a head much slower than the baseline is too
   for (int i = 0; i < 16; ++i) e.observe(Signal::clean, 0, 0, 20ms, 1s);
   CHECK(e.classify(200, 70ms) == Signal::clean);
   CHECK(e.classify(500, 100ms) == Signal::slow);
+  Estimate slow_upstream;
+  for (int i = 0; i < 16; ++i) slow_upstream.observe(Signal::clean, 0, 0, 100ms, 1s);
+  CHECK(slow_upstream.classify(200, 200ms) == Signal::clean);  // 100 ms late, but only twice
+  CHECK(slow_upstream.classify(200, 450ms) == Signal::slow);
   Estimate fast;
   for (int i = 0; i < 16; ++i) fast.observe(Signal::clean, 0, 0, 1ms, 1s);
   CHECK(fast.classify(200, 10ms) == Signal::clean);  // ten times, but only 9 ms: jitter
@@ -313,6 +317,26 @@ TEST_CASE("a lane below its floor with work waiting longer than starved_after is
   CHECK(b.view(7s).lanes[1].starving);
   b.cancel(standard, 8s);
   CHECK_FALSE(b.view(8s).lanes[1].starving);
+}
+
+TEST_CASE("a lane at its floor with work waiting is not starving", "[admission][bulkhead]") {
+  LanePolicy p;
+  p.starved_after = 5s;
+  p.queue_window = {1s, 1s, 1s};
+  EstimatePolicy ep;
+  ep.max = 4;
+  Bulkhead b(p, Estimate(ep, 4, 4));
+  Rng rng(1);
+  std::vector<TestSeat> standard(6, TestSeat(Lane::standard));
+  for (int i = 0; i < 100 && b.census().running[1] < 4; ++i) {
+    for (auto& s : standard)
+      if (!s.seated && !s.queued) b.ask(s, 0us, rng);
+    b.tick(Micros(i), rng);
+  }
+  REQUIRE(b.census().running[1] == 4);  // its floor (2) and borrowed slots
+  REQUIRE(b.census().waiting[1] == 2);
+  CHECK_FALSE(b.tick(10s, rng)[1]);
+  CHECK_FALSE(b.view(10s).lanes[1].starving);
 }
 
 TEST_CASE("a heavy lease is held for the whole response and the cap counts live leases",
