@@ -125,3 +125,42 @@ TEST_CASE("a variable that needs a restart is reported, not applied", "[e2e][rel
   REQUIRE(s.process.wait_for_err("max_body_bytes changed; it takes effect on restart", 5s));
   CHECK(request(s.port, "POST", "/echo", {}, std::string(4000, 'x')).status == 200);
 }
+
+TEST_CASE("a reload changes the lanes' queue windows in the running bulkheads", "[e2e][reload][lanes]") {
+  Upstream up(kUpstream);
+  TempFile config("config");
+  config.write("SLUICE_QUEUE_WINDOW=heavy=0s\n");
+  Sluice s(kSluice, {{"SLUICE_UPSTREAMS", "127.0.0.1:" + std::to_string(up.port)},
+                     {"SLUICE_THREADS", "1"},
+                     {"SLUICE_TICK", "100ms"},
+                     {"SLUICE_HEAVY_MAX_IN_FLIGHT", "1"},
+                     {"SLUICE_CONFIG_FILE", config.path.string()}});
+  const std::string sse = "GET /sse?n=600&interval_ms=100 HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n";
+  auto stream = std::make_unique<Conn>(Conn::open(s.port));
+  REQUIRE(stream->send(sse));
+  {
+    sluice::test::BodyReader reader(*stream);
+    REQUIRE(reader.read_head());  // the stream holds the only heavy lease
+  }
+  REQUIRE(eventually([&] { return s.metric("sluice_heavy_leases") == 1; }, 5s));
+
+  auto second = Conn::open(s.port);
+  REQUIRE(second.send(sse));
+  auto refused = second.read_response();
+  REQUIRE(refused);
+  CHECK(refused->status == 503);  // window 0: refused at once
+  CHECK(refused->header("X-Sluice-Reject") == "queue_timeout");
+
+  config.write("SLUICE_QUEUE_WINDOW=heavy=30s\n");
+  REQUIRE(kill(s.process.pid(), SIGHUP) == 0);
+  REQUIRE(s.process.wait_for_err("reloaded", 5s));
+  auto third = Conn::open(s.port);
+  REQUIRE(third.send(sse));
+  // Now it waits in the heavy queue, and gets the lease when the stream ends.
+  CHECK(eventually([&] { return s.metric(R"(sluice_lane_queue_depth{lane="heavy"})") == 1; }, 5s));
+  stream.reset();
+  sluice::test::BodyReader third_reader(third);
+  auto head = third_reader.read_head(10s);
+  REQUIRE(head);
+  CHECK(head->status == 200);
+}
