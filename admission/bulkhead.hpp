@@ -119,6 +119,9 @@ struct LanePolicy {
   std::array<double, kLaneCount> floors{0.1, 0.5, 0.2};  // fractions of K̂
   std::array<double, kLaneCount> weights{1.0, 4.0, 2.0};
   std::array<Micros, kLaneCount> queue_window{Micros{0}, Micros{500'000}, Micros{2'000'000}};
+  // Budget reserve: a lane borrows nothing more on an upstream whose quota
+  // reading has fallen to this fraction (SLUICE_BUDGET_RESERVE).
+  std::array<double, kLaneCount> reserve{0.30, 0.05, 0.15};
   Micros starved_after{5'000'000};
 };
 
