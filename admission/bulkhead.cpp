@@ -51,6 +51,7 @@ std::string_view to_string(Hold hold) {
     case Hold::none: return "none";
     case Hold::full: return "full";
     case Hold::reserved: return "reserved";
+    case Hold::budget: return "budget";
     case Hold::fair_share: return "fair_share";
     case Hold::chance: return "chance";
     case Hold::heavy_cap: return "heavy_cap";
@@ -181,6 +182,8 @@ Hold decide(const LanePolicy& p, const Census& c, Lane lane, double u) {
   for (std::size_t m = 0; m < kLaneCount; ++m)
     if (m != l && c.waiting[m] > 0) owed += std::max(0, g[m] - c.running[m]);
   if (free <= owed) return Hold::reserved;
+  // 2b: the upstream's quota is down to this lane's reserve.
+  if (!c.may_borrow[l]) return Hold::budget;
   // 3: the borrowed part goes to the waiting lane with the least borrowed per weight.
   double mine = borrowed_per_weight(p, c, g, l);
   for (Lane other : kLanes) {
@@ -229,8 +232,21 @@ void Bulkhead::List::erase(Seat& s) {
 Bulkhead::Bulkhead(const LanePolicy& lanes, const Estimate& estimate, LeaseCap* heavy_cap)
     : lanes_(lanes), estimate_(estimate), heavy_cap_(heavy_cap) {}
 
-Census Bulkhead::census() const {
+bool budget_allows_borrowing(const std::optional<BudgetReading>& reading, double reserve, Micros now) {
+  if (!reading || now >= reading->until) return true;  // no reading this window: no guard
+  return reading->remaining > reserve;
+}
+
+Micros Bulkhead::mean_latency() const {
+  return successes_ ? Micros(static_cast<std::int64_t>(latency_sum_us_ / static_cast<double>(successes_)))
+                    : Micros{0};
+}
+
+Census Bulkhead::census(std::optional<Micros> now) const {
   Census c;
+  if (now)
+    for (std::size_t l = 0; l < kLaneCount; ++l)
+      c.may_borrow[l] = budget_allows_borrowing(budget_, lanes_.reserve[l], *now);
   c.estimate = estimate_.value();
   c.measured = estimate_.measured();
   c.running = running_;
@@ -238,14 +254,14 @@ Census Bulkhead::census() const {
   return c;
 }
 
-bool Bulkhead::ask(Seat& s, Micros now, Rng& rng, Hold* hold) {
+bool Bulkhead::ask(Seat& s, Micros now, Rng& rng, Hold* hold, bool may_queue) {
   s.queued = s.seated = s.delegated = false;
   const auto l = index(s.lane);
   Hold h = waiting_[l] > 0 ? Hold::behind : try_seat(s, now, rng);
   if (hold) *hold = h;
   if (h == Hold::none) return true;
   if (h != Hold::heavy_cap) estimate_.demand();
-  if (lanes_.queue_window[l] > Micros{0}) {
+  if (may_queue && lanes_.queue_window[l] > Micros{0}) {
     s.queued = true;
     s.since = now;
     queue_[l].push_back(s);
@@ -262,7 +278,7 @@ void Bulkhead::seat_delegated(Seat& s, Micros now) {
 }
 
 Hold Bulkhead::try_seat(Seat& s, Micros now, Rng& rng) {
-  Hold h = decide(lanes_, census(), s.lane, rng.uniform());
+  Hold h = decide(lanes_, census(now), s.lane, rng.uniform());
   if (h == Hold::none && s.lane == Lane::heavy && heavy_cap_) {
     if (!heavy_cap_->try_take()) return Hold::heavy_cap;
     s.capped = true;
@@ -393,6 +409,7 @@ void merge_view(BulkheadView& t, const BulkheadView& v) {
     t.mean_latency = Micros((t.mean_latency.count() * static_cast<std::int64_t>(t.successes) +
                              v.mean_latency.count() * static_cast<std::int64_t>(v.successes)) /
                             static_cast<std::int64_t>(successes));
+  if (v.budget && (!t.budget || v.budget->until > t.budget->until)) t.budget = v.budget;
   t.estimate += v.estimate;
   t.carrying += v.carrying;
   t.slow_start = t.slow_start || v.slow_start;
@@ -435,8 +452,8 @@ BulkheadView Bulkhead::view(Micros now) const {
   v.successes = successes_;
   v.failures = failures_;
   v.decreases = estimate_.decreases();
-  v.mean_latency = successes_ ? Micros(static_cast<std::int64_t>(latency_sum_us_ / successes_))
-                              : Micros{0};
+  v.mean_latency = mean_latency();
+  if (budget_ && now < budget_->until) v.budget = budget_;
   for (Lane lane : kLanes) {
     auto l = index(lane);
     auto& lv = v.lanes[l];

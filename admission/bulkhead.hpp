@@ -28,6 +28,8 @@
 //   2 reserved   a borrower is refused while the free slots are owed to other
 //                lanes below their floors that have requests waiting (reclaim at
 //                request boundaries: nothing in flight is cut).
+//   2b budget    a borrower is refused while the upstream's quota reading is at
+//                or below the lane's reserve (admission/resilience.hpp).
 //   3 fair share the borrowed part goes to the waiting lane with the least
 //                borrowed per weight (ties: the heavier weight, then standard,
 //                heavy, bulk); other borrowers yield to it.
@@ -131,6 +133,7 @@ struct Census {
   bool measured = false;  // K is known (exhausted at least once)
   std::array<int, kLaneCount> running{};
   std::array<int, kLaneCount> waiting{};
+  std::array<bool, kLaneCount> may_borrow{true, true, true};  // the budget guard
   int slots() const;
   int total_running() const { return running[0] + running[1] + running[2]; }
 };
@@ -138,7 +141,7 @@ struct Census {
 using Seats = std::array<int, kLaneCount>;
 
 // Why a request was not seated (none: it was).
-enum class Hold : std::uint8_t { none, full, reserved, fair_share, chance, heavy_cap, behind };
+enum class Hold : std::uint8_t { none, full, reserved, budget, fair_share, chance, heavy_cap, behind };
 std::string_view to_string(Hold hold);
 
 // Guaranteed slots per lane; `asking` counts as having work.
@@ -178,6 +181,13 @@ struct Seat {
   virtual void on_seated() {}
 };
 
+struct BudgetReading {
+  double remaining = 1.0;  // fraction of the quota left, 0..1
+  Micros until{0};         // the window it belongs to ends then
+};
+// A reading whose window has ended stops nobody.
+bool budget_allows_borrowing(const std::optional<BudgetReading>& reading, double reserve, Micros now);
+
 struct LaneView {
   int running = 0, waiting = 0, guaranteed = 0, borrowed = 0, delegated = 0;
   std::optional<Micros> oldest_waiting_since;
@@ -195,6 +205,7 @@ struct BulkheadView {
   int slots = 0, running = 0, waiting = 0, free = 0;
   std::uint64_t successes = 0, failures = 0, decreases = 0;
   Micros mean_latency{0};
+  std::optional<BudgetReading> budget;
   std::array<LaneView, kLaneCount> lanes{};
 };
 
@@ -210,9 +221,18 @@ class Bulkhead {
 
   // A new request of s.lane. Seated: true. Otherwise queued (s.queued) when
   // its window is not zero, or refused (neither); `hold` says why.
-  bool ask(Seat& s, Micros now, Rng& rng, Hold* hold = nullptr);
+  bool ask(Seat& s, Micros now, Rng& rng, Hold* hold = nullptr, bool may_queue = true);
   // A request carrying a live lease's token: seated at once, never refused.
   void seat_delegated(Seat& s, Micros now);
+  // A probe of a closed upstream: seated outside the lane rules.
+  void seat_probe(Seat& s, Micros now) { seat(s, now); }
+  // The upstream's latest quota reading (RateLimit-* headers).
+  void note_budget(const BudgetReading& b) { budget_ = b; }
+  const std::optional<BudgetReading>& budget() const { return budget_; }
+  // What Thompson sampling knows of this upstream.
+  std::uint64_t successes() const { return successes_; }
+  std::uint64_t failures() const { return failures_; }
+  Micros mean_latency() const;
   // The request ended; `signal` is what it said (none: nothing learnt). Serves waiters.
   // True when the signal decreased the estimate (a new burst of too much).
   bool release(Seat& s, Signal signal, Micros ttfb, Micros now, Rng& rng);
@@ -223,7 +243,8 @@ class Bulkhead {
   // Classifies a response head for release().
   Signal classify(int status, Micros ttfb) const { return estimate_.classify(status, ttfb); }
 
-  Census census() const;
+  // With `now`, the budget guard is filled in too.
+  Census census(std::optional<Micros> now = {}) const;
   BulkheadView view(Micros now) const;
   const Estimate& estimate() const { return estimate_; }
   const LanePolicy& lanes() const { return lanes_; }
@@ -256,6 +277,7 @@ class Bulkhead {
   std::array<bool, kLaneCount> was_starving_{};
   std::uint64_t successes_ = 0, failures_ = 0;
   double latency_sum_us_ = 0;
+  std::optional<BudgetReading> budget_;
 };
 
 // Seed 004's Retry-After, before clamping to the lane's band: the larger of the

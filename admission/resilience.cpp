@@ -124,9 +124,5 @@ std::optional<BudgetReading> read_budget(std::string_view limit, std::string_vie
   return b;
 }
 
-bool budget_allows_borrowing(const std::optional<BudgetReading>& reading, double reserve, Micros now) {
-  if (!reading || now >= reading->until) return true;  // no reading this window: no guard
-  return reading->remaining > reserve;
-}
 
 }  // namespace sluice::admission

@@ -84,18 +84,10 @@ class Closure {
   std::optional<Micros> last_probe_;
 };
 
-struct BudgetReading {
-  double remaining = 1.0;  // fraction of the quota left, 0..1
-  Micros until{0};         // the window it belongs to ends then
-};
-
 // A reading from RateLimit-style header values (already looked up; empty:
 // absent). `reset` is seconds from now, or a Unix time when it is larger than
 // now_unix - 1 (the X-RateLimit-Reset convention). None when incomplete.
 std::optional<BudgetReading> read_budget(std::string_view limit, std::string_view remaining,
                                          std::string_view reset, Micros now, std::int64_t now_unix);
-
-// Whether a borrower of a lane with this reserve may still borrow.
-bool budget_allows_borrowing(const std::optional<BudgetReading>& reading, double reserve, Micros now);
 
 }  // namespace sluice::admission
