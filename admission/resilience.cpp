@@ -96,13 +96,9 @@ Verdict Closure::ask(Micros now, int running) {
   return Verdict::probe;
 }
 
-void Closure::probe_ended(bool clean, Micros now) {
+void Closure::probe_ended(bool clean) {
   probing_ = false;
-  if (clean) {
-    closed_ = false;
-    return;
-  }
-  next_probe_ = std::max(next_probe_, now + p_.probe_every);
+  if (clean) closed_ = false;  // else the next probe was scheduled when this one started
 }
 
 Micros Closure::reopen_hint(Micros now) const {

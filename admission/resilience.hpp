@@ -66,7 +66,7 @@ class Closure {
   // A probe is let through at most once per probe_every, only while nothing runs.
   Verdict ask(Micros now, int running);
   // A probe ended: clean reopens, anything else keeps the upstream closed.
-  void probe_ended(bool clean, Micros now);
+  void probe_ended(bool clean);
   std::optional<Micros> closed_until() const { return closed_ ? std::optional(until_) : std::nullopt; }
   Micros next_probe() const { return next_probe_; }
   std::optional<Micros> last_probe() const { return last_probe_; }

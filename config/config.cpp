@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 namespace sluice::config {
 namespace {
@@ -53,6 +55,9 @@ constexpr Variable kVariables[] = {
      "signal."},
     {"SLUICE_UPSTREAM_IDLE_TIMEOUT", "30s",
      "A pooled upstream connection left idle this long is closed."},
+    {"SLUICE_HOST_EJECT", "1s:30s",
+     "base:max; a host of an upstream that refuses connections is left out of the balancing for "
+     "base, doubling at each new refusal up to max (base greater than 0, max at least base)."},
     {"SLUICE_MAX_HEADER_BYTES", "16KiB",
      "A request head (request line and headers) above this gets 431 (1KiB..1MiB)."},
     {"SLUICE_MAX_BODY_BYTES", "64MiB",
@@ -134,6 +139,12 @@ constexpr Variable kVariables[] = {
     {"SLUICE_STARVED_AFTER", "5s",
      "A lane below its floor whose queue has stayed non-empty this long is listed as starving "
      "and counted (greater than 0)."},
+    {"SLUICE_BUDGET_RESERVE", "bulk=30%;standard=5%;heavy=15%",
+     "Per lane, the share of an upstream's published quota (RateLimit-* or X-RateLimit-* "
+     "response headers) left to the lanes above it: once the remaining quota falls to the lane's "
+     "reserve, the lane borrows nothing more on that upstream until the quota resets (each a "
+     "percentage 0%..100% or a fraction 0..1, e.g. 30% or 0.3); lanes left out keep their "
+     "defaults."},
     {"SLUICE_HEAVY_MAX_IN_FLIGHT", "unset",
      "Optional absolute cap (at least 1) on live heavy leases across the process (a heavy lease "
      "lasts the whole response, an SSE stream included); unset, heavy requests are limited only "
@@ -147,6 +158,16 @@ constexpr Variable kVariables[] = {
     {"SLUICE_BULKHEAD_SLOW_FACTOR", "4",
      "A response head this many times slower than the upstream's recent baseline counts as too "
      "much load and lowers the estimate; 0 turns this off, otherwise at least 1.5."},
+    {"SLUICE_CLOSE_STATUSES", "unset",
+     "Comma-separated upstream response statuses that close the upstream: a refusal no load "
+     "change cures, such as a quota 402 or 403 (each 400..599; not 429 or 503, which are load "
+     "and only shrink the estimate); unset, no status closes an upstream."},
+    {"SLUICE_CLOSE_FOR", "35m",
+     "How long a status in SLUICE_CLOSE_STATUSES closes the upstream when the upstream gave no "
+     "Retry-After or RateLimit-Reset (greater than 0, at most 24h)."},
+    {"SLUICE_PROBE_EVERY", "10s",
+     "While an upstream is closed, one probe request is let through this often, and only while "
+     "nothing runs on it; a probe that ends cleanly reopens the upstream (100ms..1h)."},
     {"SLUICE_DELEGATION", "on",
      "on or off; on: each forwarded request carries a signed lease token (header "
      "X-Sluice-Lease), and a request that carries a live lease's token is seated at once on its "
@@ -238,6 +259,13 @@ std::string format_number(double v) {
   char buf[32];
   auto r = std::to_chars(buf, buf + sizeof buf, v);
   return std::string(buf, r.ptr);
+}
+
+// A fraction as a percentage ("30%"), rounded to what anyone would type.
+std::string format_percent(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.10g%%", v * 100);
+  return buf;
 }
 
 // "bulk=..;standard=..;heavy=..", the form the per-lane variables take.
@@ -770,6 +798,72 @@ std::array<admission::Micros, admission::kLaneCount> parse_windows(
   return out;
 }
 
+LaneNumbers parse_reserves(std::string_view text, LaneNumbers out) {
+  parse_per_lane(text, out, [&](std::string_view v) {
+    bool percent = v.ends_with('%');
+    std::string_view number = percent ? v.substr(0, v.size() - 1) : v;
+    double r = 0;
+    try {
+      r = parse_decimal(number);
+    } catch (const std::invalid_argument&) {
+      invalid(in_quotes(v) + " is not a percentage or a fraction; e.g. bulk=30% or bulk=0.3");
+    }
+    if (percent) r /= 100;
+    if (r > 1)
+      invalid(in_quotes(v) + " is out of range; valid: 0%..100% or a fraction 0..1 of the quota");
+    return r;
+  }, "bulk=30%;standard=5%;heavy=15%");
+  return out;
+}
+
+std::vector<int> parse_close_statuses(const std::string& text) {
+  constexpr std::string_view kValid = "valid: 400..599 except 429 and 503, e.g. 402,403";
+  if (text.empty()) invalid("empty; give status codes such as 402,403, or unset it for none");
+  std::vector<int> out;
+  for (auto entry : split(text, ',')) {
+    if (entry.empty())
+      invalid(in_quotes(text) + " has an empty entry; give status codes separated by commas, "
+                                "e.g. 402,403");
+    std::uint64_t status = 0;
+    try {
+      status = parse_count(entry);
+    } catch (const std::invalid_argument&) {
+      invalid(in_quotes(entry) + " is not a status code; " + std::string(kValid));
+    }
+    if (status < 400 || status > 599)
+      invalid(in_quotes(entry) + " is out of range; " + std::string(kValid));
+    if (status == 429 || status == 503)
+      invalid(in_quotes(entry) +
+              " is load, not a refusal to close for: it shrinks the upstream's estimate and "
+              "closes nothing; " + std::string(kValid));
+    if (std::find(out.begin(), out.end(), static_cast<int>(status)) != out.end())
+      invalid(in_quotes(entry) + " is given twice; list each status once");
+    out.push_back(static_cast<int>(status));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A duration in lo..hi, as the admission core keeps it, in microseconds.
+admission::Micros parse_micros_in(std::string_view text, Duration lo, Duration hi,
+                                  std::string_view valid) {
+  Duration d = parse_duration(text);
+  if (d < lo || d > hi) invalid(in_quotes(text) + " is out of range; valid: " + std::string(valid));
+  return to_micros(text, d);
+}
+
+// "base:max", base > 0, max >= base.
+std::pair<Duration, Duration> parse_host_eject(const std::string& text) {
+  auto colon = text.find(':');
+  if (colon == std::string::npos) invalid(in_quotes(text) + " is not base:max; e.g. 1s:30s");
+  std::string_view v = text;
+  std::pair out{parse_duration(v.substr(0, colon)), parse_duration(v.substr(colon + 1))};
+  if (out.first.count() <= 0)
+    invalid(in_quotes(text) + ": the base must be greater than 0; e.g. 1s:30s");
+  if (out.second < out.first) invalid(in_quotes(text) + ": the max is below the base; e.g. 1s:30s");
+  return out;
+}
+
 // 32 hex digits. The value is a secret: no message repeats any of it.
 std::string parse_lease_key(const std::string& v) {
   const std::string kHint = "give 32 hex digits (16 bytes), e.g. from openssl rand -hex 16";
@@ -837,6 +931,8 @@ Admission read_admission(const Env& env) {
               std::string(default_of("SLUICE_STARVED_AFTER")));
     return to_micros(v, d);
   });
+  read(env, "SLUICE_BUDGET_RESERVE", lanes.reserve,
+       [&](const std::string& v) { return parse_reserves(v, lanes.reserve); });
   if (lookup(env, "SLUICE_HEAVY_MAX_IN_FLIGHT")) {
     std::size_t cap = 0;
     read_count(env, "SLUICE_HEAVY_MAX_IN_FLIGHT", cap, 1, {}, false);
@@ -858,6 +954,13 @@ Admission read_admission(const Env& env) {
     if (factor != 0 && !(factor >= 1.5 && std::isfinite(factor)))
       invalid(in_quotes(v) + " is out of range; valid: 0 (off) or a number of at least 1.5");
     return factor;
+  });
+  read(env, "SLUICE_CLOSE_STATUSES", a.close_statuses, parse_close_statuses);
+  read(env, "SLUICE_CLOSE_FOR", a.closure.close_for, [](const std::string& v) {
+    return parse_micros_in(v, Duration{1}, Duration{86'400'000}, "greater than 0, at most 24h");
+  });
+  read(env, "SLUICE_PROBE_EVERY", a.closure.probe_every, [](const std::string& v) {
+    return parse_micros_in(v, Duration{100}, Duration{3'600'000}, "100ms..1h");
   });
   read(env, "SLUICE_DELEGATION", a.delegation, [](const std::string& v) {
     if (v == "on") return true;
@@ -963,6 +1066,9 @@ Config load(const Env& given) {
 
   read_count(env, "SLUICE_UPSTREAM_MAX_CONNECTIONS", c.upstream_max_connections, 1, {}, false);
   read_timeout(env, "SLUICE_UPSTREAM_IDLE_TIMEOUT", c.upstream_idle_timeout);
+  std::pair eject{c.host_eject_base, c.host_eject_max};
+  read(env, "SLUICE_HOST_EJECT", eject, parse_host_eject);
+  std::tie(c.host_eject_base, c.host_eject_max) = eject;
   read_count(env, "SLUICE_MAX_HEADER_BYTES", c.max_header_bytes, 1ull << 10, 1ull << 20, true);
   read_count(env, "SLUICE_MAX_BODY_BYTES", c.max_body_bytes, 0, {}, true);
   read_count(env, "SLUICE_MAX_CONNECTIONS", c.max_connections, 1, {}, false);
@@ -1017,6 +1123,7 @@ std::string to_json(const Config& c) {
   }
   j["upstream_max_connections"] = c.upstream_max_connections;
   j["upstream_idle_timeout"] = format_duration(c.upstream_idle_timeout);
+  j["host_eject"] = format_duration(c.host_eject_base) + ":" + format_duration(c.host_eject_max);
   j["max_header_bytes"] = c.max_header_bytes;
   j["max_body_bytes"] = c.max_body_bytes;
   j["max_connections"] = c.max_connections;
@@ -1058,11 +1165,17 @@ std::string to_json(const Config& c) {
   j["lane_weights"] = per_lane(a.lanes.weights, format_number);
   j["queue_window"] = per_lane(a.lanes.queue_window, format_micros);
   j["starved_after"] = format_micros(a.lanes.starved_after);
+  j["budget_reserve"] = per_lane(a.lanes.reserve, format_percent);
   j["heavy_max_in_flight"] =
       a.heavy_max_in_flight ? Json(*a.heavy_max_in_flight) : Json(nullptr);
   j["bulkhead_seed"] = a.estimate.seed;
   j["bulkhead_growth_interval"] = format_micros(a.estimate.growth_interval);
   j["bulkhead_slow_factor"] = a.estimate.slow_factor;
+  j["close_statuses"] = a.close_statuses.empty()
+                            ? Json(nullptr)
+                            : Json(list(a.close_statuses, [](int s) { return std::to_string(s); }));
+  j["close_for"] = format_micros(a.closure.close_for);
+  j["probe_every"] = format_micros(a.closure.probe_every);
   j["delegation"] = a.delegation ? "on" : "off";
   j["lease_key"] = a.lease_key.empty() ? Json(nullptr) : Json("(set)");
   j["pins_file"] = a.pins_file.empty() ? Json(nullptr) : Json(a.pins_file);

@@ -15,6 +15,7 @@
 #include "admission/bulkhead.hpp"
 #include "admission/controller.hpp"
 #include "admission/gate.hpp"
+#include "admission/resilience.hpp"
 #include "routes/routes.hpp"
 
 namespace sluice::config {
@@ -43,8 +44,12 @@ struct Admission {
   admission::ControllerConfig controller = admission::ControllerConfig::fast();
   admission::LaneFactors factors = admission::default_lane_factors();
   admission::RetryBands retry = admission::default_retry_bands();
-  admission::LanePolicy lanes;         // floors, weights, queue_window, starved_after
+  admission::LanePolicy lanes;  // floors, weights, queue_window, reserve, starved_after
   admission::EstimatePolicy estimate;  // seed, growth_interval, slow_factor (max: set by the proxy)
+  // Upstream statuses that close the upstream (each 400..599, never 429 or 503),
+  // ascending, each once; empty: none.
+  std::vector<int> close_statuses;
+  admission::ClosurePolicy closure;  // close_for, probe_every
   std::optional<std::size_t> heavy_max_in_flight;  // unset: none
   bool delegation = true;
   std::string lease_key;  // 32 hex digits (16 bytes); empty: generated at start
@@ -66,6 +71,9 @@ struct Config {
   routes::Table routes;             // default table when neither variable is set
   std::size_t upstream_max_connections = 512;  // per upstream, split across threads
   Duration upstream_idle_timeout{30'000};      // idle pooled connection closed after
+  // A host that refuses connections is left out of the balancing for base,
+  // doubling at each new refusal up to max (SLUICE_HOST_EJECT).
+  std::chrono::milliseconds host_eject_base{1000}, host_eject_max{30000};
 
   // limits and timeouts
   std::size_t max_header_bytes = 16 * 1024;           // 431 above

@@ -93,7 +93,7 @@ TEST_CASE("the variable table names each variable once, with a default and a mea
     CHECK_FALSE(v.meaning.empty());
     CHECK(names.insert(v.name).second);
   }
-  CHECK(names.size() == 51);
+  CHECK(names.size() == 56);
 }
 
 TEST_CASE("every variable in the table is read by load and shown by to_json", "[config]") {
@@ -127,7 +127,7 @@ TEST_CASE("the defaults in the table are the defaults load applies", "[config]")
                                                   "SLUICE_THREADS", "SLUICE_PINS_FILE",
                                                   "SLUICE_TICK_LOG", "SLUICE_CONFIG_FILE",
                                                   "SLUICE_HEAVY_MAX_IN_FLIGHT",
-                                                  "SLUICE_LEASE_KEY"});
+                                                  "SLUICE_LEASE_KEY", "SLUICE_CLOSE_STATUSES"});
 
   // And the loaded defaults are the struct's.
   Config expected;
@@ -468,6 +468,7 @@ TEST_CASE("every config error starts with the variable it is about", "[config]")
       {"SLUICE_ACCESS_LOG", "syslog"},
       {"SLUICE_UPSTREAM_MAX_CONNECTIONS", "0"},
       {"SLUICE_UPSTREAM_IDLE_TIMEOUT", "30"},
+      {"SLUICE_HOST_EJECT", "30s:1s"},
       {"SLUICE_MAX_HEADER_BYTES", "16KB"},
       {"SLUICE_MAX_BODY_BYTES", "64MB"},
       {"SLUICE_MAX_CONNECTIONS", "0"},
@@ -499,10 +500,14 @@ TEST_CASE("every config error starts with the variable it is about", "[config]")
       {"SLUICE_LANE_WEIGHTS", "bulk=0"},
       {"SLUICE_QUEUE_WINDOW", "heavy=6m"},
       {"SLUICE_STARVED_AFTER", "0s"},
+      {"SLUICE_BUDGET_RESERVE", "bulk=130%"},
       {"SLUICE_HEAVY_MAX_IN_FLIGHT", "0"},
       {"SLUICE_BULKHEAD_SEED", "0.5"},
       {"SLUICE_BULKHEAD_GROWTH_INTERVAL", "0"},
       {"SLUICE_BULKHEAD_SLOW_FACTOR", "1"},
+      {"SLUICE_CLOSE_STATUSES", "429"},
+      {"SLUICE_CLOSE_FOR", "25h"},
+      {"SLUICE_PROBE_EVERY", "50ms"},
       {"SLUICE_DELEGATION", "true"},
       {"SLUICE_LEASE_KEY", "abc"},
       {"SLUICE_PINS_FILE", ""},
@@ -899,4 +904,159 @@ TEST_CASE("SLUICE_LEASE_KEY is 32 hex digits and its errors never show it", "[co
         "SLUICE_LEASE_KEY: character 32 is not a hex digit; give 32 hex digits (16 bytes), e.g. "
         "from openssl rand -hex 16");
   CHECK_THAT(e, !Catch::Contains("0123456789abcdef"));
+}
+
+TEST_CASE("budget reserve, closure and host ejection default to the documented values",
+          "[config][admission]") {
+  auto c = load(minimal());
+  auto& a = c.admission;
+  CHECK(a.lanes.reserve == std::array<double, 3>{0.30, 0.05, 0.15});
+  CHECK(a.lanes.reserve == sluice::admission::LanePolicy{}.reserve);
+  CHECK(a.close_statuses.empty());
+  CHECK(a.closure.close_for == 35min);
+  CHECK(a.closure.probe_every == 10s);
+  CHECK(c.host_eject_base == 1s);
+  CHECK(c.host_eject_max == 30s);
+
+  auto j = nlohmann::json::parse(to_json(c));
+  CHECK(j["budget_reserve"] == "bulk=30%;standard=5%;heavy=15%");
+  CHECK(j["close_statuses"].is_null());
+  CHECK(j["close_for"] == "35m");
+  CHECK(j["probe_every"] == "10s");
+  CHECK(j["host_eject"] == "1s:30s");
+}
+
+TEST_CASE("budget reserve, closure and host ejection are parsed", "[config][admission]") {
+  const Env env{{"SLUICE_BUDGET_RESERVE", "bulk=0.5;heavy=12.5%"},
+                {"SLUICE_CLOSE_STATUSES", "403,402,451"},
+                {"SLUICE_CLOSE_FOR", "90s"},
+                {"SLUICE_PROBE_EVERY", "250ms"}};
+  auto c = load(minimal({{"SLUICE_HOST_EJECT", "500ms:2m"}}));
+  CHECK(c.host_eject_base == 500ms);
+  CHECK(c.host_eject_max == 2min);
+  CHECK(nlohmann::json::parse(to_json(c))["host_eject"] == "500ms:2m");
+
+  auto a = load(minimal(env)).admission;
+  // Lanes left out keep their defaults; fractions and percentages mean the same.
+  CHECK(a.lanes.reserve == std::array<double, 3>{0.5, 0.05, 0.125});
+  CHECK(a.close_statuses == std::vector<int>{402, 403, 451});  // ascending
+  CHECK(a.closure.close_for == 90s);
+  CHECK(a.closure.probe_every == 250ms);
+
+  auto j = nlohmann::json::parse(to_json(load(minimal(env))));
+  CHECK(j["budget_reserve"] == "bulk=50%;standard=5%;heavy=12.5%");
+  CHECK(j["close_statuses"] == "402,403,451");
+  CHECK(j["close_for"] == "90s");
+  CHECK(j["probe_every"] == "250ms");
+
+  // The same values reach `sluice replay` and live reload through load_admission.
+  auto replayed = sluice::config::load_admission(env);
+  CHECK(replayed.lanes.reserve == a.lanes.reserve);
+  CHECK(replayed.close_statuses == a.close_statuses);
+  CHECK(replayed.closure.close_for == a.closure.close_for);
+  CHECK(replayed.closure.probe_every == a.closure.probe_every);
+}
+
+TEST_CASE("the limits of the budget reserve, closure and host ejection are accepted",
+          "[config][admission]") {
+  auto c = load(minimal({{"SLUICE_BUDGET_RESERVE", "bulk=100%;standard=0;heavy=1"},
+                         {"SLUICE_CLOSE_STATUSES", "400,599"},
+                         {"SLUICE_CLOSE_FOR", "24h"},
+                         {"SLUICE_PROBE_EVERY", "100ms"},
+                         {"SLUICE_HOST_EJECT", "1ms:1ms"}}));
+  CHECK(c.admission.lanes.reserve == std::array<double, 3>{1, 0, 1});
+  CHECK(c.admission.close_statuses == std::vector<int>{400, 599});
+  CHECK(c.admission.closure.close_for == 24h);
+  CHECK(c.admission.closure.probe_every == 100ms);
+  CHECK(c.host_eject_base == 1ms);
+  CHECK(c.host_eject_max == 1ms);
+  CHECK(load(minimal({{"SLUICE_CLOSE_FOR", "1ms"}})).admission.closure.close_for == 1ms);
+  CHECK(load(minimal({{"SLUICE_PROBE_EVERY", "1h"}})).admission.closure.probe_every == 1h);
+  CHECK(load(minimal({{"SLUICE_BUDGET_RESERVE", "standard=0%"}})).admission.lanes.reserve[1] ==
+        0.0);
+}
+
+TEST_CASE("SLUICE_BUDGET_RESERVE: each a percentage or a fraction in 0..1, lanes by name",
+          "[config][admission]") {
+  CHECK(error_of(minimal({{"SLUICE_BUDGET_RESERVE", "bulk=130%"}})) ==
+        "SLUICE_BUDGET_RESERVE: \"130%\" is out of range; valid: 0%..100% or a fraction 0..1 of "
+        "the quota");
+  CHECK(error_of(minimal({{"SLUICE_BUDGET_RESERVE", "heavy=1.5"}})) ==
+        "SLUICE_BUDGET_RESERVE: \"1.5\" is out of range; valid: 0%..100% or a fraction 0..1 of "
+        "the quota");
+  for (const char* bad : {"-5%", "thirty", "30 %", "%", "", "nan"}) {
+    INFO(bad);
+    CHECK(error_of(minimal({{"SLUICE_BUDGET_RESERVE", "bulk=" + std::string(bad)}})) ==
+          "SLUICE_BUDGET_RESERVE: \"" + std::string(bad) +
+              "\" is not a percentage or a fraction; e.g. bulk=30% or bulk=0.3");
+  }
+  CHECK(error_of(minimal({{"SLUICE_BUDGET_RESERVE", "fast=30%"}})) ==
+        "SLUICE_BUDGET_RESERVE: \"fast\" is not a lane; valid: bulk, standard, heavy");
+  CHECK(error_of(minimal({{"SLUICE_BUDGET_RESERVE", "30%"}})) ==
+        "SLUICE_BUDGET_RESERVE: \"30%\" is not lane=value; e.g. bulk=30%;standard=5%;heavy=15%");
+}
+
+TEST_CASE("SLUICE_CLOSE_STATUSES: 400..599, each once, never the load statuses 429 and 503",
+          "[config][admission]") {
+  for (const char* load_status : {"429", "503"}) {
+    INFO(load_status);
+    CHECK(error_of(minimal({{"SLUICE_CLOSE_STATUSES", "402," + std::string(load_status)}})) ==
+          "SLUICE_CLOSE_STATUSES: \"" + std::string(load_status) +
+              "\" is load, not a refusal to close for: it shrinks the upstream's estimate and "
+              "closes nothing; valid: 400..599 except 429 and 503, e.g. 402,403");
+  }
+  for (const char* out_of_range : {"399", "600", "200"}) {
+    INFO(out_of_range);
+    CHECK(error_of(minimal({{"SLUICE_CLOSE_STATUSES", out_of_range}})) ==
+          "SLUICE_CLOSE_STATUSES: \"" + std::string(out_of_range) +
+              "\" is out of range; valid: 400..599 except 429 and 503, e.g. 402,403");
+  }
+  CHECK(error_of(minimal({{"SLUICE_CLOSE_STATUSES", "402,forbidden"}})) ==
+        "SLUICE_CLOSE_STATUSES: \"forbidden\" is not a status code; valid: 400..599 except 429 "
+        "and 503, e.g. 402,403");
+  CHECK(error_of(minimal({{"SLUICE_CLOSE_STATUSES", "402,403,402"}})) ==
+        "SLUICE_CLOSE_STATUSES: \"402\" is given twice; list each status once");
+  CHECK(error_of(minimal({{"SLUICE_CLOSE_STATUSES", "402,,403"}})) ==
+        "SLUICE_CLOSE_STATUSES: \"402,,403\" has an empty entry; give status codes separated by "
+        "commas, e.g. 402,403");
+  CHECK(error_of(minimal({{"SLUICE_CLOSE_STATUSES", ""}})) ==
+        "SLUICE_CLOSE_STATUSES: empty; give status codes such as 402,403, or unset it for none");
+}
+
+TEST_CASE("SLUICE_CLOSE_FOR is a duration greater than 0 and at most 24h", "[config][admission]") {
+  for (const char* bad : {"0", "0s", "25h", "1441m"}) {
+    INFO(bad);
+    CHECK(error_of(minimal({{"SLUICE_CLOSE_FOR", bad}})) ==
+          "SLUICE_CLOSE_FOR: \"" + std::string(bad) +
+              "\" is out of range; valid: greater than 0, at most 24h");
+  }
+  CHECK(error_of(minimal({{"SLUICE_CLOSE_FOR", "35"}})) ==
+        "SLUICE_CLOSE_FOR: \"35\" has no unit; use e.g. 250ms, 5s, 2m");
+}
+
+TEST_CASE("SLUICE_PROBE_EVERY is a duration in 100ms..1h", "[config][admission]") {
+  for (const char* bad : {"0", "99ms", "61m", "2h"}) {
+    INFO(bad);
+    CHECK(error_of(minimal({{"SLUICE_PROBE_EVERY", bad}})) ==
+          "SLUICE_PROBE_EVERY: \"" + std::string(bad) + "\" is out of range; valid: 100ms..1h");
+  }
+  CHECK(error_of(minimal({{"SLUICE_PROBE_EVERY", "-1s"}})) ==
+        "SLUICE_PROBE_EVERY: \"-1s\" is negative; use e.g. 250ms, 5s, 2m");
+}
+
+TEST_CASE("SLUICE_HOST_EJECT is base:max with base greater than 0 and max at least base",
+          "[config]") {
+  CHECK(error_of(minimal({{"SLUICE_HOST_EJECT", "30s:1s"}})) ==
+        "SLUICE_HOST_EJECT: \"30s:1s\": the max is below the base; e.g. 1s:30s");
+  CHECK(error_of(minimal({{"SLUICE_HOST_EJECT", "0s:30s"}})) ==
+        "SLUICE_HOST_EJECT: \"0s:30s\": the base must be greater than 0; e.g. 1s:30s");
+  CHECK(error_of(minimal({{"SLUICE_HOST_EJECT", "1s"}})) ==
+        "SLUICE_HOST_EJECT: \"1s\" is not base:max; e.g. 1s:30s");
+  CHECK(error_of(minimal({{"SLUICE_HOST_EJECT", "1:30s"}})) ==
+        "SLUICE_HOST_EJECT: \"1\" has no unit; use e.g. 250ms, 5s, 2m");
+  CHECK(error_of(minimal({{"SLUICE_HOST_EJECT", "1s:"}})) ==
+        "SLUICE_HOST_EJECT: empty; use e.g. 250ms, 5s, 2m");
+  // Host ejection is not an admission setting: `sluice replay` ignores it but still checks names.
+  CHECK(sluice::config::load_admission({{"SLUICE_HOST_EJECT", "30s:1s"}}).closure.close_for ==
+        35min);
 }

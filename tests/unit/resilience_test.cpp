@@ -53,11 +53,11 @@ TEST_CASE("a closed upstream lets one probe through per interval, only while not
   CHECK(c.ask(11s, 1) == Verdict::closed);      // something still runs on it
   CHECK(c.ask(11s, 0) == Verdict::probe);
   CHECK(c.ask(11s + 1ms, 0) == Verdict::closed);  // one probe at a time
-  c.probe_ended(false, 12s);
+  c.probe_ended(false);
   CHECK(c.ask(15s, 0) == Verdict::closed);
   CHECK(c.reopen_hint(15s) == Micros(6s));
   CHECK(c.ask(21s, 0) == Verdict::probe);
-  c.probe_ended(true, 21s);  // a clean probe reopens at once
+  c.probe_ended(true);  // a clean probe reopens at once
   CHECK_FALSE(c.closed());
   CHECK(c.ask(21s, 5) == Verdict::admit);
 }
