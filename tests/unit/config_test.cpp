@@ -1056,7 +1056,4 @@ TEST_CASE("SLUICE_HOST_EJECT is base:max with base greater than 0 and max at lea
         "SLUICE_HOST_EJECT: \"1\" has no unit; use e.g. 250ms, 5s, 2m");
   CHECK(error_of(minimal({{"SLUICE_HOST_EJECT", "1s:"}})) ==
         "SLUICE_HOST_EJECT: empty; use e.g. 250ms, 5s, 2m");
-  // Host ejection is not an admission setting: `sluice replay` ignores it but still checks names.
-  CHECK(sluice::config::load_admission({{"SLUICE_HOST_EJECT", "30s:1s"}}).closure.close_for ==
-        35min);
 }
