@@ -178,6 +178,7 @@ class Session : public std::enable_shared_from_this<Session> {
       route_ = Route::kSse;
       sse_count_ = number_or<std::uint64_t>(query_param(query, "n"), 5);
       sse_interval_ms_ = number_or<std::uint64_t>(query_param(query, "interval_ms"), 100);
+      sse_echo_ = query_param(query, "echo");
     } else if (path == "/large") {
       route_ = Route::kLarge;
       large_left_ = number_or<std::uint64_t>(query_param(query, "bytes"), 0);
@@ -549,8 +550,15 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_sse_tick(error_code ec) {
     if (ec || !sse_active_) return;
     ++sse_sent_;
-    body_ =
-        "id: " + std::to_string(sse_sent_) + "\ndata: event " + std::to_string(sse_sent_) + "\n\n";
+    body_ = "id: " + std::to_string(sse_sent_) + "\ndata: ";
+    if (sse_sent_ == 1 && !sse_echo_.empty()) {
+      // echo=NAME: the first event carries that request header's value (header values hold
+      // no line breaks, so it stays one data line).
+      body_ += parser_->get()[sse_echo_];
+    } else {
+      body_ += "event " + std::to_string(sse_sent_);
+    }
+    body_ += "\n\n";
     auto& body = stream_res_->body();
     body.data = body_.data();
     body.size = body_.size();
@@ -646,6 +654,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::uint64_t sse_count_ = 0;
   std::uint64_t sse_interval_ms_ = 0;
   std::uint64_t sse_sent_ = 0;
+  std::string_view sse_echo_;  // echo=NAME of /sse, pointing into the parsed target
   bool sse_active_ = false;
 };
 
