@@ -55,6 +55,7 @@ template <class T>
 bool parse_hex(std::string_view& s, T& v, bool last) {
   auto dash = last ? s.size() : s.find('-');
   if (dash == std::string_view::npos || dash == 0 || dash > 16) return false;
+  if (dash > 1 && s[0] == '0') return false;  // no leading zeros: one spelling per token
   for (char c : s.substr(0, dash))
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;  // one spelling only
   auto r = std::from_chars(s.data(), s.data() + dash, v, 16);

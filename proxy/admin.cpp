@@ -547,7 +547,7 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
     auto name = query_value(target, "upstream").value_or(ups.front().name);
     std::size_t u = 0;
     while (u < ups.size() && ups[u].name != name) ++u;
-    auto wanted = query_number(target, "wanted").value_or(1);
+    auto wanted = query_value(target, "wanted") ? query_number(target, "wanted").value_or(0) : 1;
     if (!lane || u == ups.size() || wanted < 1 || wanted > 1'000'000)
       return reply(http::status::bad_request,
                    json{{"error", "bad_request"},
