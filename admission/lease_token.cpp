@@ -34,16 +34,14 @@ struct SipState {
 };
 
 // The bytes the MAC covers, in a fixed little-endian layout.
+// The bytes the MAC covers: le32 worker, le32 slot, le64 generation, lane.
 std::size_t mac_input(const LeaseId& id, std::uint8_t* out) {
-  std::size_t n = 0;
-  auto put = [&](std::uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i) out[n++] = static_cast<std::uint8_t>(v >> (8 * i));
-  };
-  put(id.worker, 4);
-  put(id.slot, 4);
-  put(id.generation, 8);
-  put(static_cast<std::uint64_t>(id.lane), 1);
-  return n;
+  std::uint64_t words[2] = {id.worker | (std::uint64_t{id.slot} << 32), id.generation};
+  if constexpr (std::endian::native == std::endian::big)
+    for (auto& w : words) w = __builtin_bswap64(w);
+  std::memcpy(out, words, 16);
+  out[16] = static_cast<std::uint8_t>(id.lane);
+  return 17;
 }
 
 std::uint64_t mac(const LeaseKey& key, const LeaseId& id) {
@@ -55,6 +53,7 @@ template <class T>
 bool parse_hex(std::string_view& s, T& v, bool last) {
   auto dash = last ? s.size() : s.find('-');
   if (dash == std::string_view::npos || dash == 0 || dash > 16) return false;
+  if (dash > 1 && s[0] == '0') return false;  // no leading zeros: one spelling per token
   for (char c : s.substr(0, dash))
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;  // one spelling only
   auto r = std::from_chars(s.data(), s.data() + dash, v, 16);
@@ -108,7 +107,7 @@ std::size_t format_lease_token(const LeaseKey& key, const LeaseId& id, char* out
   *p++ = '-';
   hex(static_cast<std::uint64_t>(id.lane));
   *p++ = '-';
-  hex(mac(key, id));
+  hex(mac(key, id));  // the others are small: a few digits each
   return static_cast<std::size_t>(p - out);
 }
 

@@ -353,6 +353,9 @@ std::string render_metrics(Runtime& rt, const Watchdog& watchdog, const Ticker& 
     auto retries = family("sluice_upstream_retries_total",
                           "Idempotent requests replayed once on a fresh connection.",
                           prom::MetricType::Counter);
+    auto ejections = family("sluice_upstream_host_ejections_total",
+                            "Upstream hosts ejected from the choice for a backoff after a refused or timed-out connect (each I/O thread ejects on its own).",
+                            prom::MetricType::Counter);
     auto conns = family("sluice_upstream_connections", "Open upstream connections.",
                         prom::MetricType::Gauge);
     auto waiting = family("sluice_upstream_waiting", "Requests queued for an upstream connection.",
@@ -376,10 +379,11 @@ std::string render_metrics(Runtime& rt, const Watchdog& watchdog, const Ticker& 
       counter(timeouts, [&](Shard& s) -> auto& { return s.upstream[u].timeouts; });
       counter(failures, [&](Shard& s) -> auto& { return s.upstream[u].connect_failures; });
       counter(retries, [&](Shard& s) -> auto& { return s.upstream[u].retries; });
+      counter(ejections, [&](Shard& s) -> auto& { return s.upstream[u].host_ejections; });
       gauge(conns, [&](Shard& s) -> auto& { return s.upstream[u].connections; });
       gauge(waiting, [&](Shard& s) -> auto& { return s.upstream[u].waiting; });
     }
-    for (auto* f : {&wait, &timeouts, &failures, &retries, &conns, &waiting})
+    for (auto* f : {&wait, &timeouts, &failures, &retries, &ejections, &conns, &waiting})
       out.push_back(std::move(*f));
   }
   {
@@ -547,7 +551,7 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
     auto name = query_value(target, "upstream").value_or(ups.front().name);
     std::size_t u = 0;
     while (u < ups.size() && ups[u].name != name) ++u;
-    auto wanted = query_number(target, "wanted").value_or(1);
+    auto wanted = query_value(target, "wanted") ? query_number(target, "wanted").value_or(0) : 1;
     if (!lane || u == ups.size() || wanted < 1 || wanted > 1'000'000)
       return reply(http::status::bad_request,
                    json{{"error", "bad_request"},

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -93,6 +94,9 @@ struct UpstreamConnection : Tracked {
   std::size_t host;
   Clock::time_point idle_since{};
   std::uint32_t uses = 0;  // requests served; > 0 means a reused connection
+  // The host's ejection count when this connect began: a failure of a connect
+  // begun before the host's latest ejection belongs to the outage already counted.
+  std::uint32_t eject_epoch = 0;
   bool connect_timed_out = false;
 };
 
@@ -108,12 +112,34 @@ struct PoolWaiter {
 };
 
 // A Worker's bounded pool of connections to one upstream (its share of
-// SLUICE_UPSTREAM_MAX_CONNECTIONS). Idle connections are reused newest first;
-// when every connection is busy the request waits, oldest first.
+// SLUICE_UPSTREAM_MAX_CONNECTIONS), over the upstream's hosts.
+//
+// Host choice, per request: the power of two choices on requests in flight.
+// Two distinct hosts that are not ejected are drawn at random and the one with
+// fewer requests in flight wins (a tie: either, at random). The request then
+// reuses that host's newest idle connection, else connects a new one to it
+// (when the pool is full, the oldest idle connection of another host is closed
+// to make room), else waits, oldest first; a connection released while
+// requests wait goes to the oldest of them, whatever its host. With one host
+// there is no choice to make.
+//
+// Ejection: a connect to a host that is refused or times out (any connect
+// error) ejects the host from the choice for a backoff of base x 2^(n-1),
+// capped at max, n being its consecutive failures; a successful connect resets
+// n and ends the ejection. An ejected host is eligible again when its backoff is
+// over: the next choice may pick it, and a failure ejects it for twice as long.
+// When every host is ejected, the one whose ejection ends first is chosen (the
+// connect decides). Connects that were already under way when a host was
+// ejected and fail too are not counted again.
+//
+// Everything here is per Worker and touched only by its thread.
 class UpstreamPool {
  public:
+  static constexpr std::chrono::milliseconds kEjectBase{1000};
+  static constexpr std::chrono::milliseconds kEjectMax{30000};
   UpstreamPool(Worker& worker, std::size_t index, std::vector<tcp::endpoint> hosts,
-               std::size_t max_connections);
+               std::size_t max_connections, std::chrono::milliseconds eject_base = kEjectBase,
+               std::chrono::milliseconds eject_max = kEjectMax);
   ~UpstreamPool();
   // Hands a connection to w: at once (inside this call) when one is idle, else
   // later. w must stay alive until then or cancel().
@@ -127,18 +153,41 @@ class UpstreamPool {
   void close_idle();                  // drain: idle connections are closed
   std::size_t index() const { return index_; }
 
+  // One host as the admin view shows it (worker thread only).
+  struct HostView {
+    std::string address;     // host:port ([v6]:port)
+    int in_flight;           // requests bound to the host: connecting or holding a connection
+    bool ejected;
+    double ejected_for_s;    // seconds of ejection left (0 when not ejected)
+    std::uint32_t failures;  // consecutive failed connects
+  };
+  // True when no host is eligible for a new connection at `now`.
+  bool all_hosts_ejected(Clock::time_point now) const;
+  std::vector<HostView> hosts_view(Clock::time_point now) const;
+
  private:
-  void connect_for(PoolWaiter& w);
+  struct Host {
+    tcp::endpoint endpoint;
+    std::int64_t in_flight = 0;
+    std::uint32_t failures = 0;         // consecutive failed connects
+    std::uint32_t ejections = 0;        // ejections so far (UpstreamConnection::eject_epoch)
+    Clock::time_point ejected_until{};  // ejected while now < ejected_until
+  };
+  std::size_t choose(Clock::time_point now);  // the host for a new request
+  void connect_for(PoolWaiter& w);            // chooses a host and connects to it
+  void connect_to(PoolWaiter& w, std::size_t host);
+  void connect_failed(std::size_t host, std::uint32_t epoch);
   void note_oldest();  // publishes when the oldest queued request started waiting
   void closed(std::size_t n);  // n of this pool's connections are gone
   void serve_next();           // a slot is free: connect for the oldest waiter, if any
   void hand(PoolWaiter& w, std::unique_ptr<UpstreamConnection> c, boost::system::error_code ec);
   Worker& worker_;
   std::size_t index_;
-  std::vector<tcp::endpoint> hosts_;
+  std::vector<Host> hosts_;
   std::size_t max_;
+  std::chrono::milliseconds eject_base_;
+  std::chrono::milliseconds eject_max_;
   std::size_t open_ = 0;  // idle + busy + connecting
-  std::size_t next_host_ = 0;
   std::vector<std::unique_ptr<UpstreamConnection>> idle_;  // back = most recently used
   boost::intrusive::list<
       PoolWaiter,

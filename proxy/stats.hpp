@@ -50,6 +50,7 @@ struct UpstreamStats {
   std::atomic<std::uint64_t> timeouts{0};             // response-head timeouts
   std::atomic<std::uint64_t> connect_failures{0};     // refused or timed out
   std::atomic<std::uint64_t> retries{0};              // idempotent replays on a fresh connection
+  std::atomic<std::uint64_t> host_ejections{0};       // hosts left out of the choice after a failed connect
   std::atomic<std::int64_t> connections{0};           // open connections (gauge)
   std::atomic<std::int64_t> waiting{0};               // requests queued for a connection (gauge)
   std::atomic<std::int64_t> oldest_waiting_since_ns{0};  // 0: nobody is queued

@@ -21,8 +21,15 @@ void UpstreamConnection::on_deadline() {
 // ---- UpstreamPool ----
 
 UpstreamPool::UpstreamPool(Worker& worker, std::size_t index, std::vector<tcp::endpoint> hosts,
-                           std::size_t max_connections)
-    : worker_(worker), index_(index), hosts_(std::move(hosts)), max_(max_connections) {
+                           std::size_t max_connections, std::chrono::milliseconds eject_base,
+                           std::chrono::milliseconds eject_max)
+    : worker_(worker),
+      index_(index),
+      max_(max_connections),
+      eject_base_(eject_base),
+      eject_max_(std::max(eject_base, eject_max)) {
+  hosts_.reserve(hosts.size());
+  for (auto& e : hosts) hosts_.push_back(Host{e});
   idle_.reserve(max_);
 }
 
@@ -41,20 +48,62 @@ bool still_open(Socket& s) {
 }
 }  // namespace
 
+std::size_t UpstreamPool::choose(Clock::time_point now) {
+  const std::size_t n = hosts_.size();
+  if (n == 1) return 0;
+  std::size_t eligible = 0;
+  for (const auto& h : hosts_) eligible += h.ejected_until <= now;
+  if (eligible == 0) {
+    // Every host is ejected: the one back soonest gets the attempt.
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < n; ++i)
+      if (hosts_[i].ejected_until < hosts_[best].ejected_until) best = i;
+    return best;
+  }
+  // The k-th eligible host (k < eligible).
+  auto nth = [&](std::size_t k) {
+    if (eligible == n) return k;
+    for (std::size_t i = 0;; ++i)
+      if (hosts_[i].ejected_until <= now && k-- == 0) return i;
+  };
+  if (eligible == 1) return nth(0);
+  // Two distinct eligible hosts, drawn as an ordered pair: a is uniform, so
+  // keeping a on a tie breaks ties at random.
+  auto r = worker_.rng().next();
+  std::size_t a = static_cast<std::size_t>(r & 0xFFFFFFFFu) % eligible;
+  std::size_t b = static_cast<std::size_t>(r >> 32) % (eligible - 1);
+  if (b >= a) ++b;
+  a = nth(a);
+  b = nth(b);
+  return hosts_[b].in_flight < hosts_[a].in_flight ? b : a;
+}
+
 void UpstreamPool::acquire(PoolWaiter& w) {
-  w.wait_start = Clock::now();
-  while (!idle_.empty()) {
-    auto c = std::move(idle_.back());
-    idle_.pop_back();
-    if (w.wait_start - c->idle_since >= kCheckIdleAfter && !still_open(c->socket)) {
+  auto now = Clock::now();
+  w.wait_start = now;
+  const std::size_t host = choose(now);
+  // The chosen host's newest idle connection (with one host: the newest, at the back).
+  for (std::size_t i = idle_.size(); i-- > 0;) {
+    if (idle_[i]->host != host) continue;
+    auto c = std::move(idle_[i]);
+    idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(i));
+    if (now - c->idle_since >= kCheckIdleAfter && !still_open(c->socket)) {
       closed(1);
       continue;
     }
+    ++hosts_[host].in_flight;
     w.on_connection(std::move(c), {});  // the caller is w itself: no need to go round the queue
     return;
   }
+  if (open_ >= max_ && !idle_.empty()) {
+    // The pool is full and the chosen host has nothing idle: the oldest idle
+    // connection (another host's) makes room, or connections placed while a
+    // host was ejected would keep the traffic away from it for good.
+    idle_.erase(idle_.begin());
+    closed(1);
+  }
   if (open_ < max_) {
-    connect_for(w);
+    connect_to(w, host);
     return;
   }
   waiters_.push_back(w);
@@ -97,19 +146,27 @@ void UpstreamPool::hand(PoolWaiter& w, std::unique_ptr<UpstreamConnection> c,
   });
 }
 
-void UpstreamPool::connect_for(PoolWaiter& w) {
+void UpstreamPool::connect_for(PoolWaiter& w) { connect_to(w, choose(Clock::now())); }
+
+void UpstreamPool::connect_to(PoolWaiter& w, std::size_t host) {
   ++open_;
   bump(worker_.stats().upstream[index_].connections, std::int64_t{1});
-  std::size_t host = next_host_++ % hosts_.size();
+  auto& h = hosts_[host];
+  ++h.in_flight;  // the request is bound to the host from now on
   auto c = std::make_unique<UpstreamConnection>(worker_.ioc(), host);
+  c->eject_epoch = h.ejections;
   c->deadline = Clock::now() + worker_.config().connect_timeout;
   worker_.track(*c);
   auto* raw = c.get();
   raw->socket.async_connect(
-      hosts_[host], [this, &w, c = std::move(c)](boost::system::error_code ec) mutable {
+      h.endpoint, [this, &w, c = std::move(c)](boost::system::error_code ec) mutable {
         c->unlink();
         c->deadline = Clock::time_point::max();
-        if (!ec) {
+        const bool connected = !ec;
+        if (connected) {
+          auto& host = hosts_[c->host];
+          host.failures = 0;
+          host.ejected_until = {};
           c->socket.set_option(tcp::no_delay(true), ec);
           if (!ec) {
             w.on_connection(std::move(c), {});
@@ -118,6 +175,8 @@ void UpstreamPool::connect_for(PoolWaiter& w) {
         }
         if (c->connect_timed_out) ec = net::error::timed_out;
         bump(worker_.stats().upstream[index_].connect_failures);
+        --hosts_[c->host].in_flight;
+        if (!connected) connect_failed(c->host, c->eject_epoch);
         c.reset();
         closed(1);
         w.on_connection(nullptr, ec);
@@ -125,22 +184,61 @@ void UpstreamPool::connect_for(PoolWaiter& w) {
       });
 }
 
+void UpstreamPool::connect_failed(std::size_t host, std::uint32_t epoch) {
+  auto& h = hosts_[host];
+  if (epoch != h.ejections) return;  // begun before the host's latest ejection: counted already
+  ++h.failures;
+  auto backoff = eject_base_;
+  for (std::uint32_t i = 1; i < h.failures && backoff < eject_max_ && backoff.count() > 0; ++i)
+    backoff *= 2;
+  backoff = std::min(backoff, eject_max_);
+  h.ejected_until = Clock::now() + backoff;
+  ++h.ejections;
+  bump(worker_.stats().upstream[index_].host_ejections);
+}
+
 void UpstreamPool::release(std::unique_ptr<UpstreamConnection> c, bool reusable) {
   if (reusable && !worker_.runtime().draining.load(std::memory_order_relaxed)) {
     ++c->uses;
     if (!waiters_.empty()) {
+      // Handed on at once: the host keeps this request's place in flight.
       auto& w = waiters_.front();
       cancel(w);
       hand(w, std::move(c), {});
       return;
     }
+    --hosts_[c->host].in_flight;
     c->idle_since = Clock::now();
     idle_.push_back(std::move(c));
     return;
   }
+  --hosts_[c->host].in_flight;
   c.reset();
   closed(1);
   serve_next();
+}
+
+bool UpstreamPool::all_hosts_ejected(Clock::time_point now) const {
+  for (const auto& h : hosts_)
+    if (h.ejected_until <= now) return false;
+  return true;
+}
+
+std::vector<UpstreamPool::HostView> UpstreamPool::hosts_view(Clock::time_point now) const {
+  std::vector<HostView> out;
+  out.reserve(hosts_.size());
+  for (const auto& h : hosts_) {
+    const auto& addr = h.endpoint.address();
+    std::string address = addr.is_v6() ? "[" + addr.to_string() + "]" : addr.to_string();
+    address += ':';
+    address += std::to_string(h.endpoint.port());
+    const bool ejected = now < h.ejected_until;
+    out.push_back(HostView{std::move(address), static_cast<int>(h.in_flight), ejected,
+                           ejected ? std::chrono::duration<double>(h.ejected_until - now).count()
+                                   : 0.0,
+                           h.failures});
+  }
+  return out;
 }
 
 void UpstreamPool::sweep(Clock::time_point now) {

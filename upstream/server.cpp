@@ -178,6 +178,7 @@ class Session : public std::enable_shared_from_this<Session> {
       route_ = Route::kSse;
       sse_count_ = number_or<std::uint64_t>(query_param(query, "n"), 5);
       sse_interval_ms_ = number_or<std::uint64_t>(query_param(query, "interval_ms"), 100);
+      sse_echo_ = query_param(query, "echo");
     } else if (path == "/large") {
       route_ = Route::kLarge;
       large_left_ = number_or<std::uint64_t>(query_param(query, "bytes"), 0);
@@ -188,6 +189,10 @@ class Session : public std::enable_shared_from_this<Session> {
       route_ = Route::kWs;
     } else if (path.substr(0, kStatusPrefix.size()) == kStatusPrefix) {
       status_ = number_or<unsigned>(path.substr(kStatusPrefix.size()), 0);
+      // Quota headers as an API publishes them: ratelimit=LIMIT,REMAINING,RESET;
+      // retry_after=SECONDS.
+      ratelimit_ = query_param(query, "ratelimit");
+      retry_after_ = query_param(query, "retry_after");
       route_ = status_ >= 200 && status_ <= 599 ? Route::kStatus : Route::kBadRequest;
     } else {
       route_ = Route::kOk;
@@ -255,9 +260,17 @@ class Session : public std::enable_shared_from_this<Session> {
         return;
       case Route::kSse:
         return start_sse();
-      case Route::kStatus:
+      case Route::kStatus: {
         body_ = "status " + std::to_string(status_) + "\n";
-        return write_small(prepare_small(static_cast<http::status>(status_), "text/plain", body_));
+        auto& res = prepare_small(static_cast<http::status>(status_), "text/plain", body_);
+        if (auto parts = split3(ratelimit_)) {
+          res.set("RateLimit-Limit", (*parts)[0]);
+          res.set("RateLimit-Remaining", (*parts)[1]);
+          res.set("RateLimit-Reset", (*parts)[2]);
+        }
+        if (!retry_after_.empty()) res.set(http::field::retry_after, retry_after_);
+        return write_small(res);
+      }
       case Route::kLarge:
         return start_large();
       case Route::kWs:
@@ -303,6 +316,18 @@ class Session : public std::enable_shared_from_this<Session> {
                       static_cast<unsigned long long>(stats.max_in_flight.load()),
                       static_cast<unsigned long long>(stats.rejected.load()));
     return std::string(text, static_cast<std::size_t>(n));
+  }
+
+  // "a,b,c" -> {a, b, c}; none unless there are exactly three parts.
+  static std::optional<std::array<std::string, 3>> split3(std::string_view v) {
+    std::array<std::string, 3> out;
+    for (std::size_t i = 0; i < 3; ++i) {
+      auto comma = v.find(',');
+      if ((comma == std::string_view::npos) != (i == 2) || v.empty()) return std::nullopt;
+      out[i] = std::string(v.substr(0, comma));
+      v = comma == std::string_view::npos ? std::string_view{} : v.substr(comma + 1);
+    }
+    return out;
   }
 
   // Small responses point into a static string or into body_, so the body is not copied.
@@ -549,8 +574,15 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_sse_tick(error_code ec) {
     if (ec || !sse_active_) return;
     ++sse_sent_;
-    body_ =
-        "id: " + std::to_string(sse_sent_) + "\ndata: event " + std::to_string(sse_sent_) + "\n\n";
+    body_ = "id: " + std::to_string(sse_sent_) + "\ndata: ";
+    if (sse_sent_ == 1 && !sse_echo_.empty()) {
+      // echo=NAME: the first event carries that request header's value (header values hold
+      // no line breaks, so it stays one data line).
+      body_ += parser_->get()[sse_echo_];
+    } else {
+      body_ += "event " + std::to_string(sse_sent_);
+    }
+    body_ += "\n\n";
     auto& body = stream_res_->body();
     body.data = body_.data();
     body.size = body_.size();
@@ -641,11 +673,13 @@ class Session : public std::enable_shared_from_this<Session> {
   std::uint64_t body_bytes_ = 0;
   std::uint64_t slow_ms_ = 0;
   unsigned status_ = 200;
+  std::string ratelimit_, retry_after_;  // /status/N query options
   std::uint64_t large_left_ = 0;
   bool large_chunked_ = false;
   std::uint64_t sse_count_ = 0;
   std::uint64_t sse_interval_ms_ = 0;
   std::uint64_t sse_sent_ = 0;
+  std::string_view sse_echo_;  // echo=NAME of /sse, pointing into the parsed target
   bool sse_active_ = false;
 };
 

@@ -159,6 +159,11 @@ DASHBOARD_MUST_SHOW = [
     "sluice_lane_in_flight",
     "sluice_upstream_waiting",
     "sluice_requests_total",
+    "sluice_upstream_capacity_estimate",
+    "sluice_upstream_carrying_capacity",
+    "sluice_lane_queue_depth",
+    "sluice_heavy_leases",
+    "sluice_lane_starvation_total",
 ]
 
 

@@ -352,12 +352,13 @@ TEST_CASE("Expect: 100-continue gets its 100 from Sluice and the body goes throu
   CHECK(res->body == "hello");
 }
 
-TEST_CASE("routes pick the lane and the upstream; no match gets 404", "[e2e][proxy][routes]") {
+TEST_CASE("routes pick the lane and the upstream, no match gets 404", "[e2e][proxy][routes]") {
   Upstream a(kUpstream);
   Upstream b(kUpstream);
   Sluice s(kSluice,
            {{"SLUICE_UPSTREAMS", "a=127.0.0.1:" + std::to_string(a.port) + ";b=127.0.0.1:" +
                                      std::to_string(b.port)},
+            {"SLUICE_THREADS", "1"},  // one log buffer: the lines come in request order
             {"SLUICE_ROUTES",
              R"([{"name":"uploads","prefix":"/up","methods":["POST"],"lane":"bulk","upstream":"b"},)"
              R"({"name":"api","prefix":"/api","lane":"standard"}])"}});

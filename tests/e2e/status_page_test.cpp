@@ -142,7 +142,11 @@ TEST_CASE("the admin listener serves the status page at / as one self-contained 
 TEST_CASE("headless Chromium renders the status page: the pinned level, its reason, the lanes",
           "[e2e][status][chromium]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up));
+  // Two threads seeded with 3 each: the upstream's capacity estimate K̂ is 6 (no demand grows it).
+  auto env = env_for(up);
+  env["SLUICE_THREADS"] = "2";
+  env["SLUICE_BULKHEAD_SEED"] = "6";
+  Sluice s(kSluice, env);
   for (int i = 0; i < 3; ++i) REQUIRE(request(s.port, "GET", "/v1/items").status == 200);
 
   // The reason carries markup: the page must show it as text, never as HTML.
@@ -182,8 +186,11 @@ TEST_CASE("headless Chromium renders the status page: the pinned level, its reas
   CHECK(text_after(standard, R"(data-field="admitted")") == "3");
   CHECK_FALSE(row(dom, R"(data-lane="heavy")").empty());
 
-  // The upstream pool, heavy leases, and more than one poll drawn into the sparklines.
-  CHECK_FALSE(row(dom, R"(data-upstream="api")").empty());
+  // The upstream with its capacity, heavy leases, and more than one poll drawn into the sparklines.
+  auto api = row(dom, R"(data-upstream="api")");
+  REQUIRE_FALSE(api.empty());
+  CHECK(text_after(api, R"(data-field="capacity")") == "6");
+  CHECK(text_after(api, R"(data-field="carrying_capacity")") == "—");
   CHECK(text_after(dom, R"(id="leases")") == "0");
   auto samples = text_after(dom, R"(id="samples")").value_or("");
   CHECK(samples.find("(1 reading") == std::string::npos);

@@ -184,7 +184,7 @@ TEST_CASE("too much decreases the estimate once per burst and remembers the load
   CHECK(e.decreases() == 2);
 }
 
-TEST_CASE("429 and 503 are refusals; a head much slower than the baseline is too much",
+TEST_CASE("429 and 503 are refusals, a head much slower than the baseline is too much",
           "[admission][bulkhead]") {
   Estimate e;
   CHECK(e.classify(429, 1ms) == Signal::refused);

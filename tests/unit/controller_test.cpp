@@ -458,7 +458,7 @@ TEST_CASE("sentinel: emergency -> normal when two consecutive reads fail and no 
   require_change(t.failed(), Level::emergency, Level::normal, Trigger::signal_loss);
 }
 
-TEST_CASE("sentinel: constrained never goes to emergency automatically; a pin can select it",
+TEST_CASE("sentinel: constrained never goes to emergency automatically, a pin can select it",
           "[admission][controller][seed003]") {
   Ticker t = sentinel();
   t.repeat(3, lag(220));

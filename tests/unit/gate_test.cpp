@@ -101,7 +101,7 @@ TEST_CASE("a fractional factor admits that fraction of new requests", "[admissio
   CHECK(standard < 51'000);
 }
 
-TEST_CASE("observe mode decides and counts would_shed; off mode decides nothing",
+TEST_CASE("observe mode decides and counts would_shed, off mode decides nothing",
           "[admission][gate]") {
   Rng rng(3);
   Gate observe(Mode::observe, default_lane_factors());

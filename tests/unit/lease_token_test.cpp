@@ -66,6 +66,6 @@ TEST_CASE("a forged or altered lease token earns nothing", "[admission][lease]")
   }
   // Malformed ones.
   for (const std::string& bad : std::vector<std::string>{"", "-", "1-2-3-4-5", "0-7-3-0-" + std::string(17, 'a'), token + "-0",
-                          "A" + token.substr(1), " " + token})
+                          "A" + token.substr(1), " " + token, "0" + token})
     CHECK_FALSE(parse_lease_token(key, bad));
 }

@@ -120,7 +120,7 @@ TEST_CASE("a trace line parses every input field", "[replay][trace]") {
   CHECK(l.unpin);
 }
 
-TEST_CASE("absent fields are not measured; lag_fresh and ok default to true", "[replay][trace]") {
+TEST_CASE("absent fields are not measured, lag_fresh and ok default to true", "[replay][trace]") {
   TraceLine l = parse_trace_line(R"({"t":0})", std::nullopt);
   CHECK_FALSE(l.reading.lag_ms);
   CHECK(l.reading.lag_fresh);
@@ -300,7 +300,7 @@ TEST_CASE("replay is deterministic: the same trace and options give the same byt
   CHECK(c.summary["level_changes"] == a.summary["level_changes"]);
 }
 
-TEST_CASE("observe mode reports its would-be refusals as shed; off mode refuses nothing",
+TEST_CASE("observe mode reports its would-be refusals as shed, off mode refuses nothing",
           "[replay]") {
   std::string trace =
       "{\"t\":1000,\"stall_ms\":1500,\"requests\":{\"bulk\":10,\"standard\":0,\"heavy\":0}}\n";
@@ -392,7 +392,7 @@ TEST_CASE("every rule shows through replay", "[replay]") {
 }
 
 TEST_CASE(
-    "(e) on the issue's trace the old configuration rises and would shed bulk; the new "
+    "(e) on the issue's trace the old configuration rises and would shed bulk, the new "
     "defaults stay at 0 with 0 would_shed",
     "[replay][seed000]") {
   const std::string trace = incident_trace();
