@@ -113,6 +113,10 @@ void AccessLog::write(const AccessRecord& r) {
   field("lane", r.lane);
   field("route", r.route);
   field("upstream", r.upstream);
+  if (!r.fallback_from.empty()) {
+    field("fallback_from", r.fallback_from);
+    field("fallback_why", r.fallback_why);
+  }
   field("decision", r.decision);
   field("reason", r.reason);
   buf_ += ",\"level\":";

@@ -13,6 +13,9 @@ namespace sluice::proxy {
 struct AccessRecord {
   std::chrono::system_clock::time_point ts;
   std::string_view request_id, method, path, lane, route, upstream, decision, reason, client;
+  // When the request moved off its route's upstream: that upstream and why
+  // (closed, full, connect_failed); empty otherwise.
+  std::string_view fallback_from, fallback_why;
   int status = 0;
   int level = 0;
   int retry_after_s = -1;  // -1: none

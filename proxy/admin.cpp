@@ -298,6 +298,54 @@ std::string render_metrics(Runtime& rt, const Watchdog& watchdog, const Ticker& 
     }
     for (auto* f : {&estimate, &carrying, &exhausted, &depth, &wait, &starved, &delegated})
       out.push_back(std::move(*f));
+
+    // Closures, probes, budgets and fallbacks (seed 001 §8, §9).
+    auto closed = family("sluice_upstream_closed",
+                         "1 while the upstream is closed (a refusal no load change cures).",
+                         prom::MetricType::Gauge);
+    auto closures = family("sluice_upstream_closures_total", "Times the upstream was closed.",
+                           prom::MetricType::Counter);
+    auto probes = family("sluice_upstream_probes_total",
+                         "Probe requests to a closed upstream, by result (ok reopened it).",
+                         prom::MetricType::Counter);
+    auto budget = family("sluice_upstream_budget_remaining",
+                         "The share of the upstream's quota left, from its RateLimit headers (1: no reading this window).",
+                         prom::MetricType::Gauge);
+    auto fallbacks = family("sluice_upstream_fallbacks_total",
+                            "Requests that moved off their route's upstream to an alternative, by from, to and why.",
+                            prom::MetricType::Counter);
+    auto now_us = rt.micros(Clock::now());
+    for (std::size_t u = 0; u < cfg.upstreams.size(); ++u) {
+      const auto& name = cfg.upstreams[u].name;
+      auto& gate = *rt.gates[u];
+      auto m = with_labels({{"upstream", name}});
+      m.gauge.value = gate.closed.load(std::memory_order_relaxed) ? 1 : 0;
+      closed.metric.push_back(m);
+      m.gauge.value = 0;
+      m.counter.value = static_cast<double>(gate.closures.load(std::memory_order_relaxed));
+      closures.metric.push_back(m);
+      for (auto [result, count] : {std::pair{"ok", &gate.probes_ok}, std::pair{"failed", &gate.probes_failed}}) {
+        auto p = with_labels({{"upstream", name}, {"result", result}});
+        p.counter.value = static_cast<double>(count->load(std::memory_order_relaxed));
+        probes.metric.push_back(std::move(p));
+      }
+      auto b = with_labels({{"upstream", name}});
+      const auto& reading = views[u].budget;
+      b.gauge.value = reading && now_us < reading->until ? reading->remaining : 1.0;
+      budget.metric.push_back(std::move(b));
+      for (std::size_t to = 0; to < cfg.upstreams.size(); ++to)
+        for (std::size_t why = 0; why < kFallbackWhys; ++why) {
+          auto n = sum_workers<std::uint64_t>(
+              rt, [&](Shard& s) -> auto& { return s.upstream[u].fallbacks[to][why]; });
+          if (n == 0) continue;
+          auto f = with_labels({{"from", name},
+                                {"to", cfg.upstreams[to].name},
+                                {"why", std::string(to_string(static_cast<Fallback>(why)))}});
+          f.counter.value = static_cast<double>(n);
+          fallbacks.metric.push_back(std::move(f));
+        }
+    }
+    for (auto* f : {&closed, &closures, &probes, &budget, &fallbacks}) out.push_back(std::move(*f));
     double heavy = 0;
     for (const auto& v : views) heavy += v.lanes[admission::index(admission::Lane::heavy)].running;
     add_scalar(out, "sluice_heavy_leases",

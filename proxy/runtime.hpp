@@ -24,6 +24,7 @@
 #include "admission/bulkhead.hpp"
 #include "admission/gate.hpp"
 #include "admission/lease_token.hpp"
+#include "admission/resilience.hpp"
 #include "config/config.hpp"
 #include "proxy/access_log.hpp"
 #include "proxy/stats.hpp"
@@ -105,6 +106,10 @@ struct PoolWaiter {
   boost::intrusive::list_member_hook<boost::intrusive::link_mode<boost::intrusive::auto_unlink>>
       wait_hook;
   Clock::time_point wait_start{};
+  // A replay: it gets a new connection, never an idle one (those may be as
+  // dead as the one that just failed).
+  bool fresh = false;
+  std::size_t avoid_host = SIZE_MAX;  // a replay's failed host, left out while another is eligible
   virtual ~PoolWaiter() = default;
   // Exactly one call per acquire() that did not get cancel()ed first.
   virtual void on_connection(std::unique_ptr<UpstreamConnection> c,
@@ -152,6 +157,7 @@ class UpstreamPool {
   void sweep(Clock::time_point now);  // closes connections idle for too long
   void close_idle();                  // drain: idle connections are closed
   std::size_t index() const { return index_; }
+  std::size_t host_count() const { return hosts_.size(); }
 
   // One host as the admin view shows it (worker thread only).
   struct HostView {
@@ -173,7 +179,9 @@ class UpstreamPool {
     std::uint32_t ejections = 0;        // ejections so far (UpstreamConnection::eject_epoch)
     Clock::time_point ejected_until{};  // ejected while now < ejected_until
   };
-  std::size_t choose(Clock::time_point now);  // the host for a new request
+  static constexpr std::size_t kNoHost = SIZE_MAX;
+  // The host for a new request, `avoid` left out while another is eligible.
+  std::size_t choose(Clock::time_point now, std::size_t avoid = kNoHost);
   void connect_for(PoolWaiter& w);            // chooses a host and connects to it
   void connect_to(PoolWaiter& w, std::size_t host);
   void connect_failed(std::size_t host, std::uint32_t epoch);
@@ -244,6 +252,7 @@ struct Live {
   admission::Gate gate;
   admission::RetryBands retry;
   admission::LanePolicy lanes;
+  std::vector<int> close_statuses;  // SLUICE_CLOSE_STATUSES
 };
 
 // The live leases of one Worker, by slot. A slot's generation is odd while its
@@ -279,6 +288,55 @@ class LeaseTable {
   std::unique_ptr<std::atomic<std::uint64_t>[]> gen_;
   std::vector<std::uint32_t> free_;
   std::size_t size_ = 0;
+};
+
+// An upstream's closure (seed 001 §9), one for the whole process: a refusal no
+// load change cures closes every thread's way to it. Requests read `closed`
+// (one relaxed load); only while it is set, or to change it, does a thread take
+// the mutex, so the request path takes no lock while every upstream is open.
+struct UpstreamGate {
+  std::atomic<bool> closed{false};
+  std::mutex mutex;
+  admission::Closure closure;
+  std::atomic<std::uint64_t> probes_ok{0}, probes_failed{0}, closures{0};
+  explicit UpstreamGate(const admission::ClosurePolicy& p) : closure(p) {}
+  void close(admission::Micros now, std::optional<admission::Micros> until) {
+    std::lock_guard lock(mutex);
+    if (!closure.closed()) closures.fetch_add(1, std::memory_order_relaxed);
+    closure.close(now, until);
+    closed.store(true, std::memory_order_relaxed);
+  }
+  // admit / probe / closed; `running` is what runs on the upstream now.
+  admission::Verdict ask(admission::Micros now, int running) {
+    if (!closed.load(std::memory_order_relaxed)) return admission::Verdict::admit;
+    std::lock_guard lock(mutex);
+    auto v = closure.ask(now, running);
+    closed.store(closure.closed(), std::memory_order_relaxed);
+    return v;
+  }
+  void probe_ended(bool clean) {
+    std::lock_guard lock(mutex);
+    closure.probe_ended(clean);
+    (clean ? probes_ok : probes_failed).fetch_add(1, std::memory_order_relaxed);
+    closed.store(closure.closed(), std::memory_order_relaxed);
+  }
+  admission::Micros reopen_hint(admission::Micros now) {
+    std::lock_guard lock(mutex);
+    return closure.reopen_hint(now);
+  }
+  struct View {
+    bool closed = false;
+    std::optional<admission::Micros> until, last_probe;
+    admission::Micros next_probe{0};
+  };
+  void set_policy(const admission::ClosurePolicy& p) {
+    std::lock_guard lock(mutex);
+    closure.set_policy(p);
+  }
+  View view() {
+    std::lock_guard lock(mutex);
+    return {closure.closed(), closure.closed_until(), closure.last_probe(), closure.next_probe()};
+  }
 };
 
 // SLUICE_HEAVY_MAX_IN_FLIGHT: one count for every bulkhead of the process.
@@ -344,6 +402,7 @@ class Worker {
   void set_live(const Live* live);  // on this worker's thread
   std::atomic<std::int64_t> active_sessions{0};
   admission::Bulkhead& bulkhead(std::size_t upstream) { return *bulkheads_[upstream]; }
+  const admission::Bulkhead& bulkhead(std::size_t upstream) const { return *bulkheads_[upstream]; }
   LeaseTable& leases() { return leases_; }
   // The bulkheads as the heartbeat last saw them (any thread).
   std::vector<admission::BulkheadView> views() const {
@@ -401,6 +460,10 @@ struct Runtime {
     return std::chrono::duration_cast<admission::Micros>(t - epoch);
   }
   std::unique_ptr<HeavyCap> heavy_cap;  // SLUICE_HEAVY_MAX_IN_FLIGHT, when set
+  std::vector<std::unique_ptr<UpstreamGate>> gates;  // one per upstream
+  // Requests running on an upstream: this thread's exactly, the others' as of
+  // their last heartbeat (for "a probe only while nothing runs on it").
+  int running_on(std::size_t upstream, const Worker& self) const;
   // Per upstream, every thread's bulkhead as of its last heartbeat, merged.
   std::vector<admission::BulkheadView> bulkhead_views() const;
   // Lease tokens: signed with SLUICE_LEASE_KEY bound to this start's random

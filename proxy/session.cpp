@@ -12,8 +12,10 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/rfc7230.hpp>
+#include <algorithm>
 #include <array>
 #include <charconv>
+#include <span>
 #include <memory_resource>
 #include <optional>
 
@@ -180,6 +182,45 @@ class Session : public Tracked,
   }
 
   // ---- PoolWaiter ----
+
+  // A connect failed. When every host of the upstream refuses, the upstream
+  // closes. Nothing was sent, so the request may go on to another host, or to
+  // an alternative, whatever its method. True when it went on.
+  bool connect_failed(Clock::time_point now) {
+    auto& rt = w_.runtime();
+    auto now_us = rt.micros(now);
+    bool all_down = w_.pool(upstream_).all_hosts_ejected(now);
+    if (all_down) rt.gates[upstream_]->close(now_us, std::nullopt);
+    if (probe_) {
+      rt.gates[upstream_]->probe_ended(false);
+      probe_ = false;
+    }
+    if (moves_ >= kMaxMoves) return false;
+    ++moves_;
+    if (!all_down) {  // another host: the failed one is out of the balancing now
+      bump(st_.upstream[upstream_].retries);
+      acquire();
+      return true;
+    }
+    if (route_->pin || route_->alternatives.empty() || !Seat::seated) return false;
+    auto from = upstream_;
+    bulkhead().release(*this, admission::Signal::none, admission::Micros{0}, now_us, w_.rng());
+    Seat::lane = lane_;
+    if (!move(now_us, Fallback::connect_failed)) {
+      bulkhead().seat_probe(*this, now_us);  // keeps its seat where it was, to end as a 502
+      upstream_ = from;
+      return false;
+    }
+    acquire();
+    return true;
+  }
+
+  void acquire() {
+    phase_ = Phase::acquire;
+    deadline = Clock::now() + cfg_.response_timeout;
+    self_ = shared_from_this();
+    w_.pool(upstream_).acquire(*this);
+  }
   void on_connection(std::unique_ptr<UpstreamConnection> c, error_code ec) override {
     auto self = std::move(self_);
     auto now = Clock::now();
@@ -188,6 +229,7 @@ class Session : public Tracked,
     if (ec) {
       // A connect that failed or timed out: the upstream could not be reached.
       if (ec == net::error::timed_out) signal_ = admission::Signal::timeout;
+      if (connect_failed(now)) return;
       respond_error(502,
                     ec == net::error::timed_out ? "upstream_connect_timeout" : "upstream_connect_failed",
                     !req_->is_done());
@@ -230,7 +272,12 @@ class Session : public Tracked,
     ttfb_ = Clock::duration(-1);
     queue_wait_ = Clock::duration(0);
     signal_ = admission::Signal::none;
-    delegated_ = false;
+    probe_ = false;
+    closing_status_ = false;
+    fresh = false;
+    avoid_host = SIZE_MAX;
+    moves_ = 0;
+    fallback_from_ = -1;
     if (buf_.size() > 0) {  // a pipelined request is already here
       begin_request();
       parse_head();
@@ -429,28 +476,142 @@ class Session : public Tracked,
       return;
     }
     Seat::lane = lane_;
-    auto& b = bulkhead();
-    if (!b.ask(*this, rt.micros(now), w_.rng())) {
-      if (mode == admission::Mode::observe) {
-        // Observe mode forwards everything: a request that would have waited
-        // goes now, unseated, and counts as would_shed.
-        b.cancel(*this, rt.micros(now));
-        if (decision_.outcome == admission::Outcome::admitted)
-          decision_ = {admission::Outcome::would_shed, admission::Reason::queue_timeout};
-      } else if (Seat::queued) {
-        phase_ = Phase::queued;
-        queue_start_ = now;
-        deadline = now + std::chrono::duration_cast<Clock::duration>(
-                             live_->lanes.queue_window[admission::index(lane_)]);
-        self_ = shared_from_this();
-        return;
-      } else {
-        refuse_queue(now);
-        return;
-      }
-    }
+    if (!seat(now)) return;  // queued, or refused
     count_decision();
     forward();
+  }
+
+  // Seats the request on its route's upstream or, when that refuses it now
+  // (closed, or full past what the lane may borrow), on an alternative that
+  // admits it now (seed 001 §8); a pinned route never moves. False when the
+  // request was queued or refused.
+  bool seat(Clock::time_point now) {
+    auto& rt = w_.runtime();
+    auto now_us = rt.micros(now);
+    const bool may_move = !route_->pin && !route_->alternatives.empty();
+    auto& gate = *rt.gates[upstream_];
+    auto verdict = gate.ask(now_us, rt.running_on(upstream_, w_));
+    if (verdict == admission::Verdict::probe) {
+      // The one request a closed upstream lets through per probe interval.
+      bulkhead().seat_probe(*this, now_us);
+      probe_ = true;
+      return true;
+    }
+    bool wait_here = !may_move;
+    if (verdict == admission::Verdict::closed) {
+      if (may_move && move(now_us, Fallback::closed)) return true;
+      // No alternative admits it now: it waits for an open one, not for a closed upstream.
+      if (!may_move || !wait_on_alternative()) {
+        if (live_->gate.mode() == admission::Mode::observe) {
+          mark_would_shed(admission::Reason::pool_closed);
+          return true;
+        }
+        refuse_closed(now);
+        return false;
+      }
+      wait_here = true;
+    }
+    if (bulkhead().ask(*this, now_us, w_.rng(), nullptr, wait_here)) return true;
+    if (!wait_here) {
+      if (move(now_us, Fallback::full)) return true;
+      // No alternative admits it now: it waits for its own upstream.
+      if (bulkhead().ask(*this, now_us, w_.rng())) return true;
+    }
+    if (live_->gate.mode() == admission::Mode::observe) {
+      // Observe mode forwards everything: a request that would have waited
+      // goes now, unseated, and counts as would_shed.
+      bulkhead().cancel(*this, now_us);
+      mark_would_shed(admission::Reason::queue_timeout);
+      return true;
+    }
+    if (Seat::queued) {
+      phase_ = Phase::queued;
+      queue_start_ = now;
+      deadline = now + std::chrono::duration_cast<Clock::duration>(
+                           live_->lanes.queue_window[admission::index(lane_)]);
+      self_ = shared_from_this();
+      return false;
+    }
+    refuse_queue(now);
+    return false;
+  }
+
+  void mark_would_shed(admission::Reason why) {
+    if (decision_.outcome == admission::Outcome::admitted)
+      decision_ = {admission::Outcome::would_shed, why};
+  }
+
+  // Moves the request to one of its route's alternatives that admits it now:
+  // open, and its lane's rules allow it there. Among several, Thompson
+  // sampling picks (success counts and mean latency of this thread's bulkheads).
+  bool move(admission::Micros now_us, Fallback why) {
+    auto& rt = w_.runtime();
+    constexpr std::size_t kMax = 16;
+    std::array<std::size_t, kMax> ids{};
+    std::array<admission::Candidate, kMax> candidates{};
+    std::size_t n = 0;
+    for (std::size_t alt : route_->alternatives) {
+      if (alt == upstream_ || n == kMax || rt.gates[alt]->closed.load(std::memory_order_relaxed))
+        continue;
+      auto& b = w_.bulkhead(alt);
+      if (admission::decide(b.lanes(), b.census(now_us), lane_, 0.0) != admission::Hold::none) continue;
+      ids[n] = alt;
+      candidates[n] = {b.successes(), b.failures(), b.mean_latency()};
+      ++n;
+    }
+    while (n > 0) {
+      auto i = admission::thompson_pick(std::span(candidates.data(), n), w_.rng());
+      auto alt = ids[i];
+      if (w_.bulkhead(alt).ask(*this, now_us, w_.rng(), nullptr, false)) {
+        bump(st_.upstream[upstream_].fallbacks[alt][static_cast<std::size_t>(why)]);
+        if (fallback_from_ < 0) {
+          fallback_from_ = static_cast<int>(upstream_);
+          fallback_why_ = why;
+        }
+        upstream_ = alt;
+        return true;
+      }
+      ids[i] = ids[n - 1];
+      candidates[i] = candidates[n - 1];
+      --n;
+    }
+    return false;
+  }
+
+  // The open alternative a request of a closed upstream waits on when none
+  // admits it now (Thompson sampling among them); false when all are closed.
+  bool wait_on_alternative() {
+    auto& rt = w_.runtime();
+    constexpr std::size_t kMax = 16;
+    std::array<std::size_t, kMax> ids{};
+    std::array<admission::Candidate, kMax> candidates{};
+    std::size_t n = 0;
+    for (std::size_t alt : route_->alternatives) {
+      if (alt == upstream_ || n == kMax || rt.gates[alt]->closed.load(std::memory_order_relaxed))
+        continue;
+      const auto& b = w_.bulkhead(alt);
+      ids[n] = alt;
+      candidates[n++] = {b.successes(), b.failures(), b.mean_latency()};
+    }
+    if (n == 0) return false;
+    auto alt = ids[admission::thompson_pick(std::span(candidates.data(), n), w_.rng())];
+    bump(st_.upstream[upstream_].fallbacks[alt][static_cast<std::size_t>(Fallback::closed)]);
+    if (fallback_from_ < 0) {
+      fallback_from_ = static_cast<int>(upstream_);
+      fallback_why_ = Fallback::closed;
+    }
+    upstream_ = alt;
+    return true;
+  }
+
+  // A request for a closed upstream that may not move: 503 pool_closed, to come
+  // back when the next probe may have reopened it.
+  void refuse_closed(Clock::time_point now) {
+    decision_ = {admission::Outcome::shed, admission::Reason::pool_closed};
+    count_decision();
+    auto& rt = w_.runtime();
+    auto hint = rt.gates[upstream_]->reopen_hint(rt.micros(now));
+    refuse(std::chrono::ceil<admission::Millis>(hint));
   }
 
   // A request carrying the token of a live lease is part of that lease's work:
@@ -468,7 +629,6 @@ class Session : public Tracked,
     lane_ = id->lane;
     Seat::lane = lane_;
     bulkhead().seat_delegated(*this, rt.micros(now));
-    delegated_ = true;
     bump(st_.lane[admission::index(lane_)].delegated);
     return true;
   }
@@ -512,11 +672,7 @@ class Session : public Tracked,
       }
       expect_continue_ = !req_->is_done();  // Sluice answers it; Expect is not forwarded
     }
-
-    phase_ = Phase::acquire;
-    deadline = Clock::now() + cfg_.response_timeout;
-    self_ = shared_from_this();
-    w_.pool(upstream_).acquire(*this);
+    acquire();
   }
 
   // Request id: the client's when it sent a usable one, else a fresh one.
@@ -837,21 +993,30 @@ class Session : public Tracked,
   // An upstream failed before any of its response reached the client.
   void upstream_failed(error_code ec, std::string_view what) {
     bool timed_out = timed_out_;
-    bool reused = up_ && up_->uses > 0;
+    std::size_t failed_host = up_ ? up_->host : SIZE_MAX;
     release_upstream(false);
-    // A kept-alive connection the upstream had already closed: replay once on a
-    // fresh connection, but only a request that is idempotent and whose body
-    // (none) can be sent again.
-    if (!timed_out && reused && !retried_ && is_idempotent(method_) && bytes_in_ == 0 &&
-        req_->is_done() &&
+    // The connection closed or reset before any response byte (a kept-alive
+    // connection the upstream had already closed, or an upstream going down):
+    // replay once, on a fresh connection (the pool's choice of host; an
+    // alternative when every host then refuses), but only a request that is
+    // idempotent and whose body (none) can be sent again. Nothing reached the
+    // client yet.
+    if (!timed_out && !retried_ && is_idempotent(method_) && bytes_in_ == 0 && req_->is_done() &&
         (ec == net::error::eof || ec == net::error::connection_reset ||
          ec == net::error::broken_pipe || ec == http::error::end_of_stream)) {
       retried_ = true;
+      fresh = true;
+      avoid_host = failed_host;
       bump(st_.upstream[upstream_].retries);
-      phase_ = Phase::acquire;
-      deadline = Clock::now() + cfg_.response_timeout;
-      self_ = shared_from_this();
-      w_.pool(upstream_).acquire(*this);
+      // To another host, or, with one host, to an alternative when the route has one.
+      if (w_.pool(upstream_).host_count() == 1 && Seat::seated && !route_->pin &&
+          !route_->alternatives.empty()) {
+        auto now_us = w_.runtime().micros(Clock::now());
+        bulkhead().release(*this, admission::Signal::none, admission::Micros{0}, now_us, w_.rng());
+        Seat::lane = lane_;
+        if (!move(now_us, Fallback::replay)) bulkhead().seat_probe(*this, now_us);
+      }
+      acquire();
       return;
     }
     if (timed_out) {
@@ -890,6 +1055,7 @@ class Session : public Tracked,
     ttfb_ = now - start_;
     up_ttfb_ = std::chrono::duration_cast<admission::Micros>(now - sent_at_);
     if (Seat::seated) signal_ = bulkhead().classify(status, up_ttfb_);
+    read_quota(m, status, now);
     if (status == 101) {
       if (!upgrade_) {
         upstream_failed(http::error::bad_status, "upstream_bad_response");
@@ -903,6 +1069,45 @@ class Session : public Tracked,
     upstream_keep_alive_ = res_->keep_alive();
     build_response_head(status);
     response_body_step();
+  }
+
+  // What the upstream says about its quota: RateLimit-Limit / -Remaining /
+  // -Reset (or X-RateLimit-*) give this thread's bulkhead a budget reading; a
+  // status in SLUICE_CLOSE_STATUSES closes the upstream until its Retry-After
+  // or quota reset, else for SLUICE_CLOSE_FOR. One pass over the fields.
+  template <class Fields>
+  void read_quota(const Fields& m, int status, Clock::time_point now) {
+    std::string_view limit, remaining, reset;
+    for (const auto& f : m) {
+      auto name = f.name_string();
+      if (name.size() < 15) continue;
+      if (iequals(name.substr(0, 2), "x-")) name.remove_prefix(2);
+      if (!iequals(name.substr(0, 10), "ratelimit-")) continue;
+      auto what = name.substr(10);
+      if (iequals(what, "limit")) limit = f.value();
+      else if (iequals(what, "remaining")) remaining = f.value();
+      else if (iequals(what, "reset")) reset = f.value();
+    }
+    auto& rt = w_.runtime();
+    auto now_us = rt.micros(now);
+    auto unix_now = std::chrono::duration_cast<std::chrono::seconds>(
+                        std::chrono::system_clock::now().time_since_epoch()).count();
+    std::optional<admission::BudgetReading> budget;
+    if (!limit.empty()) budget = admission::read_budget(limit, remaining, reset, now_us, unix_now);
+    if (budget) bulkhead().note_budget(*budget);
+    const auto& closing = live_->close_statuses;
+    if (std::find(closing.begin(), closing.end(), status) == closing.end()) return;
+    closing_status_ = true;
+    std::optional<admission::Micros> until;
+    if (auto it = m.find(http::field::retry_after); it != m.end()) {
+      std::int64_t seconds = 0;
+      auto v = it->value();
+      auto r = std::from_chars(v.data(), v.data() + v.size(), seconds);
+      if (r.ec == std::errc{} && r.ptr == v.data() + v.size() && seconds > 0)
+        until = now_us + admission::Micros(seconds * 1'000'000);
+    }
+    if (!until && budget) until = budget->until;
+    rt.gates[upstream_]->close(now_us, until);
   }
 
   // The head the client gets: the upstream's fields minus hop-by-hop ones, the
@@ -1091,6 +1296,13 @@ class Session : public Tracked,
       lease_open_ = false;
     }
     bool heavy = lane_ == Lane::heavy;
+    if (probe_) {
+      // A probe that ended cleanly reopens its upstream at once.
+      bool clean = !closing_status_ &&
+                   (signal_ == admission::Signal::clean || signal_ == admission::Signal::slow);
+      w_.runtime().gates[upstream_]->probe_ended(clean);
+      probe_ = false;
+    }
     if (bulkhead().release(*this, signal_, up_ttfb_, w_.runtime().micros(Clock::now()), w_.rng()))
       bump(st_.upstream[upstream_].exhausted[static_cast<std::size_t>(signal_)]);
     if (heavy) w_.note_heavy();
@@ -1123,6 +1335,10 @@ class Session : public Tracked,
     r.lane = route_ ? admission::to_string(lane_) : "";
     r.route = route_ ? std::string_view(route_->name) : "";
     r.upstream = route_ ? std::string_view(cfg_.upstreams[upstream_].name) : "";
+    if (fallback_from_ >= 0) {
+      r.fallback_from = cfg_.upstreams[static_cast<std::size_t>(fallback_from_)].name;
+      r.fallback_why = to_string(fallback_why_);
+    }
     r.decision = route_ ? admission::to_string(decision_.outcome) : "";
     r.reason = decision_.reason != admission::Reason::none ? admission::to_string(decision_.reason)
                                                            : reason_;
@@ -1283,7 +1499,12 @@ class Session : public Tracked,
   Clock::time_point sent_at_{};
   admission::Micros up_ttfb_{0};  // request sent to response head: what the estimate learns from
   admission::Signal signal_ = admission::Signal::none;
-  bool delegated_ = false;
+  bool probe_ = false;           // this request is its closed upstream's probe
+  bool closing_status_ = false;  // the upstream answered a status that closes it
+  int moves_ = 0;                // hosts or alternatives tried after a failed connect
+  static constexpr int kMaxMoves = 3;
+  int fallback_from_ = -1;       // the route's upstream, when the request moved off it
+  Fallback fallback_why_ = Fallback::closed;
   bool lease_open_ = false;
   std::uint32_t lease_slot_ = 0;
   std::uint64_t lease_gen_ = 0;

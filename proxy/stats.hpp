@@ -5,7 +5,9 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "admission/lane.hpp"
@@ -45,6 +47,19 @@ using LagHistogram = Histogram<kLagBounds.size()>;
 
 inline constexpr int kStatusSlots = 600;
 
+// Why a request moved to an alternative upstream.
+enum class Fallback : std::uint8_t { closed, full, connect_failed, replay };
+inline constexpr std::size_t kFallbackWhys = 4;
+constexpr std::string_view to_string(Fallback f) {
+  switch (f) {
+    case Fallback::closed: return "closed";
+    case Fallback::full: return "full";
+    case Fallback::connect_failed: return "connect_failed";
+    case Fallback::replay: return "replay";
+  }
+  return "closed";
+}
+
 struct UpstreamStats {
   LatencyHistogram wait{kLatencyBounds};              // time to get a connection
   std::atomic<std::uint64_t> timeouts{0};             // response-head timeouts
@@ -56,6 +71,8 @@ struct UpstreamStats {
   std::atomic<std::int64_t> oldest_waiting_since_ns{0};  // 0: nobody is queued
   // Decreases of the capacity estimate, by admission::Signal (refused, timeout, slow).
   std::array<std::atomic<std::uint64_t>, 4> exhausted{};
+  // Requests that moved off this upstream, by [the upstream they moved to][why].
+  std::unique_ptr<std::array<std::atomic<std::uint64_t>, kFallbackWhys>[]> fallbacks;
 };
 
 inline constexpr std::size_t kOutcomes = 3;  // admission::Outcome
@@ -73,7 +90,10 @@ struct LaneStats {
 };
 
 struct Shard {
-  explicit Shard(std::size_t upstreams) : upstream(upstreams) {}
+  explicit Shard(std::size_t upstreams) : upstream(upstreams) {
+    for (auto& u : upstream)
+      u.fallbacks.reset(new std::array<std::atomic<std::uint64_t>, kFallbackWhys>[upstreams]());
+  }
   std::array<LaneStats, admission::kLaneCount> lane;
   std::vector<UpstreamStats> upstream;
   LagHistogram lag{kLagBounds};

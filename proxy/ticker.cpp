@@ -344,7 +344,8 @@ bool Ticker::reload(std::string_view why) {
       "admission_upstream_wait_ms", "admission_rise_ticks", "admission_emergency_ms",
       "admission_hold", "admission_exit_ratio", "admission_spacing", "admission_emergency_dwell",
       "admission_timeout_pin", "lane_factors", "retry_after", "lane_floors", "lane_weights",
-      "queue_window", "starved_after"};
+      "queue_window", "starved_after", "budget_reserve", "close_statuses", "close_for",
+      "probe_every"};
   auto before = Json::parse(config::to_json(current_));
   auto after = Json::parse(config::to_json(next));
   Json changed = Json::array(), needs_restart = Json::array();
@@ -371,6 +372,7 @@ bool Ticker::reload(std::string_view why) {
   for (auto& w : rt_.workers)
     net::post(w->ioc(), [w = w.get(), live = live_] { w->set_live(live); });
   controller_.reconfigure(next.admission.controller);
+  for (auto& gate : rt_.gates) gate->set_policy(next.admission.closure);
   // Kept until the next reload: what later reloads compare against. Listeners,
   // pools and limits keep the values they started with.
   current_ = std::move(next);
@@ -428,6 +430,9 @@ std::string Ticker::state_json() const {
     if (!t) return nullptr;
     return static_cast<double>((now_us - *t).count()) / 1e6;
   };
+  auto age_s_until = [&](admission::Micros t) -> Json {
+    return static_cast<double>(std::max(admission::Micros{0}, t - now_us).count()) / 1e6;
+  };
   Json lanes = Json::object();
   for (auto lane : admission::kLanes) {
     auto i = admission::index(lane);
@@ -458,6 +463,7 @@ std::string Ticker::state_json() const {
   j["lanes"] = lanes;
   Json upstreams = Json::array();
   Json starving = Json::array();
+  Json closed_upstreams = Json::array();
   for (std::size_t u = 0; u < rt_.config.upstreams.size(); ++u) {
     std::int64_t conns = 0, waiting = 0;
     for (auto& w : rt_.workers) {
@@ -466,6 +472,10 @@ std::string Ticker::state_json() const {
     }
     const auto& v = views[u];
     const auto& name = rt_.config.upstreams[u].name;
+    auto gate = rt_.gates[u]->view();
+    if (gate.closed)  // a closed upstream is the top item of starving
+      closed_upstreams.push_back({{"upstream", name}, {"closed", true},
+                          {"closed_for_s", gate.until ? age_s_until(*gate.until) : Json(nullptr)}});
     Json per_lane = Json::object();
     for (auto lane : admission::kLanes) {
       const auto& lv = v.lanes[admission::index(lane)];
@@ -500,7 +510,15 @@ std::string Ticker::state_json() const {
                          {"failures", v.failures},
                          {"mean_latency_ms", static_cast<double>(v.mean_latency.count()) / 1e3},
                          {"threads", v.shards},
-                         {"lanes", per_lane}});
+                         {"lanes", per_lane},
+                         {"closed", gate.closed},
+                         {"closed_for_s", gate.until ? age_s_until(*gate.until) : Json(nullptr)},
+                         {"last_probe_ago_s", age_s(gate.last_probe)},
+                         {"next_probe_in_s", gate.closed ? age_s_until(gate.next_probe) : Json(nullptr)},
+                         {"budget_remaining", v.budget && now_us < v.budget->until
+                                                  ? Json(v.budget->remaining) : Json(nullptr)},
+                         {"budget_reset_in_s", v.budget && now_us < v.budget->until
+                                                   ? age_s_until(v.budget->until) : Json(nullptr)}});
   }
   j["upstreams"] = upstreams;
   int heavy = 0;
@@ -514,7 +532,8 @@ std::string Ticker::state_json() const {
   j["heavy_leases"] = {{"count", heavy},
                        {"youngest_age_s", age_s(youngest)},
                        {"cap", rt_.heavy_cap ? Json(rt_.heavy_cap->cap()) : Json(nullptr)}};
-  j["starving"] = starving;
+  for (auto& entry : starving) closed_upstreams.push_back(entry);
+  j["starving"] = closed_upstreams;
   return j.dump(2);
 }
 

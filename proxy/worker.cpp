@@ -48,11 +48,14 @@ bool still_open(Socket& s) {
 }
 }  // namespace
 
-std::size_t UpstreamPool::choose(Clock::time_point now) {
+std::size_t UpstreamPool::choose(Clock::time_point now, std::size_t avoid) {
   const std::size_t n = hosts_.size();
   if (n == 1) return 0;
+  // A replay avoids the host that just failed it, while another is eligible.
+  auto ok = [&](std::size_t i) { return hosts_[i].ejected_until <= now && i != avoid; };
   std::size_t eligible = 0;
-  for (const auto& h : hosts_) eligible += h.ejected_until <= now;
+  for (std::size_t i = 0; i < n; ++i) eligible += ok(i);
+  if (eligible == 0 && avoid < n) return choose(now, kNoHost);
   if (eligible == 0) {
     // Every host is ejected: the one back soonest gets the attempt.
     std::size_t best = 0;
@@ -64,7 +67,7 @@ std::size_t UpstreamPool::choose(Clock::time_point now) {
   auto nth = [&](std::size_t k) {
     if (eligible == n) return k;
     for (std::size_t i = 0;; ++i)
-      if (hosts_[i].ejected_until <= now && k-- == 0) return i;
+      if (ok(i) && k-- == 0) return i;
   };
   if (eligible == 1) return nth(0);
   // Two distinct eligible hosts, drawn as an ordered pair: a is uniform, so
@@ -81,9 +84,9 @@ std::size_t UpstreamPool::choose(Clock::time_point now) {
 void UpstreamPool::acquire(PoolWaiter& w) {
   auto now = Clock::now();
   w.wait_start = now;
-  const std::size_t host = choose(now);
+  const std::size_t host = choose(now, w.avoid_host);
   // The chosen host's newest idle connection (with one host: the newest, at the back).
-  for (std::size_t i = idle_.size(); i-- > 0;) {
+  for (std::size_t i = w.fresh ? 0 : idle_.size(); i-- > 0;) {
     if (idle_[i]->host != host) continue;
     auto c = std::move(idle_[i]);
     idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(i));
@@ -200,17 +203,20 @@ void UpstreamPool::connect_failed(std::size_t host, std::uint32_t epoch) {
 void UpstreamPool::release(std::unique_ptr<UpstreamConnection> c, bool reusable) {
   if (reusable && !worker_.runtime().draining.load(std::memory_order_relaxed)) {
     ++c->uses;
-    if (!waiters_.empty()) {
+    if (!waiters_.empty() && !waiters_.front().fresh) {
       // Handed on at once: the host keeps this request's place in flight.
       auto& w = waiters_.front();
       cancel(w);
       hand(w, std::move(c), {});
       return;
     }
-    --hosts_[c->host].in_flight;
-    c->idle_since = Clock::now();
-    idle_.push_back(std::move(c));
-    return;
+    if (waiters_.empty()) {
+      --hosts_[c->host].in_flight;
+      c->idle_since = Clock::now();
+      idle_.push_back(std::move(c));
+      return;
+    }
+    // The next waiter wants a new connection: this one makes room for it.
   }
   --hosts_[c->host].in_flight;
   c.reset();
@@ -260,11 +266,13 @@ void UpstreamPool::close_idle() {
 
 Live make_live(const config::Config& c) {
   return Live{c.routes, admission::Gate(c.admission.mode, c.admission.factors), c.admission.retry,
-              c.admission.lanes};
+              c.admission.lanes, c.admission.close_statuses};
 }
 
 Runtime::Runtime(const config::Config& c) : config(c) {
   generations.push_back(std::make_unique<Live>(make_live(c)));
+  for (std::size_t u = 0; u < c.upstreams.size(); ++u)
+    gates.push_back(std::make_unique<UpstreamGate>(c.admission.closure));
   if (c.admission.heavy_max_in_flight)
     heavy_cap = std::make_unique<HeavyCap>(static_cast<std::int64_t>(*c.admission.heavy_max_in_flight));
   std::random_device rd;
@@ -280,6 +288,14 @@ Runtime::Runtime(const config::Config& c) : config(c) {
     }
   }
   lease_key = admission::instance_key(key, instance);
+}
+
+int Runtime::running_on(std::size_t upstream, const Worker& self) const {
+  int running = 0;
+  for (const auto& w : workers)
+    running += w.get() == &self ? self.bulkhead(upstream).census().total_running()
+                                : w->views()[upstream].running;
+  return running;
 }
 
 std::vector<admission::BulkheadView> Runtime::bulkhead_views() const {
@@ -315,7 +331,8 @@ Worker::Worker(Runtime& rt, std::size_t index, int log_fd)
     std::size_t share = std::max<std::size_t>(
         1, cfg.upstream_max_connections / threads +
                (index < cfg.upstream_max_connections % threads ? 1 : 0));
-    pools_.push_back(std::make_unique<UpstreamPool>(*this, u, rt.upstream_hosts[u], share));
+    pools_.push_back(std::make_unique<UpstreamPool>(*this, u, rt.upstream_hosts[u], share,
+                                                    cfg.host_eject_base, cfg.host_eject_max));
     // Each thread estimates its own share of the upstream, as each instance of
     // a fleet does; the estimate never passes the connections it may open.
     admission::EstimatePolicy ep = cfg.admission.estimate;

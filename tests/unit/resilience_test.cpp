@@ -73,7 +73,7 @@ TEST_CASE("a closure lasts until the upstream's own reset when it gave one, else
   CHECK(d.closed_until() == Micros(35min));
 }
 
-TEST_CASE("RateLimit headers give a budget reading; a reading from an ended window stops nobody",
+TEST_CASE("RateLimit headers give a budget reading, and a reading from an ended window stops nobody",
           "[admission][resilience]") {
   auto b = read_budget("100", "20", "30", 1s, 1'700'000'000);
   REQUIRE(b);

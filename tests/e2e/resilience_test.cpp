@@ -1,0 +1,172 @@
+// Upstream resilience through the real binary, with several real upstream
+// processes on loopback: alternatives, closures and probes, pins, budgets.
+#include <catch2/catch.hpp>
+#include <atomic>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/client.hpp"
+#include "tests/support/process.hpp"
+#include "tests/support/sluice.hpp"
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using sluice::test::eventually;
+using sluice::test::kSluice;
+using sluice::test::kUpstream;
+using sluice::test::request;
+using sluice::test::Sluice;
+using sluice::test::Upstream;
+using Catch::Detail::Approx;
+
+namespace {
+
+std::string hosts(const Upstream& a, const Upstream& b) {
+  return "a=127.0.0.1:" + std::to_string(a.port) + ";b=127.0.0.1:" + std::to_string(b.port);
+}
+
+// A port nothing listens on (connections to it are refused).
+std::uint16_t dead_port() {
+  Upstream probe(kUpstream);
+  return probe.port;  // stopped when `probe` goes
+}
+
+}  // namespace
+
+TEST_CASE("an upstream stopped mid-load: its requests move to the alternative, one probe per interval finds it back",
+          "[e2e][resilience]") {
+  auto a = std::make_unique<Upstream>(kUpstream);
+  const auto a_port = a->port;
+  Upstream b(kUpstream);
+  Sluice s(kSluice, {{"SLUICE_UPSTREAMS", hosts(*a, b)},
+                     {"SLUICE_THREADS", "2"},
+                     {"SLUICE_PROBE_EVERY", "500ms"},
+                     {"SLUICE_ROUTES", R"([{"prefix":"/","upstream":"a","alternatives":["b"]}])"}});
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, failed{0}, on_b{0};
+  std::vector<std::thread> load;
+  for (int i = 0; i < 4; ++i)
+    load.emplace_back([&] {
+      while (!stop) {
+        try {
+          auto r = request(s.port, "GET", "/slow?ms=5", {}, {}, 5s);
+          (r.status == 200 ? ok : failed)++;
+          if (r.header("X-Upstream-Port") == std::to_string(b.port)) on_b++;
+        } catch (...) {
+          failed++;
+        }
+      }
+    });
+  REQUIRE(eventually([&] { return ok > 50; }, 10s));
+  a.reset();  // SIGKILL: connections reset, the port refuses
+  REQUIRE(eventually([&] { return s.metric(R"(sluice_upstream_closed{upstream="a"})") == 1; }, 10s));
+  auto probes_before = s.metric(R"(sluice_upstream_probes_total{upstream="a",result="failed"})");
+  std::this_thread::sleep_for(3s);
+  auto probes = s.metric(R"(sluice_upstream_probes_total{upstream="a",result="failed"})") - probes_before;
+  int on_b_while_down = on_b;
+  // Restart on the same port: the next probe reopens it.
+  a = std::make_unique<Upstream>(kUpstream, std::vector<std::string>{"--listen", "127.0.0.1:" + std::to_string(a_port)});
+  bool back = eventually([&] { return s.metric(R"(sluice_upstream_closed{upstream="a"})") == 0; }, 5s);
+  stop = true;
+  for (auto& t : load) t.join();
+
+  CHECK(failed == 0);  // idempotent requests: none lost
+  CHECK(on_b_while_down > 0);
+  // About one probe per 500 ms while down: 3 s gives ~6 (not one per request).
+  CHECK(probes >= 2);
+  CHECK(probes <= 10);
+  CHECK(back);
+  CHECK(s.metric(R"(sluice_upstream_fallbacks_total{from="a",to="b",why="closed"})") >= 1);
+  CHECK(request(s.port, "GET", "/").header("X-Upstream-Port") == std::to_string(a_port));
+}
+
+TEST_CASE("a declared quota status closes the upstream and a 429 does not", "[e2e][resilience]") {
+  Upstream a(kUpstream);
+  Upstream b(kUpstream);
+  Sluice s(kSluice, {{"SLUICE_UPSTREAMS", hosts(a, b)},
+                     {"SLUICE_CLOSE_STATUSES", "403"},
+                     {"SLUICE_PROBE_EVERY", "1h"},
+                     {"SLUICE_ROUTES", R"([{"prefix":"/","upstream":"a","alternatives":["b"]}])"}});
+  CHECK(request(s.port, "GET", "/status/429").status == 429);
+  CHECK(s.metric(R"(sluice_upstream_closed{upstream="a"})") == 0);
+  CHECK(request(s.port, "GET", "/").header("X-Upstream-Port") == std::to_string(a.port));
+  CHECK(request(s.port, "GET", "/status/403").status == 403);  // the client gets the answer
+  CHECK(s.metric(R"(sluice_upstream_closed{upstream="a"})") == 1);
+  auto moved = request(s.port, "GET", "/");
+  CHECK(moved.status == 200);
+  CHECK(moved.header("X-Upstream-Port") == std::to_string(b.port));
+  auto state = json::parse(request(s.admin, "GET", "/admin/state").body);
+  CHECK(state["starving"][0]["upstream"] == "a");  // a closed upstream comes first
+  CHECK(state["upstreams"][0]["closed"] == true);
+}
+
+TEST_CASE("a pinned route waits for its upstream and gets pool_closed while it is closed",
+          "[e2e][resilience]") {
+  Upstream b(kUpstream);
+  auto port = dead_port();
+  Sluice s(kSluice, {{"SLUICE_UPSTREAMS", "a=127.0.0.1:" + std::to_string(port) +
+                                              ";b=127.0.0.1:" + std::to_string(b.port)},
+                     {"SLUICE_PROBE_EVERY", "20s"},
+                     {"SLUICE_ROUTES", R"([{"prefix":"/","upstream":"a","pin":true}])"}});
+  CHECK(request(s.port, "GET", "/").status == 502);  // every host refuses: closed
+  auto r = request(s.port, "GET", "/");
+  CHECK(r.status == 503);
+  CHECK(r.header("X-Sluice-Reject") == "pool_closed");
+  int retry = std::stoi(r.header("Retry-After"));
+  CHECK(retry >= 1);
+  CHECK(retry <= 30);  // until the next probe, in the standard band
+  CHECK(s.metric(R"(sluice_admission_decisions_total{lane="standard",outcome="shed",reason="pool_closed"})") == 1);
+}
+
+TEST_CASE("a connect refused before anything was sent moves even a POST to the alternative",
+          "[e2e][resilience]") {
+  Upstream b(kUpstream);
+  auto port = dead_port();
+  Sluice s(kSluice, {{"SLUICE_UPSTREAMS", "a=127.0.0.1:" + std::to_string(port) +
+                                              ";b=127.0.0.1:" + std::to_string(b.port)},
+                     {"SLUICE_ROUTES", R"([{"prefix":"/","upstream":"a","alternatives":["b"]}])"}});
+  auto r = request(s.port, "POST", "/echo", {}, "payload");
+  CHECK(r.status == 200);
+  CHECK(r.body == "payload");
+  CHECK(r.header("X-Upstream-Port") == std::to_string(b.port));
+  CHECK(s.metric(R"(sluice_upstream_fallbacks_total{from="a",to="b",why="connect_failed"})") == 1);
+}
+
+TEST_CASE("the budget reserve stops bulk borrowing first when the upstream's quota runs low",
+          "[e2e][resilience]") {
+  Upstream a(kUpstream);
+  Sluice s(kSluice, {{"SLUICE_UPSTREAMS", "a=127.0.0.1:" + std::to_string(a.port)},
+                     {"SLUICE_THREADS", "1"},
+                     {"SLUICE_BULKHEAD_SEED", "20"},
+                     {"SLUICE_ROUTES", R"([{"header":{"name":"X-Lane","value":"bulk"},"lane":"bulk"},)"
+                                       R"({"prefix":"/","lane":"standard"}])"}});
+  // The upstream says 20 % of its quota is left for the next minute.
+  CHECK(request(s.port, "GET", "/status/200?ratelimit=100,20,60").status == 200);
+  json state;
+  REQUIRE(eventually([&] {
+    state = json::parse(request(s.admin, "GET", "/admin/state").body);
+    return state["upstreams"][0]["budget_remaining"].is_number();
+  }, 2s));
+  CHECK(state["upstreams"][0]["budget_remaining"].get<double>() == Approx(0.2));
+  // Hold slots with slow requests: bulk's floor (2 of 20) still starts, its
+  // borrowing stops at its 30 % reserve; standard (reserve 5 %) borrows on.
+  std::vector<std::jthread> held;
+  auto slow = [&](bool bulk) {
+    held.emplace_back([&s, bulk] {
+      sluice::test::Headers h;
+      if (bulk) h.emplace_back("X-Lane", "bulk");
+      request(s.port, "GET", "/slow?ms=1500", h, {}, 10s);
+    });
+  };
+  slow(true);
+  slow(true);
+  CHECK(eventually([&] { return s.metric(R"(sluice_lane_in_flight{lane="bulk"})") == 2; }, 5s));
+  auto bulk = request(s.port, "GET", "/", {{"X-Lane", "bulk"}});
+  CHECK(bulk.status == 503);
+  CHECK(bulk.header("X-Sluice-Reject") == "queue_timeout");
+  for (int i = 0; i < 12; ++i) slow(false);
+  CHECK(eventually([&] { return s.metric(R"(sluice_lane_in_flight{lane="standard"})") == 12; }, 5s));
+}
