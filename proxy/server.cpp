@@ -151,6 +151,10 @@ int serve(const config::Config& cfg) {
                  cfg.admin_listen.str().c_str());
     return 2;
   }
+  // The signals are caught from here on: a SIGTERM that arrives as soon as the
+  // listeners are announced drains, it does not kill the process.
+  net::signal_set hangup(admin_ioc, SIGHUP);
+  net::signal_set signals(admin_ioc, SIGTERM, SIGINT);
   tcp::acceptor listener(rt.workers[0]->ioc());
   tcp::acceptor admin(admin_ioc);
   if (!listen_on(listener, listen_ep, "clients", ec)) return 1;
@@ -174,7 +178,6 @@ int serve(const config::Config& cfg) {
   // closes, idle connections close, SSE streams end cleanly, and in-flight
   // requests get up to the drain timeout.
   // SIGHUP: live reload of the configuration (routes, thresholds, factors, bands).
-  net::signal_set hangup(admin_ioc, SIGHUP);
   std::function<void()> on_hangup = [&] {
     hangup.async_wait([&](error_code e, int) {
       if (e) return;
@@ -184,7 +187,6 @@ int serve(const config::Config& cfg) {
   };
   on_hangup();
 
-  net::signal_set signals(admin_ioc, SIGTERM, SIGINT);
   net::steady_timer drain_timer(admin_ioc);
   Clock::time_point drain_deadline{};
   std::function<void()> wait_idle = [&] {
