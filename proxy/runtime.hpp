@@ -110,6 +110,9 @@ struct PoolWaiter {
   // dead as the one that just failed).
   bool fresh = false;
   std::size_t avoid_host = SIZE_MAX;  // a replay's failed host, left out while another is eligible
+  // A request that cannot be replayed: an idle connection is checked (one
+  // MSG_PEEK) before it carries it, however briefly it was idle.
+  bool must_check = false;
   virtual ~PoolWaiter() = default;
   // Exactly one call per acquire() that did not get cancel()ed first.
   virtual void on_connection(std::unique_ptr<UpstreamConnection> c,
@@ -156,6 +159,9 @@ class UpstreamPool {
   void release(std::unique_ptr<UpstreamConnection> c, bool reusable);
   void sweep(Clock::time_point now);  // closes connections idle for too long
   void close_idle();                  // drain: idle connections are closed
+  // A connection to `host` died before its response: the host's idle ones,
+  // likely as dead (an upstream going down), are closed rather than tried.
+  void close_idle(std::size_t host);
   std::size_t index() const { return index_; }
   std::size_t host_count() const { return hosts_.size(); }
 

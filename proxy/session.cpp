@@ -176,6 +176,10 @@ class Session : public Tracked,
     phase_ = Phase::acquire;
     net::post(w_.ioc(), [self = std::move(self_)] {
       self->note_queue_wait(Clock::now());
+      if (self->forwarded_) {  // it waited for an alternative after a failed connect
+        self->acquire();
+        return;
+      }
       self->count_decision();
       self->forward();
     });
@@ -206,16 +210,34 @@ class Session : public Tracked,
     auto from = upstream_;
     bulkhead().release(*this, admission::Signal::none, admission::Micros{0}, now_us, w_.rng());
     Seat::lane = lane_;
-    if (!move(now_us, Fallback::connect_failed)) {
+    if (move(now_us, Fallback::connect_failed)) {
+      acquire();
+      return true;
+    }
+    // No alternative admits it now: it waits for one within its lane's window.
+    if (!wait_on_alternative()) {
       bulkhead().seat_probe(*this, now_us);  // keeps its seat where it was, to end as a 502
       upstream_ = from;
       return false;
     }
-    acquire();
+    if (bulkhead().ask(*this, now_us, w_.rng())) {
+      acquire();
+      return true;
+    }
+    if (Seat::queued) {
+      phase_ = Phase::queued;
+      queue_start_ = now;
+      deadline = now + std::chrono::duration_cast<Clock::duration>(
+                           live_->lanes.queue_window[admission::index(lane_)]);
+      self_ = shared_from_this();
+      return true;
+    }
+    refuse_queue(now);
     return true;
   }
 
   void acquire() {
+    must_check = !is_idempotent(method_);
     phase_ = Phase::acquire;
     deadline = Clock::now() + cfg_.response_timeout;
     self_ = shared_from_this();
@@ -276,6 +298,7 @@ class Session : public Tracked,
     closing_status_ = false;
     fresh = false;
     avoid_host = SIZE_MAX;
+    forwarded_ = false;
     moves_ = 0;
     fallback_from_ = -1;
     if (buf_.size() > 0) {  // a pipelined request is already here
@@ -656,6 +679,7 @@ class Session : public Tracked,
 
   // Admitted: counted in flight, given a lease token, and on to the upstream.
   void forward() {
+    forwarded_ = true;
     auto& m = req_->get();
     if (Seat::seated) {
       if (lane_ == Lane::heavy) w_.note_heavy();
@@ -699,7 +723,7 @@ class Session : public Tracked,
   // since its capacity last turned over (heavy: across every thread).
   void refuse_queue(Clock::time_point now) {
     decision_ = {admission::Outcome::shed, admission::Reason::queue_timeout};
-    count_decision();
+    if (!forwarded_) count_decision();  // else it was counted admitted, before its connect failed
     auto& rt = w_.runtime();
     auto now_us = rt.micros(now);
     std::optional<admission::Micros> youngest;
@@ -995,6 +1019,9 @@ class Session : public Tracked,
     bool timed_out = timed_out_;
     std::size_t failed_host = up_ ? up_->host : SIZE_MAX;
     release_upstream(false);
+    bool cut = ec == net::error::eof || ec == net::error::connection_reset ||
+               ec == net::error::broken_pipe || ec == http::error::end_of_stream;
+    if (cut && failed_host != SIZE_MAX) w_.pool(upstream_).close_idle(failed_host);
     // The connection closed or reset before any response byte (a kept-alive
     // connection the upstream had already closed, or an upstream going down):
     // replay once, on a fresh connection (the pool's choice of host; an
@@ -1002,8 +1029,7 @@ class Session : public Tracked,
     // idempotent and whose body (none) can be sent again. Nothing reached the
     // client yet.
     if (!timed_out && !retried_ && is_idempotent(method_) && bytes_in_ == 0 && req_->is_done() &&
-        (ec == net::error::eof || ec == net::error::connection_reset ||
-         ec == net::error::broken_pipe || ec == http::error::end_of_stream)) {
+        cut) {
       retried_ = true;
       fresh = true;
       avoid_host = failed_host;
@@ -1504,6 +1530,7 @@ class Session : public Tracked,
   int moves_ = 0;                // hosts or alternatives tried after a failed connect
   static constexpr int kMaxMoves = 3;
   int fallback_from_ = -1;       // the route's upstream, when the request moved off it
+  bool forwarded_ = false;       // counted in flight and on its way upstream
   Fallback fallback_why_ = Fallback::closed;
   bool lease_open_ = false;
   std::uint32_t lease_slot_ = 0;

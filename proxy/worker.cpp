@@ -90,7 +90,7 @@ void UpstreamPool::acquire(PoolWaiter& w) {
     if (idle_[i]->host != host) continue;
     auto c = std::move(idle_[i]);
     idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(i));
-    if (now - c->idle_since >= kCheckIdleAfter && !still_open(c->socket)) {
+    if ((w.must_check || now - c->idle_since >= kCheckIdleAfter) && !still_open(c->socket)) {
       closed(1);
       continue;
     }
@@ -260,6 +260,12 @@ void UpstreamPool::sweep(Clock::time_point now) {
 void UpstreamPool::close_idle() {
   closed(idle_.size());
   idle_.clear();
+}
+
+void UpstreamPool::close_idle(std::size_t host) {
+  auto dead = std::remove_if(idle_.begin(), idle_.end(), [host](const auto& c) { return c->host == host; });
+  closed(static_cast<std::size_t>(idle_.end() - dead));
+  idle_.erase(dead, idle_.end());
 }
 
 // ---- Runtime ----

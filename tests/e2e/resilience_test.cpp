@@ -46,8 +46,21 @@ TEST_CASE("an upstream stopped mid-load: its requests move to the alternative, o
                      {"SLUICE_PROBE_EVERY", "500ms"},
                      {"SLUICE_ROUTES", R"([{"prefix":"/","upstream":"a","alternatives":["b"]}])"}});
   std::atomic<bool> stop{false};
-  std::atomic<int> ok{0}, failed{0}, on_b{0};
+  std::atomic<int> ok{0}, failed{0}, on_b{0}, posts_ok{0}, posts_failed{0};
   std::vector<std::thread> load;
+  // Two clients POST (not idempotent): only a request in flight on the dead
+  // upstream may fail, so at most one each.
+  for (int i = 0; i < 2; ++i)
+    load.emplace_back([&] {
+      while (!stop) {
+        try {
+          auto r = request(s.port, "POST", "/echo", {}, "payload", 5s);
+          (r.status == 200 ? posts_ok : posts_failed)++;
+        } catch (...) {
+          posts_failed++;
+        }
+      }
+    });
   for (int i = 0; i < 4; ++i)
     load.emplace_back([&] {
       while (!stop) {
@@ -74,6 +87,8 @@ TEST_CASE("an upstream stopped mid-load: its requests move to the alternative, o
   for (auto& t : load) t.join();
 
   CHECK(failed == 0);  // idempotent requests: none lost
+  CHECK(posts_failed <= 2);
+  CHECK(posts_ok > 0);
   CHECK(on_b_while_down > 0);
   // About one probe per 500 ms while down: 3 s gives ~6 (not one per request).
   CHECK(probes >= 2);
