@@ -44,7 +44,9 @@ constexpr Variable kVariables[] = {
     {"SLUICE_CONFIG_FILE", "unset",
      "Path of a file of SLUICE_X=value lines (# comments) laid over the environment, read at "
      "start-up and again on SIGHUP or when it changes: routes, admission thresholds, timings, "
-     "mode, factors and Retry-After bands reload live; other variables need a restart."},
+     "mode, factors, Retry-After bands, lane floors, weights, queue windows, starvation time, "
+     "budget reserves, close statuses, close time and probe interval reload live; other "
+     "variables need a restart."},
     {"SLUICE_THREADS", "number of cores", "I/O threads, each running its own event loop (1..256)."},
     {"SLUICE_ACCESS_LOG", "stdout",
      "Where the JSON access log goes, one line per request: stdout, stderr, off, or a file path "
