@@ -266,6 +266,7 @@ bool Bulkhead::ask(Seat& s, Micros now, Rng& rng, Hold* hold, bool may_queue) {
     s.since = now;
     queue_[l].push_back(s);
     if (waiting_[l]++ == 0) waiting_since_[l] = now;
+    if (s.pinned && pinned_waiting_[l]++ == 0) pinned_since_[l] = now;
   }
   return false;
 }
@@ -289,11 +290,7 @@ Hold Bulkhead::try_seat(Seat& s, Micros now, Rng& rng) {
 
 void Bulkhead::seat(Seat& s, Micros now) {
   const auto l = index(s.lane);
-  if (s.queued) {
-    queue_[l].erase(s);
-    if (--waiting_[l] == 0) waiting_since_[l].reset();
-    s.queued = false;
-  }
+  if (s.queued) unqueue(s);
   s.seated = true;
   s.seq = estimate_.next_seq();
   s.load = running_[0] + running_[1] + running_[2];
@@ -322,10 +319,14 @@ bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, Rng& rng
 }
 
 void Bulkhead::cancel(Seat& s, Micros) {
-  if (!s.queued) return;
+  if (s.queued) unqueue(s);
+}
+
+void Bulkhead::unqueue(Seat& s) {
   const auto l = index(s.lane);
   queue_[l].erase(s);
   if (--waiting_[l] == 0) waiting_since_[l].reset();
+  if (s.pinned && --pinned_waiting_[l] == 0) pinned_since_[l].reset();
   s.queued = false;
 }
 
@@ -361,8 +362,9 @@ void Bulkhead::serve(Micros now, Rng& rng) {
 
 bool Bulkhead::starving(Lane lane, const Seats& g, Micros now) const {
   auto l = index(lane);
-  return waiting_[l] > 0 && running_[l] < g[l] && waiting_since_[l] &&
-         now - *waiting_since_[l] >= lanes_.starved_after;
+  bool pinned = pinned_since_[l] && now - *pinned_since_[l] >= lanes_.starved_after;
+  return pinned || (waiting_[l] > 0 && running_[l] < g[l] && waiting_since_[l] &&
+                    now - *waiting_since_[l] >= lanes_.starved_after);
 }
 
 std::array<bool, kLaneCount> Bulkhead::tick(Micros now, Rng& rng) {
@@ -432,6 +434,7 @@ void merge_view(BulkheadView& t, const BulkheadView& v) {
     latest(a.youngest_seat_since, b.youngest_seat_since);
     earliest(a.waiting_since, b.waiting_since);
     a.starving = a.starving || b.starving;
+    a.pinned_starving = a.pinned_starving || b.pinned_starving;
   }
 }
 
@@ -466,6 +469,7 @@ BulkheadView Bulkhead::view(Micros now) const {
     lv.youngest_seat_since = youngest(lane);
     lv.waiting_since = waiting_since_[l];
     lv.starving = starving(lane, g, now);
+    lv.pinned_starving = pinned_since_[l] && now - *pinned_since_[l] >= lanes_.starved_after;
   }
   return v;
 }

@@ -41,6 +41,9 @@
 //   re-asks on every release and every tick, oldest first in its lane; then
 //   queue_timeout. With a zero window it is refused at once.
 //   Idle lanes lend everything: a lone flood may fill the bulkhead.
+// Starvation: a lane below its floor whose queue has not been empty for
+// starved_after, and (seed 001 §8) hard-pinned requests that have been waiting
+// that long, floor or not: a pin waits for its upstream rather than fall back.
 // Delegated requests (a live lease's token) are seated at once on the parent's
 // lane, counted as running, never refused.
 //
@@ -170,6 +173,7 @@ struct Seat {
   bool seated = false;
   bool queued = false;
   bool delegated = false;
+  bool pinned = false;       // its route is hard-pinned to this upstream
   bool capped = false;       // holds one unit of the heavy cap
   std::uint64_t seq = 0;
   int load = 0;              // running requests when it was seated
@@ -194,6 +198,7 @@ struct LaneView {
   std::optional<Micros> youngest_seat_since;
   std::optional<Micros> waiting_since;  // the queue has not been empty since
   bool starving = false;
+  bool pinned_starving = false;  // hard-pinned requests have waited that long, floor or not
 };
 
 struct BulkheadView {
@@ -274,6 +279,9 @@ class Bulkhead {
   std::array<List, kLaneCount> queue_{};  // oldest first
   std::array<List, kLaneCount> live_{};   // seated, in seating order
   std::array<std::optional<Micros>, kLaneCount> waiting_since_{};
+  std::array<int, kLaneCount> pinned_waiting_{};
+  std::array<std::optional<Micros>, kLaneCount> pinned_since_{};
+  void unqueue(Seat& s);
   std::array<bool, kLaneCount> was_starving_{};
   std::uint64_t successes_ = 0, failures_ = 0;
   double latency_sum_us_ = 0;

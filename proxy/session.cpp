@@ -499,6 +499,7 @@ class Session : public Tracked,
       return;
     }
     Seat::lane = lane_;
+    Seat::pinned = route_->pin;
     if (!seat(now)) return;  // queued, or refused
     count_decision();
     forward();

@@ -491,7 +491,8 @@ std::string Ticker::state_json() const {
         starving.push_back({{"lane", std::string(admission::to_string(lane))},
                             {"upstream", name},
                             {"waiting", lv.waiting},
-                            {"waiting_for_s", age_s(lv.waiting_since)}});
+                            {"waiting_for_s", age_s(lv.waiting_since)},
+                            {"pinned", lv.pinned_starving}});
     }
     upstreams.push_back({{"name", name},
                          {"connections", conns},

@@ -319,6 +319,32 @@ TEST_CASE("a lane below its floor with work waiting longer than starved_after is
   CHECK_FALSE(b.view(8s).lanes[1].starving);
 }
 
+TEST_CASE("hard-pinned requests waiting past starved_after are starving, floor or not",
+          "[admission][bulkhead]") {
+  LanePolicy p;
+  p.starved_after = 5s;
+  p.queue_window = {1s, 1s, 1s};
+  EstimatePolicy ep;
+  ep.max = 4;
+  Bulkhead b(p, Estimate(ep, 4, 4));
+  Rng rng(1);
+  std::vector<TestSeat> standard(5, TestSeat(Lane::standard));
+  for (int i = 0; i < 100 && b.census().running[1] < 4; ++i) {
+    for (auto& s : standard)
+      if (!s.seated && !s.queued && &s != &standard.back()) b.ask(s, 0us, rng);
+    b.tick(Micros(i), rng);
+  }
+  REQUIRE(b.census().running[1] == 4);  // at and past its floor
+  TestSeat& pinned = standard.back();
+  pinned.pinned = true;
+  CHECK_FALSE(b.ask(pinned, 1s, rng));
+  CHECK_FALSE(b.tick(5s, rng)[1]);
+  CHECK(b.tick(6s, rng)[1]);
+  CHECK(b.view(6s).lanes[1].pinned_starving);
+  b.cancel(pinned, 7s);
+  CHECK_FALSE(b.view(7s).lanes[1].starving);
+}
+
 TEST_CASE("a lane at its floor with work waiting is not starving", "[admission][bulkhead]") {
   LanePolicy p;
   p.starved_after = 5s;
