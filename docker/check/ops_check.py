@@ -164,6 +164,12 @@ DASHBOARD_MUST_SHOW = [
     "sluice_lane_queue_depth",
     "sluice_heavy_leases",
     "sluice_lane_starvation_total",
+    "sluice_upstream_closed",
+    "sluice_upstream_closures_total",
+    "sluice_upstream_probes_total",
+    "sluice_upstream_fallbacks_total",
+    "sluice_upstream_budget_remaining",
+    "sluice_upstream_host_ejections_total",
 ]
 
 

@@ -199,3 +199,42 @@ TEST_CASE("headless Chromium renders the status page: the pinned level, its reas
   CHECK(dom.find("<path d=\"M") != std::string::npos);
   CHECK(text_after(dom, R"(id="conn")").value_or("").starts_with("live"));
 }
+
+TEST_CASE("headless Chromium renders a closed upstream, its next probe, and another's quota",
+          "[e2e][status][chromium]") {
+  Upstream a(kUpstream);
+  Upstream b(kUpstream);
+  // A 403 from a closes it for SLUICE_CLOSE_FOR; no probe within the test.
+  Sluice s(kSluice, {{"SLUICE_UPSTREAMS", "a=127.0.0.1:" + std::to_string(a.port) +
+                                              ";b=127.0.0.1:" + std::to_string(b.port)},
+                     {"SLUICE_THREADS", "1"},
+                     {"SLUICE_TICK", "100ms"},
+                     {"SLUICE_CLOSE_STATUSES", "403"},
+                     {"SLUICE_CLOSE_FOR", "35m"},
+                     {"SLUICE_PROBE_EVERY", "1h"},
+                     {"SLUICE_ROUTES", R"([{"prefix":"/","upstream":"a","alternatives":["b"]}])"}});
+  REQUIRE(request(s.port, "GET", "/status/403").status == 403);
+  // a is closed: this goes to b, which says 20 % of its quota is left for ten minutes.
+  REQUIRE(request(s.port, "GET", "/status/200?ratelimit=100,20,600").status == 200);
+  REQUIRE(sluice::test::eventually([&] {
+    auto state = json::parse(request(s.admin, "GET", "/admin/state").body);
+    return state["upstreams"][0]["closed"] == true &&
+           state["upstreams"][1]["budget_remaining"].is_number();
+  }, 2s));
+
+  auto dom = chromium_dump_dom("http://127.0.0.1:" + std::to_string(s.admin) + "/", 2000);
+  INFO(dom);
+  auto row_a = row(dom, R"(data-upstream="a")");
+  auto row_b = row(dom, R"(data-upstream="b")");
+  REQUIRE_FALSE(row_a.empty());
+  REQUIRE_FALSE(row_b.empty());
+  auto state_a = text_after(row_a, R"(data-field="state")").value_or("");
+  CHECK(state_a.starts_with("closed for 3"));  // 35 m 0 s, or a moment less
+  CHECK(state_a.find(", probe in ") != std::string::npos);
+  CHECK(row_a.find(R"(data-field="state" class="shed")") != std::string::npos);  // red
+  CHECK(text_after(row_a, R"(data-field="budget_remaining")") == "—");
+  CHECK(text_after(row_b, R"(data-field="state")") == "open");
+  CHECK(text_after(row_b, R"(data-field="budget_remaining")") == "20 %");
+  // The closed upstream heads the starving list.
+  CHECK(text_after(dom, R"(id="starving")").value_or("").starts_with("upstream a closed (for 3"));
+}
