@@ -280,7 +280,7 @@ void Bulkhead::seat_delegated(Seat& s, Micros now) {
 
 Hold Bulkhead::try_seat(Seat& s, Micros now, Rng& rng) {
   Hold h = decide(lanes_, census(now), s.lane, rng.uniform());
-  if (h == Hold::none && s.lane == Lane::heavy && heavy_cap_) {
+  if (h == Hold::none && s.lane == Lane::heavy && heavy_cap_ && !s.capped) {
     if (!heavy_cap_->try_take()) return Hold::heavy_cap;
     s.capped = true;
   }
@@ -299,14 +299,17 @@ void Bulkhead::seat(Seat& s, Micros now) {
   live_[l].push_back(s);
 }
 
-bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, Rng& rng) {
+bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, Rng& rng, bool keep_cap) {
   if (!s.seated) return false;
   const auto l = index(s.lane);
   live_[l].erase(s);
   --running_[l];
   if (s.delegated) --delegated_[l];
-  if (s.capped) heavy_cap_->give_back();
-  s.seated = s.capped = s.delegated = false;
+  if (s.capped && !keep_cap) {
+    heavy_cap_->give_back();
+    s.capped = false;
+  }
+  s.seated = s.delegated = false;
   if (signal == Signal::clean || signal == Signal::slow) {
     ++successes_;
     latency_sum_us_ += static_cast<double>(ttfb.count());
@@ -320,6 +323,10 @@ bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, Rng& rng
 
 void Bulkhead::cancel(Seat& s, Micros) {
   if (s.queued) unqueue(s);
+  if (s.capped && !s.seated && heavy_cap_) {
+    heavy_cap_->give_back();
+    s.capped = false;
+  }
 }
 
 void Bulkhead::unqueue(Seat& s) {

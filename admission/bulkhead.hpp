@@ -240,8 +240,10 @@ class Bulkhead {
   Micros mean_latency() const;
   // The request ended; `signal` is what it said (none: nothing learnt). Serves waiters.
   // True when the signal decreased the estimate (a new burst of too much).
-  bool release(Seat& s, Signal signal, Micros ttfb, Micros now, Rng& rng);
-  // Takes a queued request out (its window ended or its client left).
+  // keep_cap: the request moves to another bulkhead and keeps its heavy-cap unit.
+  bool release(Seat& s, Signal signal, Micros ttfb, Micros now, Rng& rng, bool keep_cap = false);
+  // Takes a queued request out (its window ended or its client left), and
+  // gives back a heavy-cap unit an unseated request still holds.
   void cancel(Seat& s, Micros now);
   // Growth and a re-ask of the waiters. Returns lanes that became starving.
   std::array<bool, kLaneCount> tick(Micros now, Rng& rng);

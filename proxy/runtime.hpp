@@ -313,10 +313,13 @@ struct UpstreamGate {
     closed.store(true, std::memory_order_relaxed);
   }
   // admit / probe / closed; `running` is what runs on the upstream now.
-  admission::Verdict ask(admission::Micros now, int running) {
+  // `running()` (what runs on the upstream now) is only asked while it is closed.
+  template <class Running>
+  admission::Verdict ask(admission::Micros now, Running running) {
     if (!closed.load(std::memory_order_relaxed)) return admission::Verdict::admit;
+    int n = running();
     std::lock_guard lock(mutex);
-    auto v = closure.ask(now, running);
+    auto v = closure.ask(now, n);
     closed.store(closure.closed(), std::memory_order_relaxed);
     return v;
   }

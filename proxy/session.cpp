@@ -195,44 +195,34 @@ class Session : public Tracked,
     auto now_us = rt.micros(now);
     bool all_down = w_.pool(upstream_).all_hosts_ejected(now);
     if (all_down) rt.gates[upstream_]->close(now_us, std::nullopt);
-    if (probe_) {
-      rt.gates[upstream_]->probe_ended(false);
-      probe_ = false;
-    }
     if (moves_ >= kMaxMoves) return false;
     ++moves_;
-    if (!all_down) {  // another host: the failed one is out of the balancing now
+    if (!all_down) {  // another host (still this upstream's probe, if it is one)
       bump(st_.upstream[upstream_].retries);
       acquire();
       return true;
     }
     if (route_->pin || route_->alternatives.empty() || !Seat::seated) return false;
+    return go_elsewhere(now, Fallback::connect_failed);
+  }
+
+  // Moves a request that went out to an alternative: one that admits it now,
+  // else it waits for one. False when none is open (it stays where it was).
+  bool go_elsewhere(Clock::time_point now, Fallback why) {
+    auto now_us = w_.runtime().micros(now);
     auto from = upstream_;
-    bulkhead().release(*this, admission::Signal::none, admission::Micros{0}, now_us, w_.rng());
-    Seat::lane = lane_;
-    if (move(now_us, Fallback::connect_failed)) {
+    leave_upstream(now_us);
+    if (move(now_us, why) || (delegated_ && wait_on_alternative(why))) {
+      if (delegated_ && !Seat::seated) bulkhead().seat_delegated(*this, now_us);
       acquire();
       return true;
     }
-    // No alternative admits it now: it waits for one within its lane's window.
-    if (!wait_on_alternative()) {
-      bulkhead().seat_probe(*this, now_us);  // keeps its seat where it was, to end as a 502
+    if (!wait_on_alternative(why)) {
+      bulkhead().seat_probe(*this, now_us);  // keeps a seat where it was, to end there
       upstream_ = from;
       return false;
     }
-    if (bulkhead().ask(*this, now_us, w_.rng())) {
-      acquire();
-      return true;
-    }
-    if (Seat::queued) {
-      phase_ = Phase::queued;
-      queue_start_ = now;
-      deadline = now + std::chrono::duration_cast<Clock::duration>(
-                           live_->lanes.queue_window[admission::index(lane_)]);
-      self_ = shared_from_this();
-      return true;
-    }
-    refuse_queue(now);
+    if (reseat(now, now_us)) acquire();
     return true;
   }
 
@@ -299,6 +289,7 @@ class Session : public Tracked,
     fresh = false;
     avoid_host = SIZE_MAX;
     forwarded_ = false;
+    delegated_ = false;
     moves_ = 0;
     fallback_from_ = -1;
     if (buf_.size() > 0) {  // a pipelined request is already here
@@ -514,7 +505,7 @@ class Session : public Tracked,
     auto now_us = rt.micros(now);
     const bool may_move = !route_->pin && !route_->alternatives.empty();
     auto& gate = *rt.gates[upstream_];
-    auto verdict = gate.ask(now_us, rt.running_on(upstream_, w_));
+    auto verdict = gate.ask(now_us, [&] { return rt.running_on(upstream_, w_); });
     if (verdict == admission::Verdict::probe) {
       // The one request a closed upstream lets through per probe interval.
       bulkhead().seat_probe(*this, now_us);
@@ -525,7 +516,7 @@ class Session : public Tracked,
     if (verdict == admission::Verdict::closed) {
       if (may_move && move(now_us, Fallback::closed)) return true;
       // No alternative admits it now: it waits for an open one, not for a closed upstream.
-      if (!may_move || !wait_on_alternative()) {
+      if (!may_move || !wait_on_alternative(Fallback::closed)) {
         if (live_->gate.mode() == admission::Mode::observe) {
           mark_would_shed(admission::Reason::pool_closed);
           return true;
@@ -575,8 +566,16 @@ class Session : public Tracked,
     std::array<admission::Candidate, kMax> candidates{};
     std::size_t n = 0;
     for (std::size_t alt : route_->alternatives) {
-      if (alt == upstream_ || n == kMax || rt.gates[alt]->closed.load(std::memory_order_relaxed))
-        continue;
+      if (alt == upstream_ || n == kMax) continue;
+      auto verdict = rt.gates[alt]->ask(now_us, [&] { return rt.running_on(alt, w_); });
+      if (verdict == admission::Verdict::probe) {
+        // A closed alternative's probe is due: this request is it.
+        w_.bulkhead(alt).seat_probe(*this, now_us);
+        probe_ = true;
+        moved_to(alt, why);
+        return true;
+      }
+      if (verdict == admission::Verdict::closed) continue;
       auto& b = w_.bulkhead(alt);
       if (admission::decide(b.lanes(), b.census(now_us), lane_, 0.0) != admission::Hold::none) continue;
       ids[n] = alt;
@@ -587,12 +586,7 @@ class Session : public Tracked,
       auto i = admission::thompson_pick(std::span(candidates.data(), n), w_.rng());
       auto alt = ids[i];
       if (w_.bulkhead(alt).ask(*this, now_us, w_.rng(), nullptr, false)) {
-        bump(st_.upstream[upstream_].fallbacks[alt][static_cast<std::size_t>(why)]);
-        if (fallback_from_ < 0) {
-          fallback_from_ = static_cast<int>(upstream_);
-          fallback_why_ = why;
-        }
-        upstream_ = alt;
+        moved_to(alt, why);
         return true;
       }
       ids[i] = ids[n - 1];
@@ -604,7 +598,7 @@ class Session : public Tracked,
 
   // The open alternative a request of a closed upstream waits on when none
   // admits it now (Thompson sampling among them); false when all are closed.
-  bool wait_on_alternative() {
+  bool wait_on_alternative(Fallback why) {
     auto& rt = w_.runtime();
     constexpr std::size_t kMax = 16;
     std::array<std::size_t, kMax> ids{};
@@ -618,14 +612,54 @@ class Session : public Tracked,
       candidates[n++] = {b.successes(), b.failures(), b.mean_latency()};
     }
     if (n == 0) return false;
-    auto alt = ids[admission::thompson_pick(std::span(candidates.data(), n), w_.rng())];
-    bump(st_.upstream[upstream_].fallbacks[alt][static_cast<std::size_t>(Fallback::closed)]);
+    moved_to(ids[admission::thompson_pick(std::span(candidates.data(), n), w_.rng())], why);
+    return true;
+  }
+
+  void moved_to(std::size_t alt, Fallback why) {
+    bump(st_.upstream[upstream_].fallbacks[alt][static_cast<std::size_t>(why)]);
     if (fallback_from_ < 0) {
       fallback_from_ = static_cast<int>(upstream_);
-      fallback_why_ = Fallback::closed;
+      fallback_why_ = why;
     }
     upstream_ = alt;
-    return true;
+  }
+
+  // Before a request that went out moves on: its seat here goes back with what
+  // the upstream said (a heavy-cap unit stays with it), and a probe here failed.
+  void leave_upstream(admission::Micros now_us) {
+    if (probe_) {
+      w_.runtime().gates[upstream_]->probe_ended(false);
+      probe_ = false;
+    }
+    if (!Seat::seated) return;
+    if (bulkhead().release(*this, signal_, up_ttfb_, now_us, w_.rng(), /*keep_cap=*/true))
+      bump(st_.upstream[upstream_].exhausted[static_cast<std::size_t>(signal_)]);
+    signal_ = admission::Signal::none;
+    Seat::lane = lane_;
+  }
+
+  // Seats a request that already went out (counted, its lease open) on the
+  // upstream it moved to: a delegated one at once, any other by the lane
+  // rules, waiting within its lane's window; observe mode never waits.
+  // Returns false when it was refused (the 503 is written).
+  bool reseat(Clock::time_point now, admission::Micros now_us) {
+    if (delegated_) {
+      bulkhead().seat_delegated(*this, now_us);
+      return true;
+    }
+    if (live_->gate.mode() == admission::Mode::observe) return true;  // forwarded unseated
+    if (bulkhead().ask(*this, now_us, w_.rng())) return true;
+    if (Seat::queued) {
+      phase_ = Phase::queued;
+      queue_start_ = now;
+      deadline = now + std::chrono::duration_cast<Clock::duration>(
+                           live_->lanes.queue_window[admission::index(lane_)]);
+      self_ = shared_from_this();
+      return false;
+    }
+    refuse_queue(now);
+    return false;
   }
 
   // A request for a closed upstream that may not move: 503 pool_closed, to come
@@ -653,6 +687,7 @@ class Session : public Tracked,
     lane_ = id->lane;
     Seat::lane = lane_;
     bulkhead().seat_delegated(*this, rt.micros(now));
+    delegated_ = true;
     bump(st_.lane[admission::index(lane_)].delegated);
     return true;
   }
@@ -1037,12 +1072,8 @@ class Session : public Tracked,
       bump(st_.upstream[upstream_].retries);
       // To another host, or, with one host, to an alternative when the route has one.
       if (w_.pool(upstream_).host_count() == 1 && Seat::seated && !route_->pin &&
-          !route_->alternatives.empty()) {
-        auto now_us = w_.runtime().micros(Clock::now());
-        bulkhead().release(*this, admission::Signal::none, admission::Micros{0}, now_us, w_.rng());
-        Seat::lane = lane_;
-        if (!move(now_us, Fallback::replay)) bulkhead().seat_probe(*this, now_us);
-      }
+          !route_->alternatives.empty() && go_elsewhere(Clock::now(), Fallback::replay))
+        return;
       acquire();
       return;
     }
@@ -1316,11 +1347,13 @@ class Session : public Tracked,
   // The lease ends with its response (an SSE stream's or a tunnel's included):
   // the slot goes back, and what the upstream said teaches the estimate.
   void release_seat() {
-    if (Seat::queued) bulkhead().cancel(*this, w_.runtime().micros(Clock::now()));
-    if (!Seat::seated) return;
     if (lease_open_) {
       w_.leases().close(lease_slot_);
       lease_open_ = false;
+    }
+    if (!Seat::seated) {  // queued, or refused after it left its first upstream
+      bulkhead().cancel(*this, w_.runtime().micros(Clock::now()));
+      return;
     }
     bool heavy = lane_ == Lane::heavy;
     if (probe_) {
@@ -1532,6 +1565,7 @@ class Session : public Tracked,
   static constexpr int kMaxMoves = 3;
   int fallback_from_ = -1;       // the route's upstream, when the request moved off it
   bool forwarded_ = false;       // counted in flight and on its way upstream
+  bool delegated_ = false;       // seated on a live parent lease's lane
   Fallback fallback_why_ = Fallback::closed;
   bool lease_open_ = false;
   std::uint32_t lease_slot_ = 0;

@@ -185,3 +185,24 @@ TEST_CASE("the budget reserve stops bulk borrowing first when the upstream's quo
   for (int i = 0; i < 12; ++i) slow(false);
   CHECK(eventually([&] { return s.metric(R"(sluice_lane_in_flight{lane="standard"})") == 12; }, 5s));
 }
+
+TEST_CASE("an upstream closed while only an alternative is probed and reopened through the route that falls back to it",
+          "[e2e][resilience]") {
+  Upstream b(kUpstream);
+  auto port = dead_port();
+  Sluice s(kSluice, {{"SLUICE_UPSTREAMS", "a=127.0.0.1:" + std::to_string(port) +
+                                              ";b=127.0.0.1:" + std::to_string(b.port)},
+                     {"SLUICE_THREADS", "1"},
+                     {"SLUICE_CLOSE_STATUSES", "403"},
+                     {"SLUICE_PROBE_EVERY", "200ms"},
+                     {"SLUICE_ROUTES", R"([{"prefix":"/status","upstream":"b"},)"
+                                       R"({"prefix":"/","upstream":"a","alternatives":["b"]}])"}});
+  CHECK(request(s.port, "GET", "/status/403").status == 403);  // b closes
+  REQUIRE(s.metric(R"(sluice_upstream_closed{upstream="b"})") == 1);
+  // a is dead (closed after its first refused connect); its requests fall back
+  // to b, whose probe goes with one of them and reopens it.
+  bool served = eventually([&] { return request(s.port, "GET", "/").status == 200; }, 5s);
+  CHECK(served);
+  CHECK(s.metric(R"(sluice_upstream_closed{upstream="b"})") == 0);
+  CHECK(s.metric(R"(sluice_upstream_probes_total{upstream="b",result="ok"})") >= 1);
+}
