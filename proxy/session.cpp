@@ -212,8 +212,7 @@ class Session : public Tracked,
     auto now_us = w_.runtime().micros(now);
     auto from = upstream_;
     leave_upstream(now_us);
-    if (move(now_us, why) || (delegated_ && wait_on_alternative(why))) {
-      if (delegated_ && !Seat::seated) bulkhead().seat_delegated(*this, now_us);
+    if (!delegated_ && move(now_us, why)) {
       acquire();
       return true;
     }
