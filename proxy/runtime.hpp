@@ -418,6 +418,11 @@ class Worker {
     std::lock_guard lock(views_mutex_);
     return views_;
   }
+  // Each upstream's hosts as this thread's pool last saw them (any thread).
+  std::vector<std::vector<UpstreamPool::HostView>> host_views() const {
+    std::lock_guard lock(views_mutex_);
+    return host_views_;
+  }
   // When this thread's youngest live heavy lease began (Micros; -1: none).
   std::atomic<std::int64_t> youngest_heavy_us{-1};
   void note_heavy();  // a heavy seat came or went: republish youngest_heavy_us
@@ -447,6 +452,7 @@ class Worker {
   // Off the request path: the heartbeat writes, the admin thread copies.
   mutable std::mutex views_mutex_;
   std::vector<admission::BulkheadView> views_;
+  std::vector<std::vector<UpstreamPool::HostView>> host_views_;
 };
 
 struct Runtime {

@@ -494,7 +494,26 @@ std::string Ticker::state_json() const {
                             {"waiting_for_s", age_s(lv.waiting_since)},
                             {"pinned", lv.pinned_starving}});
     }
+    // Hosts (several per upstream): in flight summed over the threads, ejected
+    // when any thread has it out of its choice.
+    Json hosts = Json::array();
+    for (auto& w : rt_.workers) {
+      auto hv = w->host_views();
+      if (u >= hv.size()) continue;
+      for (std::size_t h = 0; h < hv[u].size(); ++h) {
+        const auto& x = hv[u][h];
+        if (hosts.size() <= h)
+          hosts.push_back({{"address", x.address}, {"in_flight", 0}, {"ejected", false},
+                           {"ejected_for_s", 0.0}, {"failures", 0}});
+        auto& j = hosts[h];
+        j["in_flight"] = j["in_flight"].get<int>() + x.in_flight;
+        j["ejected"] = j["ejected"].get<bool>() || x.ejected;
+        j["ejected_for_s"] = std::max(j["ejected_for_s"].get<double>(), x.ejected_for_s);
+        j["failures"] = std::max(j["failures"].get<std::uint32_t>(), x.failures);
+      }
+    }
     upstreams.push_back({{"name", name},
+                         {"hosts", hosts},
                          {"connections", conns},
                          {"waiting_for_connection", waiting},
                          {"capacity", v.estimate},

@@ -348,6 +348,7 @@ Worker::Worker(Runtime& rt, std::size_t index, int log_fd)
         cfg.admission.lanes, admission::Estimate(ep), rt.heavy_cap.get()));
   }
   views_.resize(cfg.upstreams.size());
+  host_views_.resize(cfg.upstreams.size());
   std::random_device rd;
   std::uint64_t r = (std::uint64_t{rd()} << 32) ^ rd() ^ (std::uint64_t{index} << 56);
   static constexpr char kHex[] = "0123456789abcdef";
@@ -447,6 +448,8 @@ void Worker::on_heartbeat() {
   {
     std::lock_guard lock(views_mutex_);
     for (std::size_t u = 0; u < bulkheads_.size(); ++u) views_[u] = bulkheads_[u]->view(now_us);
+    for (std::size_t u = 0; u < pools_.size(); ++u)
+      if (pools_[u]->host_count() > 1) host_views_[u] = pools_[u]->hosts_view(now);
   }
   log_.flush();
 
