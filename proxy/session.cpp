@@ -538,6 +538,12 @@ class Session : public Tracked,
       mark_would_shed(admission::Reason::queue_timeout);
       return true;
     }
+    return wait_or_refuse(now);
+  }
+
+  // Not seated: it waits in its lane's queue until the window ends, or, with a
+  // zero window, it is refused now. False either way: it does not go on yet.
+  bool wait_or_refuse(Clock::time_point now) {
     if (Seat::queued) {
       phase_ = Phase::queued;
       queue_start_ = now;
@@ -649,16 +655,7 @@ class Session : public Tracked,
     }
     if (live_->gate.mode() == admission::Mode::observe) return true;  // forwarded unseated
     if (bulkhead().ask(*this, now_us, w_.rng())) return true;
-    if (Seat::queued) {
-      phase_ = Phase::queued;
-      queue_start_ = now;
-      deadline = now + std::chrono::duration_cast<Clock::duration>(
-                           live_->lanes.queue_window[admission::index(lane_)]);
-      self_ = shared_from_this();
-      return false;
-    }
-    refuse_queue(now);
-    return false;
+    return wait_or_refuse(now);
   }
 
   // A request for a closed upstream that may not move: 503 pool_closed, to come
