@@ -273,7 +273,7 @@ std::string render_metrics(Runtime& rt, const Watchdog& watchdog, const Ticker& 
                        "Time an admitted or timed-out request waited for a bulkhead slot, by lane.",
                        prom::MetricType::Histogram);
     auto starved = family("sluice_lane_starvation_total",
-                          "Times a lane below its floor had work waiting longer than SLUICE_STARVED_AFTER.",
+                          "Times a lane below its floor, or hard-pinned requests, had work waiting longer than SLUICE_STARVED_AFTER.",
                           prom::MetricType::Counter);
     auto delegated = family("sluice_lane_delegated_total",
                             "Requests seated at once on a live parent lease's lane (delegation).",
