@@ -64,6 +64,10 @@ constexpr Variable kVariables[] = {
      "A request head (request line and headers) above this gets 431 (1KiB..1MiB)."},
     {"SLUICE_MAX_BODY_BYTES", "64MiB",
      "A request body above this gets 413; 0 refuses every request that has a body."},
+    {"SLUICE_FORWARDED_FOR", "append",
+     "append: the client's X-Forwarded-For is kept and its address added (Sluice behind a load "
+     "balancer that sets it); replace: Sluice is the edge, a client's X-Forwarded-For is dropped "
+     "and only its address is sent. X-Real-IP is always the connecting address."},
     {"SLUICE_MAX_CONNECTIONS", "20000",
      "Most client connections open at once; a connection beyond it is closed as soon as it is "
      "accepted."},
@@ -1074,6 +1078,11 @@ Config load(const Env& given) {
   read_count(env, "SLUICE_MAX_HEADER_BYTES", c.max_header_bytes, 1ull << 10, 1ull << 20, true);
   read_count(env, "SLUICE_MAX_BODY_BYTES", c.max_body_bytes, 0, {}, true);
   read_count(env, "SLUICE_MAX_CONNECTIONS", c.max_connections, 1, {}, false);
+  read(env, "SLUICE_FORWARDED_FOR", c.forwarded_for_replace, [](const std::string& v) {
+    if (v == "append") return false;
+    if (v == "replace") return true;
+    invalid(in_quotes(v) + " is not a mode; valid: append, replace");
+  });
   read_timeout(env, "SLUICE_HEADER_TIMEOUT", c.header_timeout);
   read_timeout(env, "SLUICE_IDLE_TIMEOUT", c.idle_timeout);
   read_timeout(env, "SLUICE_BODY_TIMEOUT", c.body_timeout);
@@ -1129,6 +1138,7 @@ std::string to_json(const Config& c) {
   j["max_header_bytes"] = c.max_header_bytes;
   j["max_body_bytes"] = c.max_body_bytes;
   j["max_connections"] = c.max_connections;
+  j["forwarded_for"] = c.forwarded_for_replace ? "replace" : "append";
   j["header_timeout"] = format_duration(c.header_timeout);
   j["idle_timeout"] = format_duration(c.idle_timeout);
   j["body_timeout"] = format_duration(c.body_timeout);

@@ -809,19 +809,26 @@ class Session : public Tracked,
     h += " HTTP/1.1\r\n";
     bool forwarded = false;  // X-Forwarded-For lines are joined into one below
     bool has_host = false;
+    bool trailers = false;  // the client accepts trailers (TE, cut to that)
     for (const auto& f : m) {
+      if (f.name() == http::field::te) {
+        for (const auto& coding : http::ext_list{f.value()}) trailers |= iequals(coding.first, "trailers");
+        continue;
+      }
       if (skip_field(m, f, false)) continue;
       auto name = f.name_string();
       if (iequals(name, "x-forwarded-for")) {
         forwarded = true;
         continue;
       }
+      // Sluice states these itself: a client's own never passes as truth.
       if (iequals(name, "x-forwarded-proto") || iequals(name, "x-request-id") ||
-          iequals(name, kLeaseHeader))
+          iequals(name, "x-real-ip") || iequals(name, kLeaseHeader))
         continue;
       has_host |= f.name() == http::field::host;
       append_field(h, name, f.value());
     }
+    if (trailers) h += "TE: trailers\r\n";
     if (req_->chunked()) {
       h += "Transfer-Encoding: chunked\r\n";
     } else if (auto len = req_->content_length()) {
@@ -833,12 +840,14 @@ class Session : public Tracked,
     }
     if (!has_host) append_field(h, "Host", cfg_.upstreams[upstream_].hosts.front().str());
     h += "X-Forwarded-For: ";
-    if (forwarded)
+    if (forwarded && !cfg_.forwarded_for_replace)  // replace: Sluice is the edge
       for (const auto& f : m)
         if (iequals(f.name_string(), "x-forwarded-for")) {
           h += f.value();
           h += ", ";
         }
+    h += std::string_view(client_, client_len_);
+    h += "\r\nX-Real-IP: ";
     h += std::string_view(client_, client_len_);
     h += "\r\nX-Forwarded-Proto: http\r\n";
     if (lease_open_) {

@@ -81,21 +81,35 @@ TEST_CASE("hop-by-hop headers, and those Connection names, never reach the upstr
                      {{"Connection", "keep-alive, X-Secret-Hop"},
                       {"X-Secret-Hop", "1"},
                       {"Keep-Alive", "timeout=5"},
-                      {"TE", "trailers"},
+                      {"TE", "deflate;q=0.5, trailers"},
                       {"Proxy-Authorization", "Basic Zm9vOmJhcg=="},
                       {"X-Forwarded-For", "203.0.113.9"},
+                      {"X-Real-IP", "198.51.100.7"},
                       {"X-End-To-End", "kept"}});
   REQUIRE(res.status == 200);
   auto seen = headers_seen(res);
   CHECK_FALSE(seen.contains("connection"));
   CHECK_FALSE(seen.contains("x-secret-hop"));
   CHECK_FALSE(seen.contains("keep-alive"));
-  CHECK_FALSE(seen.contains("te"));
+  CHECK(seen["te"] == "trailers");  // cut to trailers: Sluice relays no other coding
   CHECK_FALSE(seen.contains("proxy-authorization"));
   CHECK(seen["x-end-to-end"] == "kept");
   CHECK(seen["x-forwarded-for"] == "203.0.113.9, 127.0.0.1");
+  CHECK(seen["x-real-ip"] == "127.0.0.1");  // a client's own is not passed as truth
   CHECK(seen["x-forwarded-proto"] == "http");
   CHECK(seen["x-request-id"] == res.header("X-Request-Id"));
+}
+
+TEST_CASE("at the edge a client's X-Forwarded-For is replaced, and a TE without trailers goes nowhere",
+          "[e2e][proxy]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, upstream_env(up, {{"SLUICE_FORWARDED_FOR", "replace"}}));
+  auto res = request(s.port, "GET", "/headers",
+                     {{"X-Forwarded-For", "203.0.113.9"}, {"TE", "gzip"}});
+  REQUIRE(res.status == 200);
+  auto seen = headers_seen(res);
+  CHECK(seen["x-forwarded-for"] == "127.0.0.1");
+  CHECK_FALSE(seen.contains("te"));
 }
 
 TEST_CASE("request and response bodies stream both ways with Content-Length", "[e2e][proxy]") {

@@ -93,7 +93,7 @@ TEST_CASE("the variable table names each variable once, with a default and a mea
     CHECK_FALSE(v.meaning.empty());
     CHECK(names.insert(v.name).second);
   }
-  CHECK(names.size() == 56);
+  CHECK(names.size() == 57);
 }
 
 TEST_CASE("every variable in the table is read by load and shown by to_json", "[config]") {
@@ -513,6 +513,7 @@ TEST_CASE("every config error starts with the variable it is about", "[config]")
       {"SLUICE_PINS_FILE", ""},
       {"SLUICE_TICK_LOG", ""},
       {"SLUICE_DEBUG_ENDPOINTS", "yes"},
+      {"SLUICE_FORWARDED_FOR", "prepend"},
       {"SLUICE_CONFIG_FILE", "/nonexistent/sluice.env"},
   };
   REQUIRE(bad.size() == variables().size());
@@ -1056,4 +1057,11 @@ TEST_CASE("SLUICE_HOST_EJECT is base:max with base greater than 0 and max at lea
         "SLUICE_HOST_EJECT: \"1\" has no unit; use e.g. 250ms, 5s, 2m");
   CHECK(error_of(minimal({{"SLUICE_HOST_EJECT", "1s:"}})) ==
         "SLUICE_HOST_EJECT: empty; use e.g. 250ms, 5s, 2m");
+}
+
+TEST_CASE("SLUICE_FORWARDED_FOR appends by default and replaces at the edge", "[config]") {
+  CHECK_FALSE(load(minimal()).forwarded_for_replace);
+  CHECK(load(minimal({{"SLUICE_FORWARDED_FOR", "replace"}})).forwarded_for_replace);
+  CHECK(error_of(minimal({{"SLUICE_FORWARDED_FOR", "edge"}})) ==
+        "SLUICE_FORWARDED_FOR: \"edge\" is not a mode; valid: append, replace");
 }
