@@ -44,7 +44,7 @@ const std::array<char, kPiece> kPattern = [] {
   return pattern;
 }();
 
-enum class Route { kOk, kEcho, kHeaders, kSlow, kSse, kStatus, kLarge, kStats, kWs, kBadRequest };
+enum class Route { kOk, kEcho, kHeaders, kSlow, kSse, kStatus, kLarge, kStats, kWs, kDrop, kBadRequest };
 
 // A move-only lease on one in-flight slot (seastar's semaphore_units): the destructor gives the
 // slot back, so a session that dies mid-request cannot leak it.
@@ -187,6 +187,11 @@ class Session : public std::enable_shared_from_this<Session> {
       route_ = Route::kStats;
     } else if (path == "/ws") {
       route_ = Route::kWs;
+    } else if (path == "/drop") {
+      // A misbehaving upstream: reads the request, then closes (or, with
+      // reset=1, resets) the connection without a byte of answer.
+      route_ = Route::kDrop;
+      drop_reset_ = query_param(query, "reset") == "1";
     } else if (path.substr(0, kStatusPrefix.size()) == kStatusPrefix) {
       status_ = number_or<unsigned>(path.substr(kStatusPrefix.size()), 0);
       // Quota headers as an API publishes them: ratelimit=LIMIT,REMAINING,RESET;
@@ -260,6 +265,13 @@ class Session : public std::enable_shared_from_this<Session> {
         return;
       case Route::kSse:
         return start_sse();
+      case Route::kDrop: {
+        error_code ec;
+        auto& socket = stream_.socket();
+        if (drop_reset_) socket.set_option(net::socket_base::linger(true, 0), ec);
+        socket.close(ec);
+        return;
+      }
       case Route::kStatus: {
         body_ = "status " + std::to_string(status_) + "\n";
         auto& res = prepare_small(static_cast<http::status>(status_), "text/plain", body_);
@@ -674,6 +686,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::uint64_t slow_ms_ = 0;
   unsigned status_ = 200;
   std::string ratelimit_, retry_after_;  // /status/N query options
+  bool drop_reset_ = false;              // /drop?reset=1
   std::uint64_t large_left_ = 0;
   bool large_chunked_ = false;
   std::uint64_t sse_count_ = 0;

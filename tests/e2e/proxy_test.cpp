@@ -530,6 +530,24 @@ TEST_CASE("a POST never goes out on a pooled connection the upstream has closed"
   CHECK(s.metric("sluice_upstream_retries_total{upstream=\"api\"}") == 0);
 }
 
+TEST_CASE("an upstream that closes without answering: a GET is replayed once, a POST never",
+          "[e2e][proxy][retry]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, upstream_env(up, {{"SLUICE_THREADS", "1"}}));
+  for (std::string drop : {"/drop", "/drop?reset=1"}) {
+    INFO(drop);
+    auto before = upstream_requests(up);
+    CHECK(request(s.port, "GET", drop).status == 502);
+    CHECK(upstream_requests(up) - before == 2);  // the request and its one replay
+    before = upstream_requests(up);
+    CHECK(request(s.port, "POST", drop, {}, "x").status == 502);
+    CHECK(upstream_requests(up) - before == 1);  // it may have been processed: never again
+    before = upstream_requests(up);
+    CHECK(request(s.port, "POST", drop).status == 502);  // no body: the method alone decides
+    CHECK(upstream_requests(up) - before == 1);
+  }
+}
+
 TEST_CASE("a pooled connection idle long enough is checked before use, so nothing fails",
           "[e2e][proxy][retry]") {
   Upstream up(kUpstream, {"--keepalive-ms", "200"});
