@@ -28,7 +28,7 @@ constexpr std::string_view kUsage =
     "  --capacity C        requests in flight before answering 429 (default 0, unlimited)\n"
     "  --service-ms S      extra time before each response except /sse and /stats (default 0)\n"
     "  --keepalive-ms K    close a keep-alive connection idle this long (default 120000)\n"
-    "endpoints: /echo /headers /slow?ms=N /sse?n=N&interval_ms=M[&echo=HEADER] /status/NNN[?ratelimit=LIMIT,REMAINING,RESET&retry_after=S] /drop[?reset=1]\n"
+    "endpoints: /echo /headers /slow?ms=N /sse?n=N&interval_ms=M[&echo=HEADER] /status/NNN[?ratelimit=LIMIT,REMAINING,RESET&retry_after=S] /drop[?reset=1] /raw?kind=bad_status|two_lengths|short_length|short_chunked|sse_reset\n"
     "           /large?bytes=N[&chunked=1] /stats /ws (upgrade, then echo), anything else answers \"ok\"\n"
     "           (/sse with echo=HEADER: the first event's data is that request header's value)\n";
 

@@ -44,7 +44,7 @@ const std::array<char, kPiece> kPattern = [] {
   return pattern;
 }();
 
-enum class Route { kOk, kEcho, kHeaders, kSlow, kSse, kStatus, kLarge, kStats, kWs, kDrop, kBadRequest };
+enum class Route { kOk, kEcho, kHeaders, kSlow, kSse, kStatus, kLarge, kStats, kWs, kDrop, kRaw, kBadRequest };
 
 // A move-only lease on one in-flight slot (seastar's semaphore_units): the destructor gives the
 // slot back, so a session that dies mid-request cannot leak it.
@@ -187,6 +187,10 @@ class Session : public std::enable_shared_from_this<Session> {
       route_ = Route::kStats;
     } else if (path == "/ws") {
       route_ = Route::kWs;
+    } else if (path == "/raw") {
+      // A misbehaving upstream: writes one broken answer, then closes.
+      route_ = Route::kRaw;
+      raw_kind_ = query_param(query, "kind");
     } else if (path == "/drop") {
       // A misbehaving upstream: reads the request, then closes (or, with
       // reset=1, resets) the connection without a byte of answer.
@@ -265,13 +269,10 @@ class Session : public std::enable_shared_from_this<Session> {
         return;
       case Route::kSse:
         return start_sse();
-      case Route::kDrop: {
-        error_code ec;
-        auto& socket = stream_.socket();
-        if (drop_reset_) socket.set_option(net::socket_base::linger(true, 0), ec);
-        socket.close(ec);
-        return;
-      }
+      case Route::kRaw:
+        return write_raw();
+      case Route::kDrop:
+        return close_now(drop_reset_);
       case Route::kStatus: {
         body_ = "status " + std::to_string(status_) + "\n";
         auto& res = prepare_small(static_cast<http::status>(status_), "text/plain", body_);
@@ -328,6 +329,48 @@ class Session : public std::enable_shared_from_this<Session> {
                       static_cast<unsigned long long>(stats.max_in_flight.load()),
                       static_cast<unsigned long long>(stats.rejected.load()));
     return std::string(text, static_cast<std::size_t>(n));
+  }
+
+  // /raw?kind=K: one broken answer, then the connection ends.
+  //   bad_status     a status line that is not HTTP
+  //   two_lengths    two different Content-Lengths
+  //   short_length   a body shorter than its Content-Length
+  //   short_chunked  chunks without the last chunk
+  //   sse_reset      an SSE stream reset after two events
+  void write_raw() {
+    const std::string port = std::string(kPortHeader) + ": " + shared_.port_text + "\r\n";
+    bool reset = false;
+    if (raw_kind_ == "bad_status") {
+      body_ = "HTTP/1.1 2x0 Maybe\r\n" + port + "Content-Length: 2\r\n\r\nok";
+    } else if (raw_kind_ == "two_lengths") {
+      body_ = "HTTP/1.1 200 OK\r\n" + port + "Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!";
+    } else if (raw_kind_ == "short_length") {
+      body_ = "HTTP/1.1 200 OK\r\n" + port + "Content-Length: 100\r\n\r\nonly part of it";
+    } else if (raw_kind_ == "short_chunked") {
+      body_ = "HTTP/1.1 200 OK\r\n" + port + "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n";
+    } else if (raw_kind_ == "sse_reset") {
+      body_ = "HTTP/1.1 200 OK\r\n" + port +
+              "Content-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+              "f\r\ndata: event 1\n\n\r\nf\r\ndata: event 2\n\n\r\n";
+      reset = true;
+    } else {
+      return write_small(prepare_small(http::status::bad_request, "text/plain", "unknown kind\n"));
+    }
+    stream_.expires_after(kIoTimeout);
+    net::async_write(stream_, net::buffer(body_),
+                     [self = shared_from_this(), reset](error_code, std::size_t) {
+                       if (!reset) return self->close_now(false);
+                       // Let the events reach the client before the reset discards the rest.
+                       self->timer_.expires_after(std::chrono::milliseconds(50));
+                       self->timer_.async_wait([self](error_code) { self->close_now(true); });
+                     });
+  }
+
+  void close_now(bool reset) {
+    error_code ec;
+    auto& socket = stream_.socket();
+    if (reset) socket.set_option(net::socket_base::linger(true, 0), ec);
+    socket.close(ec);
   }
 
   // "a,b,c" -> {a, b, c}; none unless there are exactly three parts.
@@ -687,6 +730,7 @@ class Session : public std::enable_shared_from_this<Session> {
   unsigned status_ = 200;
   std::string ratelimit_, retry_after_;  // /status/N query options
   bool drop_reset_ = false;              // /drop?reset=1
+  std::string raw_kind_;                 // /raw?kind=...
   std::uint64_t large_left_ = 0;
   bool large_chunked_ = false;
   std::uint64_t sse_count_ = 0;

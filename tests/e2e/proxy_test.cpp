@@ -268,6 +268,56 @@ TEST_CASE("an upstream that refuses connections gets 502", "[e2e][proxy][upstrea
   CHECK(s.metric("sluice_upstream_connect_failures_total{upstream=\"api\"}") >= 1);
 }
 
+TEST_CASE("an upstream answering a garbage status line or two Content-Lengths gets 502, never a replay",
+          "[e2e][proxy][upstream-failure]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, upstream_env(up, {{"SLUICE_THREADS", "1"}}));
+  for (std::string kind : {"bad_status", "two_lengths"}) {
+    INFO(kind);
+    auto before = upstream_requests(up);
+    auto res = request(s.port, "GET", "/raw?kind=" + kind);
+    CHECK(res.status == 502);
+    CHECK(res.body.find("upstream_bad_response") != std::string::npos);
+    CHECK(res.body.find("hello") == std::string::npos);  // nothing of the answer passes
+    CHECK(upstream_requests(up) - before == 1);  // it answered: not a cut, not replayed
+  }
+}
+
+TEST_CASE("a response body cut short by the upstream cuts the client's connection",
+          "[e2e][proxy][upstream-failure]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, upstream_env(up));
+  SECTION("shorter than its Content-Length") {
+    auto c = Conn::open(s.port);
+    REQUIRE(c.send(format_request("GET", "/raw?kind=short_length", s.port)));
+    auto r = sluice::test::read_streamed(c, 5s);
+    REQUIRE(r.head);
+    CHECK(r.head->header("Content-Length") == "100");
+    CHECK_FALSE(r.complete);
+    CHECK(r.body() == "only part of it");
+    CHECK(c.closed_by_peer(2s));
+  }
+  SECTION("chunks without the last chunk") {
+    auto c = Conn::open(s.port);
+    REQUIRE(c.send(format_request("GET", "/raw?kind=short_chunked", s.port)));
+    auto r = sluice::test::read_streamed(c, 5s);
+    REQUIRE(r.head);
+    CHECK_FALSE(r.complete);  // never a clean end
+    CHECK(r.body() == "hello");
+    CHECK(c.closed_by_peer(2s));
+  }
+  SECTION("an SSE stream reset mid-way: the events sent arrive, then the abort") {
+    auto c = Conn::open(s.port);
+    REQUIRE(c.send(format_request("GET", "/raw?kind=sse_reset", s.port,
+                                  {{"Accept", "text/event-stream"}})));
+    auto r = sluice::test::read_streamed(c, 5s);
+    REQUIRE(r.head);
+    CHECK_FALSE(r.complete);
+    CHECK(r.body() == "data: event 1\n\ndata: event 2\n\n");
+    CHECK(c.closed_by_peer(2s));
+  }
+}
+
 TEST_CASE("an upstream slower than SLUICE_UPSTREAM_RESPONSE_TIMEOUT gets 504 and is counted",
           "[e2e][proxy][upstream-failure]") {
   Upstream up(kUpstream);

@@ -288,6 +288,10 @@ std::optional<BodyChunk> BodyReader::next(std::chrono::milliseconds timeout) {
       return std::nullopt;
     }
     if (used > 0) continue;
+    if (conn_.eof_) {  // closed mid-frame: what is left can never complete
+      impl_->failed = true;
+      return std::nullopt;
+    }
     if (!conn_.fill(deadline) && !conn_.eof_) return std::nullopt;
   }
   return std::nullopt;
