@@ -108,45 +108,8 @@ fi
 
 # ---------------------------------------------------------------- processes
 
-PIDS=()
-TMP=""
-cleanup() {
-  local pid
-  for pid in ${PIDS[@]+"${PIDS[@]}"}; do stop_pid "$pid"; done
-  if [ -n "$TMP" ]; then
-    if [ "$KEEP_TMP" = 1 ]; then log "kept $TMP"; else rm -rf "$TMP"; fi
-  fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# stop_pid PID: SIGTERM, up to 5 s to exit, then SIGKILL. Only pids this script started.
-stop_pid() {
-  local pid=$1 i keep=()
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid" 2>/dev/null || true
-    for ((i = 0; i < 50; i++)); do
-      kill -0 "$pid" 2>/dev/null || break
-      if [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = Z ]; then break; fi
-      sleep 0.1
-    done
-    kill -0 "$pid" 2>/dev/null && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ] \
-      && { kill -KILL "$pid" 2>/dev/null || true; }
-  fi
-  wait "$pid" 2>/dev/null || true
-  for i in ${PIDS[@]+"${PIDS[@]}"}; do [ "$i" = "$pid" ] || keep+=("$i"); done
-  PIDS=(${keep[@]+"${keep[@]}"})
-}
-
-# start_bg LOGFILE CMD...: runs CMD in the background; its pid is in LAST_PID.
-LAST_PID=""
-start_bg() {
-  local logfile=$1; shift
-  "$@" >"$logfile" 2>&1 </dev/null &
-  LAST_PID=$!
-  PIDS+=("$LAST_PID")
-}
+# shellcheck source=bench/lib/processes.sh
+. "$(dirname "$0")/lib/processes.sh"
 
 # wait_pid PID: waits for a process this script started to end (wrk), forgets it.
 wait_pid() {
@@ -156,19 +119,6 @@ wait_pid() {
   PIDS=(${keep[@]+"${keep[@]}"})
 }
 
-# free_ports N: N distinct free 127.0.0.1 ports, one a line.
-free_ports() {
-  python3 - "$1" <<'EOF'
-import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
-for s in socks:
-    print(s.getsockname()[1])
-EOF
-}
 
 # wait_200 NAME PID URL LOGFILE: until URL answers 200 (a path no request counter counts).
 wait_200() {

@@ -82,7 +82,7 @@ echo "  $(python3 --version)"
 shell_scripts() {
   local scripts=(scripts/*.sh bench/*.sh docker/*.sh)
   echo "shellcheck: ${scripts[*]}"
-  shellcheck "${scripts[@]}"
+  shellcheck -x "${scripts[@]}"
 }
 check "shellcheck (scripts/, bench/, docker/)" shell_scripts
 
