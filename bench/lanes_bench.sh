@@ -108,8 +108,8 @@ fi
 
 # ---------------------------------------------------------------- processes
 
-# shellcheck source=bench/lib/processes.sh
-. "$(dirname "$0")/lib/processes.sh"
+# shellcheck source=bench/lib/common.sh
+. "$(dirname "$0")/lib/common.sh"
 
 # wait_pid PID: waits for a process this script started to end (wrk), forgets it.
 wait_pid() {
@@ -152,9 +152,6 @@ waited_ticks() {  # cutime+cstime of this shell: its reaped children (wrk, curl,
   read -r -a f <<<"$rest"
   echo $((f[13] + f[14]))
 }
-machine_ticks() {  # "busy total" jiffies of all CPUs
-  awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat
-}
 ours_ticks() {  # the live processes this script started, plus the ones it has reaped
   local total pid
   total=$(waited_ticks)
@@ -171,23 +168,6 @@ cpu_other_pct() {  # since cpu_mark: other processes' CPU in percent of all CPUs
     printf "%.1f\n", (t > 0 ? 100 * o / t : 0) }'
 }
 
-wait_quiet() {
-  local start=$SECONDS a b pct logged=0
-  [ "$QUIET_MAX" -lt 100 ] || return 0
-  while :; do
-    a=$(machine_ticks)
-    sleep 1
-    b=$(machine_ticks)
-    pct=$(awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " ")
-      t = y[2] - x[2]; printf "%d\n", (t > 0 ? 100 * (y[1] - x[1]) / t : 0) }')
-    [ "$pct" -gt "$QUIET_MAX" ] || return 0
-    if [ $((SECONDS - start)) -ge "$QUIET_WAIT" ]; then
-      log "the machine is still ${pct}% busy after ${QUIET_WAIT}s; running anyway"
-      return 0
-    fi
-    if [ "$logged" = 0 ]; then log "the machine is ${pct}% busy with other work; waiting"; logged=1; fi
-  done
-}
 
 # ---------------------------------------------------------------- helpers
 

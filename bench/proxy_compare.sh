@@ -97,8 +97,8 @@ while read -r v; do unset "$v"; done < <(compgen -e | grep '^SLUICE_' || true)
 
 # ---------------------------------------------------------------- processes
 
-# shellcheck source=bench/lib/processes.sh
-. "$(dirname "$0")/lib/processes.sh"
+# shellcheck source=bench/lib/common.sh
+. "$(dirname "$0")/lib/common.sh"
 
 # wait_http NAME PID PORT LOGFILE: until GET / answers 200, or die with the log.
 wait_http() {
@@ -146,11 +146,6 @@ waited_ticks() {
   echo $((f[13] + f[14]))
 }
 
-# machine_ticks: "busy total" jiffies of all CPUs from /proc/stat (idle and iowait are not busy).
-machine_ticks() {
-  # cpu  user nice system idle iowait irq softirq steal ...
-  awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat
-}
 
 # ---------------------------------------------------------------- setup
 
@@ -304,25 +299,6 @@ to_ms() {
     printf "%.3f\n", n }'
 }
 
-# wait_quiet: until the machine's busy CPU over one second is at most QUIET_MAX
-# percent (the proxies and the upstream are idle between runs), or QUIET_WAIT seconds.
-wait_quiet() {
-  local start=$SECONDS a b pct logged=0
-  [ "$QUIET_MAX" -lt 100 ] || return 0
-  while :; do
-    a=$(machine_ticks)
-    sleep 1
-    b=$(machine_ticks)
-    pct=$(awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " ")
-      t = y[2] - x[2]; printf "%d\n", (t > 0 ? 100 * (y[1] - x[1]) / t : 0) }')
-    [ "$pct" -gt "$QUIET_MAX" ] || return 0
-    if [ $((SECONDS - start)) -ge "$QUIET_WAIT" ]; then
-      log "the machine is still ${pct}% busy after ${QUIET_WAIT}s; running anyway"
-      return 0
-    fi
-    if [ "$logged" = 0 ]; then log "the machine is ${pct}% busy with other work; waiting"; logged=1; fi
-  done
-}
 
 # measure SYSTEM THREADS ROUND: one recorded run, repeated when disturbed.
 measure() {

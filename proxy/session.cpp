@@ -564,14 +564,32 @@ class Session : public Tracked,
   // Moves the request to one of its route's alternatives that admits it now:
   // open, and its lane's rules allow it there. Among several, Thompson
   // sampling picks (success counts and mean latency of this thread's bulkheads).
+  // Alternatives Thompson sampling picks among: what each thread's bulkhead
+  // knows of them (successes, failures, mean latency). No allocation.
+  struct Candidates {
+    static constexpr std::size_t kMax = 16;
+    std::array<std::size_t, kMax> ids{};
+    std::array<admission::Candidate, kMax> known{};
+    std::size_t n = 0;
+    bool full() const { return n == kMax; }
+    void add(std::size_t alt, const admission::Bulkhead& b) {
+      ids[n] = alt;
+      known[n++] = {b.successes(), b.failures(), b.mean_latency()};
+    }
+    std::size_t pick(admission::Rng& rng) const {
+      return admission::thompson_pick(std::span(known.data(), n), rng);
+    }
+    void drop(std::size_t i) {
+      ids[i] = ids[n - 1];
+      known[i] = known[--n];
+    }
+  };
+
   bool move(admission::Micros now_us, Fallback why) {
     auto& rt = w_.runtime();
-    constexpr std::size_t kMax = 16;
-    std::array<std::size_t, kMax> ids{};
-    std::array<admission::Candidate, kMax> candidates{};
-    std::size_t n = 0;
+    Candidates c;
     for (std::size_t alt : route_->alternatives) {
-      if (alt == upstream_ || n == kMax) continue;
+      if (alt == upstream_ || c.full()) continue;
       auto verdict = rt.gates[alt]->ask(now_us, [&] { return rt.running_on(alt, w_); });
       if (verdict == admission::Verdict::probe) {
         // A closed alternative's probe is due: this request is it.
@@ -582,21 +600,16 @@ class Session : public Tracked,
       }
       if (verdict == admission::Verdict::closed) continue;
       auto& b = w_.bulkhead(alt);
-      if (admission::decide(b.lanes(), b.census(now_us), lane_, 0.0) != admission::Hold::none) continue;
-      ids[n] = alt;
-      candidates[n] = {b.successes(), b.failures(), b.mean_latency()};
-      ++n;
+      if (admission::decide(b.lanes(), b.census(now_us), lane_, 0.0) == admission::Hold::none)
+        c.add(alt, b);
     }
-    while (n > 0) {
-      auto i = admission::thompson_pick(std::span(candidates.data(), n), w_.rng());
-      auto alt = ids[i];
-      if (w_.bulkhead(alt).ask(*this, now_us, w_.rng(), nullptr, false)) {
-        moved_to(alt, why);
+    while (c.n > 0) {
+      auto i = c.pick(w_.rng());
+      if (w_.bulkhead(c.ids[i]).ask(*this, now_us, w_.rng(), nullptr, false)) {
+        moved_to(c.ids[i], why);
         return true;
       }
-      ids[i] = ids[n - 1];
-      candidates[i] = candidates[n - 1];
-      --n;
+      c.drop(i);
     }
     return false;
   }
@@ -605,19 +618,12 @@ class Session : public Tracked,
   // admits it now (Thompson sampling among them); false when all are closed.
   bool wait_on_alternative(Fallback why) {
     auto& rt = w_.runtime();
-    constexpr std::size_t kMax = 16;
-    std::array<std::size_t, kMax> ids{};
-    std::array<admission::Candidate, kMax> candidates{};
-    std::size_t n = 0;
-    for (std::size_t alt : route_->alternatives) {
-      if (alt == upstream_ || n == kMax || rt.gates[alt]->closed.load(std::memory_order_relaxed))
-        continue;
-      const auto& b = w_.bulkhead(alt);
-      ids[n] = alt;
-      candidates[n++] = {b.successes(), b.failures(), b.mean_latency()};
-    }
-    if (n == 0) return false;
-    moved_to(ids[admission::thompson_pick(std::span(candidates.data(), n), w_.rng())], why);
+    Candidates c;
+    for (std::size_t alt : route_->alternatives)
+      if (alt != upstream_ && !c.full() && !rt.gates[alt]->closed.load(std::memory_order_relaxed))
+        c.add(alt, w_.bulkhead(alt));
+    if (c.n == 0) return false;
+    moved_to(c.ids[c.pick(w_.rng())], why);
     return true;
   }
 

@@ -1,5 +1,6 @@
 // The bulkhead's rules, one test each, on a fake clock (Micros values).
 #include <catch2/catch.hpp>
+#include <span>
 #include <vector>
 
 #include "admission/bulkhead.hpp"
@@ -38,6 +39,17 @@ Seats seats(int bulk, int standard, int heavy) { return {bulk, standard, heavy};
 Estimate measured(double k) { return Estimate(EstimatePolicy{}, k, k); }
 
 constexpr double kCertain = 0.999999;
+
+// Asks with every seat not yet seated or queued, re-asking on ticks, until
+// `running` of their lane run (chance may refuse a few asks along the way).
+void fill(Bulkhead& b, std::span<TestSeat> seats, int running, Rng& rng) {
+  const auto l = index(seats.front().lane);
+  for (int i = 0; i < 100 && b.census().running[l] < running; ++i) {
+    for (auto& s : seats)
+      if (!s.seated && !s.queued) b.ask(s, 0us, rng);
+    b.tick(Micros(i), rng);
+  }
+}
 
 }  // namespace
 
@@ -303,11 +315,7 @@ TEST_CASE("a lane below its floor with work waiting longer than starved_after is
   Bulkhead b(p, Estimate(ep, 4, 4));
   Rng rng(1);
   std::vector<TestSeat> heavy(4, TestSeat(Lane::heavy));
-  for (int i = 0; i < 100 && b.census().running[2] < 4; ++i) {
-    for (auto& s : heavy)
-      if (!s.seated && !s.queued) b.ask(s, 0us, rng);
-    b.tick(Micros(i), rng);
-  }
+  fill(b, heavy, 4, rng);
   REQUIRE(b.census().running[2] == 4);  // long streams hold every slot
   TestSeat standard(Lane::standard);
   CHECK_FALSE(b.ask(standard, 1s, rng));
@@ -329,11 +337,7 @@ TEST_CASE("hard-pinned requests waiting past starved_after are starving, floor o
   Bulkhead b(p, Estimate(ep, 4, 4));
   Rng rng(1);
   std::vector<TestSeat> standard(5, TestSeat(Lane::standard));
-  for (int i = 0; i < 100 && b.census().running[1] < 4; ++i) {
-    for (auto& s : standard)
-      if (!s.seated && !s.queued && &s != &standard.back()) b.ask(s, 0us, rng);
-    b.tick(Micros(i), rng);
-  }
+  fill(b, std::span(standard).first(4), 4, rng);
   REQUIRE(b.census().running[1] == 4);  // at and past its floor
   TestSeat& pinned = standard.back();
   pinned.pinned = true;
@@ -354,11 +358,7 @@ TEST_CASE("a lane at its floor with work waiting is not starving", "[admission][
   Bulkhead b(p, Estimate(ep, 4, 4));
   Rng rng(1);
   std::vector<TestSeat> standard(6, TestSeat(Lane::standard));
-  for (int i = 0; i < 100 && b.census().running[1] < 4; ++i) {
-    for (auto& s : standard)
-      if (!s.seated && !s.queued) b.ask(s, 0us, rng);
-    b.tick(Micros(i), rng);
-  }
+  fill(b, standard, 4, rng);
   REQUIRE(b.census().running[1] == 4);  // its floor (2) and borrowed slots
   REQUIRE(b.census().waiting[1] == 2);
   CHECK_FALSE(b.tick(10s, rng)[1]);

@@ -1,5 +1,7 @@
-# Processes the bench scripts start, and their clean-up: sourced after the
-# script defines log() and KEEP_TMP. Only pids a script started are stopped.
+# What the bench scripts share: the processes they start and their clean-up
+# (only pids a script started are stopped), free ports, and waiting for a quiet
+# machine. Sourced after the script defines log(), KEEP_TMP, QUIET_MAX and
+# QUIET_WAIT.
 # shellcheck shell=bash
 
 PIDS=()
@@ -55,4 +57,30 @@ for _ in range(int(sys.argv[1])):
 for s in socks:
     print(s.getsockname()[1])
 EOF
+}
+
+# machine_ticks: "busy total" jiffies of all CPUs from /proc/stat (idle and iowait are not busy).
+machine_ticks() {
+  # cpu  user nice system idle iowait irq softirq steal ...
+  awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat
+}
+
+# wait_quiet: until the machine's busy CPU over one second is at most QUIET_MAX
+# percent (the proxies and the upstream are idle between runs), or QUIET_WAIT seconds.
+wait_quiet() {
+  local start=$SECONDS a b pct logged=0
+  [ "$QUIET_MAX" -lt 100 ] || return 0
+  while :; do
+    a=$(machine_ticks)
+    sleep 1
+    b=$(machine_ticks)
+    pct=$(awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " ")
+      t = y[2] - x[2]; printf "%d\n", (t > 0 ? 100 * (y[1] - x[1]) / t : 0) }')
+    [ "$pct" -gt "$QUIET_MAX" ] || return 0
+    if [ $((SECONDS - start)) -ge "$QUIET_WAIT" ]; then
+      log "the machine is still ${pct}% busy after ${QUIET_WAIT}s; running anyway"
+      return 0
+    fi
+    if [ "$logged" = 0 ]; then log "the machine is ${pct}% busy with other work; waiting"; logged=1; fi
+  done
 }
