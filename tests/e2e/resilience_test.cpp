@@ -206,3 +206,45 @@ TEST_CASE("an upstream closed while only an alternative is probed and reopened t
   CHECK(s.metric(R"(sluice_upstream_closed{upstream="b"})") == 0);
   CHECK(s.metric(R"(sluice_upstream_probes_total{upstream="b",result="ok"})") >= 1);
 }
+
+TEST_CASE("one exhausted upstream holds back no other: each has its own bulkhead",
+          "[e2e][lanes]") {
+  Upstream a(kUpstream, {"--capacity", "2", "--service-ms", "20"});
+  Upstream b(kUpstream);
+  Sluice s(kSluice, {{"SLUICE_UPSTREAMS", hosts(a, b)},
+                     {"SLUICE_THREADS", "1"},
+                     {"SLUICE_ROUTES", R"([{"prefix":"/b","upstream":"b"},{"prefix":"/","upstream":"a"}])"}});
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> flood;
+  for (int i = 0; i < 8; ++i)
+    flood.emplace_back([&] {
+      while (!stop) {
+        try {
+          request(s.port, "GET", "/slow?ms=20", {}, {}, 5s);
+        } catch (...) {
+        }
+      }
+    });
+  // a's estimate shrinks (the views are published every heartbeat, 50 ms).
+  bool shrunk = eventually([&] {
+    return s.metric(R"(sluice_upstream_exhausted_total{upstream="a",why="refused"})") >= 1 &&
+           s.metric(R"(sluice_upstream_capacity_estimate{upstream="a"})") > 0 &&
+           s.metric(R"(sluice_upstream_capacity_estimate{upstream="a"})") < 4;
+  }, 10s);
+  int ok = 0;
+  for (int i = 0; i < 20; ++i) ok += request(s.port, "GET", "/b/x").status == 200 ? 1 : 0;
+  std::this_thread::sleep_for(100ms);  // two heartbeats
+  auto estimate_b = s.metric(R"(sluice_upstream_capacity_estimate{upstream="b"})");
+  // b's answers were counted in b's own bulkhead, not in a's.
+  auto state = json::parse(request(s.admin, "GET", "/admin/state").body);
+  CHECK(state["upstreams"][1]["name"] == "b");
+  CHECK(state["upstreams"][1]["successes"].get<int>() >= 20);
+  CHECK(state["upstreams"][1]["exhausted"] == false);
+  stop = true;
+  for (auto& t : flood) t.join();
+  CHECK(shrunk);
+  CHECK(ok == 20);
+  CHECK(s.metric(R"(sluice_upstream_exhausted_total{upstream="b",why="refused"})") == 0);
+  CHECK(s.metric(R"(sluice_upstream_carrying_capacity{upstream="b"})") == 0);  // never measured
+  CHECK(estimate_b >= 4);  // not shrunk by a's refusals
+}
