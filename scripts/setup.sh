@@ -7,6 +7,8 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config
   libboost1.81-dev nlohmann-json3-dev prometheus-cpp-dev catch2
   curl python3
+  python3-yaml               # the corpus suite reads http-desync-guardian's cases
+  clang libclang-rt-14-dev   # libFuzzer targets (the fuzz preset)
   chromium  # the status page test renders / in headless Chromium
 )
 if [ "$#" -gt 0 ]; then packages+=("$@"); fi
