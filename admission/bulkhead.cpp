@@ -73,7 +73,8 @@ Estimate::Estimate(const EstimatePolicy& p, double khat, double carrying) : Esti
 int Estimate::slots() const { return std::max(1, static_cast<int>(std::floor(khat_ + 1e-9))); }
 
 bool Estimate::maybe_grow(Micros now) {
-  if (!limited_ || now - last_growth_ < std::max(p_.growth_interval, baseline())) return false;
+  if (!limited_ || !recovered_ || now - last_growth_ < std::max(p_.growth_interval, baseline()))
+    return false;
   limited_ = false;
   last_growth_ = now;
   double before = khat_;
@@ -106,6 +107,8 @@ bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, 
     auto us = static_cast<double>(ttfb.count());
     baseline_us_ = samples_ == 0 ? us : baseline_us_ + kBaselineAlpha * (us - baseline_us_);
     ++samples_;
+    // A clean answer admitted after the last decrease: the pool serves the new estimate.
+    if (signal == Signal::clean && seq > burst_seq_) recovered_ = true;
     if (signal == Signal::clean) return false;
   }
   if (seq <= burst_seq_) return false;  // admitted before the last decrease: the same burst
@@ -113,6 +116,7 @@ bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, 
   k_ = std::max(1.0, static_cast<double>(load));
   khat_ = std::max(1.0, p_.decrease * std::min(khat_, k_));
   slow_start_ = false;
+  recovered_ = false;
   exhausted_at_ = now;
   why_ = signal;
   ++decreases_;

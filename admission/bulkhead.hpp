@@ -7,7 +7,10 @@
 //   start        K̂ = seed, slow start.
 //   growth       at most once per max(growth_interval, baseline response time),
 //                and only when demand met the estimate since the last growth
-//                (a request found no slot): an idle pool does not grow.
+//                (a request found no slot): an idle pool does not grow. After a
+//                decrease, not before a request admitted since then has answered
+//                cleanly: the upstream has shown it serves the smaller estimate
+//                (its refusals can take longer than many growth intervals).
 //                slow start:   K̂ = 2 K̂
 //                below K:      K̂ += max(kMinStep, r K̂ (1 - K̂/K))   (logistic toward K)
 //                at or above K: K̂ += 1                            (slow probing upward)
@@ -113,6 +116,7 @@ class Estimate {
   Micros last_growth_{0};
   double baseline_us_ = 0.0;
   int samples_ = 0;
+  bool recovered_ = true;  // a request admitted since the last decrease answered cleanly
   std::uint64_t seq_ = 0;
   std::uint64_t burst_seq_ = 0;  // signals from requests admitted at or before it are one burst
   std::optional<Micros> exhausted_at_;

@@ -11,12 +11,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "config/config.hpp"
 #include "proxy/serve.hpp"
 #include "replay/trace.hpp"
+#include "sim/simulate.hpp"
 
 extern char** environ;
 
@@ -107,6 +109,69 @@ int replay(int argc, char** argv) {
   return sluice::replay::run_replay(file, std::cout, std::cerr, options);
 }
 
+// `sluice simulate [--scenario NAME|all] [--model provider|mmc] [--runs N]
+// [--seed S] [--json]`: the policy simulator, Sluice's admission configured
+// from the environment like `serve` (only the admission variables).
+int simulate(int argc, char** argv) {
+  constexpr const char* kUsage =
+      "usage: sluice simulate [--scenario burst|idle|isolation|step|review|all] [--model provider|mmc] "
+      "[--runs N] [--seed S] [--json]";
+  sluice::sim::Options o;
+  bool json = false;
+  auto fail = [&](const std::string& what) {
+    std::fprintf(stderr, "sluice: simulate: %s; %s\n", what.c_str(), kUsage);
+    return 2;
+  };
+  auto count = [](const std::string& v, std::uint64_t max) -> std::optional<std::uint64_t> {
+    if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos) return {};
+    auto n = std::stoull(v);
+    return n <= max ? std::optional(n) : std::nullopt;
+  };
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--json") {
+      json = true;
+      continue;
+    }
+    if (arg != "--scenario" && arg != "--model" && arg != "--runs" && arg != "--seed")
+      return fail("unknown argument \"" + arg + "\"");
+    if (i + 1 >= argc) return fail(arg + " needs a value");
+    std::string v = argv[++i];
+    if (arg == "--scenario") {
+      if (v == "all") {
+        o.scenarios.assign(sluice::sim::kScenarios.begin(), sluice::sim::kScenarios.end());
+      } else if (auto s = sluice::sim::scenario_from_string(v)) {
+        o.scenarios = {*s};
+      } else {
+        return fail("no scenario \"" + v + "\"");
+      }
+    } else if (arg == "--model") {
+      auto m = sluice::sim::model_from_string(v);
+      if (!m) return fail("no model \"" + v + "\"");
+      o.model = *m;
+    } else if (arg == "--runs") {
+      auto n = count(v, 1000);
+      if (!n || *n == 0) return fail("--runs takes a count from 1 to 1000");
+      o.runs = static_cast<int>(*n);
+    } else {
+      auto n = count(v, ~std::uint64_t{0} >> 1);
+      if (!n) return fail("--seed takes a non-negative integer");
+      o.seed = *n;
+    }
+  }
+  try {
+    auto a = sluice::config::load_admission(sluice::config::sluice_environment(environ));
+    o.settings.sluice.lanes = a.lanes;
+    o.settings.sluice.estimate = sluice::sim::one_thread_estimate(a.estimate);
+    o.settings.sluice.retry = a.retry;
+  } catch (const std::exception& e) {
+    return config_error(e);
+  }
+  auto tables = sluice::sim::simulate(o);
+  std::cout << (json ? sluice::sim::format_json(tables) : sluice::sim::format_text(tables) + "\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -124,6 +189,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "replay") return replay(argc, argv);
+  if (cmd == "simulate") return simulate(argc, argv);
   if (cmd != "serve" && cmd != "check-config" && cmd != "healthcheck") {
     std::fprintf(stderr, "sluice: unknown command \"%.*s\"; see sluice --help\n",
                  static_cast<int>(cmd.size()), cmd.data());

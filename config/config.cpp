@@ -1200,7 +1200,8 @@ std::string to_json(const Config& c) {
 std::string help_text() {
   constexpr std::size_t kWidth = 100;
   std::string out =
-      "Usage: sluice [serve|check-config|healthcheck|replay [FILE|-]] [--help|--version]\n"
+      "Usage: sluice [serve|check-config|healthcheck|replay [FILE|-]|simulate [OPTIONS]] "
+      "[--help|--version]\n"
       "\n"
       "Sluice is an HTTP/1.1 reverse proxy that sorts requests into lanes (bulk, standard, heavy)\n"
       "and answers 503 with a measured Retry-After when its own pressure says to shed load.\n"
@@ -1213,6 +1214,10 @@ std::string help_text() {
       "  replay [FILE|-]  Run the admission controller offline over a tick trace (- reads "
       "standard\n"
       "                   input) and print one JSON line per tick, then a summary line.\n"
+      "  simulate [--scenario burst|idle|isolation|step|review|all] [--model provider|mmc]\n"
+      "           [--runs N] [--seed S] [--json]\n"
+      "                   Run the policy simulator: the admission core on a virtual clock against\n"
+      "                   a modelled upstream, beside other policies; one table per scenario.\n"
       "  --help           Print this text.\n"
       "  --version        Print the version.\n"
       "\n"

@@ -196,6 +196,27 @@ TEST_CASE("too much decreases the estimate once per burst and remembers the load
   CHECK(e.decreases() == 2);
 }
 
+TEST_CASE("after a decrease the estimate grows again only once a request admitted since answered cleanly",
+          "[admission][bulkhead]") {
+  EstimatePolicy p;
+  p.seed = 16;
+  Estimate e(p);
+  auto before = e.next_seq();
+  auto during = e.next_seq();
+  REQUIRE(e.observe(Signal::refused, during, 20, 1ms, 1s));
+  double shrunk = e.value();
+  e.demand();
+  CHECK_FALSE(e.maybe_grow(2s));  // no answer yet at the smaller estimate
+  e.observe(Signal::clean, before, 0, 1ms, 2s);  // admitted before the decrease: proves nothing
+  e.demand();
+  CHECK_FALSE(e.maybe_grow(3s));
+  CHECK(e.value() == shrunk);
+  e.observe(Signal::clean, e.next_seq(), 0, 1ms, 3s);
+  e.demand();
+  CHECK(e.maybe_grow(4s));
+  CHECK(e.value() > shrunk);
+}
+
 TEST_CASE("429 and 503 are refusals, a head much slower than the baseline is too much",
           "[admission][bulkhead]") {
   Estimate e;
