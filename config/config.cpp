@@ -1200,8 +1200,7 @@ std::string to_json(const Config& c) {
 std::string help_text() {
   constexpr std::size_t kWidth = 100;
   std::string out =
-      "Usage: sluice [serve|check-config|healthcheck|replay [FILE|-]|simulate [OPTIONS]] "
-      "[--help|--version]\n"
+      "Usage: sluice [serve|check-config|healthcheck|replay [FILE|-]] [--help|--version]\n"
       "\n"
       "Sluice is an HTTP/1.1 reverse proxy that sorts requests into lanes (bulk, standard, heavy)\n"
       "and answers 503 with a measured Retry-After when its own pressure says to shed load.\n"

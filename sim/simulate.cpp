@@ -385,35 +385,49 @@ std::string format_text(const std::vector<Table>& tables) {
   for (const Table& t : tables) {
     out += "scenario " + std::string(to_string(t.scenario)) + ", model " +
            std::string(to_string(t.model)) + ", " + std::to_string(t.runs) + " runs, seed " +
-           std::to_string(t.seed) +
-           " (times in minutes: mean (min-max); latency p50 / p99, mean over runs)\n";
-    const std::size_t w[] = {25, 22, 20, 20, 16, 16, 16, 16, 10};
-    const char* head[] = {"policy", "drain",    "429s",  "503s",   "cuts",
-                          "bulk",   "standard", "heavy", "goodput"};
-    std::string line;
-    for (std::size_t c = 0; c < 9; ++c) line += pad(head[c], w[c]);
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    out += line + "\n";
+           std::to_string(t.seed) + "\n";
+    // Lanes no row has requests of are left out.
+    std::vector<std::size_t> lanes;
+    for (std::size_t l = 0; l < adm::kLaneCount; ++l)
+      if (std::any_of(t.rows.begin(), t.rows.end(), [&](const Row& r) { return r.p50[l].has_value(); }))
+        lanes.push_back(l);
+    std::vector<std::vector<std::string>> cells;
+    std::vector<std::string> head{"policy", "drain min", "refusals", "429s", "503s", "cuts"};
+    for (auto l : lanes) head.push_back(std::string(adm::to_string(adm::kLanes[l])) + " p50/p99 min");
+    head.push_back("goodput tok/s");
+    cells.push_back(head);
     for (const Row& r : t.rows) {
       std::string drain = spread_text(r.drain, true);
       if (r.drained < r.runs) drain = ">" + drain;
-      std::string cells[] = {r.policy,
-                             drain,
-                             spread_text(r.upstream_refusals, false),
-                             spread_text(r.policy_refusals, false),
-                             spread_text(r.cuts, false),
-                             lane_text(r, 0),
-                             lane_text(r, 1),
-                             lane_text(r, 2),
-                             fmt("%.0f", r.goodput.mean)};
-      line.clear();
-      for (std::size_t c = 0; c < 9; ++c) line += pad(cells[c], w[c]);
+      Spread total{r.upstream_refusals.mean + r.policy_refusals.mean,
+                   r.upstream_refusals.min + r.policy_refusals.min,
+                   r.upstream_refusals.max + r.policy_refusals.max};
+      std::vector<std::string> row{r.policy,
+                                   drain,
+                                   fmt("%.1f", total.mean),
+                                   spread_text(r.upstream_refusals, false),
+                                   spread_text(r.policy_refusals, false),
+                                   spread_text(r.cuts, false)};
+      for (auto l : lanes) row.push_back(lane_text(r, l));
+      row.push_back(fmt("%.0f", r.goodput.mean));
+      cells.push_back(row);
+    }
+    std::vector<std::size_t> width(head.size(), 0);
+    for (const auto& row : cells)
+      for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+    for (const auto& row : cells) {
+      std::string line;
+      for (std::size_t c = 0; c < row.size(); ++c) line += pad(row[c], width[c] + 2);
       while (!line.empty() && line.back() == ' ') line.pop_back();
       out += line + "\n";
     }
     out += "\n";
   }
-  if (!out.empty()) out.pop_back();
+  out +=
+      "drain: minutes until the scenario's fixed work completed, mean (min-max) over the runs,\n"
+      "  \">\" when a run had not drained at 10 h. refusals: mean 429s + 503s per run.\n"
+      "cuts: requests the upstream cut. latency: first arrival to completion, retries included,\n"
+      "  each run's p50 / p99, averaged. goodput: completed tokens per second until the drain.";
   return out;
 }
 
