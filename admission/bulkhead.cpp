@@ -320,7 +320,12 @@ bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, Rng& rng
   } else if (signal != Signal::none) {
     ++failures_;
   }
-  bool decreased = estimate_.observe(signal, s.seq, s.load, ttfb, now);
+  // A refusal answers the load the request arrived into; slowness and timeouts
+  // build up over its life, so they answer the larger of that and the load at its end.
+  int load = s.load;
+  if (signal == Signal::slow || signal == Signal::timeout)
+    load = std::max(load, running_[0] + running_[1] + running_[2]);
+  bool decreased = estimate_.observe(signal, s.seq, load, ttfb, now);
   serve(now, rng);
   return decreased;
 }

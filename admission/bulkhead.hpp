@@ -16,7 +16,8 @@
 //                at or above K: K̂ += 1                            (slow probing upward)
 //   too much     an upstream 429 or 503, a connect or response timeout, or a
 //                response head slower than slow_factor x the baseline. It sets
-//                K = the load the refused request met when it was admitted, and
+//                K = the load the refused request met when it was admitted (slow
+//                and timeout: or at its end, if larger: they build up), and
 //                K̂ = max(1, decrease x min(K̂, K)), ending slow start. Once per
 //                burst: signals from requests admitted before the decrease are
 //                the same burst and change nothing.

@@ -217,6 +217,22 @@ TEST_CASE("after a decrease the estimate grows again only once a request admitte
   CHECK(e.value() > shrunk);
 }
 
+TEST_CASE("a slow answer or a timeout remembers the load it ended in, a refusal the load it arrived into",
+          "[admission][bulkhead]") {
+  EstimatePolicy ep;
+  ep.seed = 16;
+  for (Signal signal : {Signal::slow, Signal::timeout, Signal::refused}) {
+    INFO(to_string(signal));
+    Bulkhead b(LanePolicy{}, Estimate(ep));
+    Rng rng(1);
+    std::vector<TestSeat> seats(5, TestSeat(Lane::standard));
+    for (auto& s : seats) REQUIRE(b.ask(s, 1s, rng));
+    // The first met an idle upstream; four more were in flight when it ended.
+    b.release(seats[0], signal, 1ms, 2s, rng);
+    CHECK(b.estimate().carrying() == (signal == Signal::refused ? 1 : 4));
+  }
+}
+
 TEST_CASE("429 and 503 are refusals, a head much slower than the baseline is too much",
           "[admission][bulkhead]") {
   Estimate e;
