@@ -114,8 +114,8 @@ int replay(int argc, char** argv) {
 // from the environment like `serve` (only the admission variables).
 int simulate(int argc, char** argv) {
   constexpr const char* kUsage =
-      "usage: sluice simulate [--scenario burst|idle|isolation|step|review|all] [--model provider|mmc] "
-      "[--runs N] [--seed S] [--json]";
+      "usage: sluice simulate [--scenario burst|idle|isolation|step|review|all] "
+      "[--model provider|mmc] [--runs N] [--seed S] [--json]";
   sluice::sim::Options o;
   bool json = false;
   auto fail = [&](const std::string& what) {
@@ -123,7 +123,8 @@ int simulate(int argc, char** argv) {
     return 2;
   };
   auto count = [](const std::string& v, std::uint64_t max) -> std::optional<std::uint64_t> {
-    if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos) return {};
+    if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos)
+      return {};
     auto n = std::stoull(v);
     return n <= max ? std::optional(n) : std::nullopt;
   };

@@ -208,7 +208,7 @@ class Gradient final : public Policy {
  public:
   Gradient(const GradientSettings& s, std::size_t upstreams) : s_(s), u_(upstreams) {
     for (auto& l : u_) {
-      l.limit = s.min;
+      l.limit = l.saved = s.min;
       l.next_update = s.interval;
     }
   }

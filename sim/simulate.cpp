@@ -168,7 +168,6 @@ class Run final : public Driver {
 
   RunResult go() {
     std::size_t next_job = 0;
-    double now = 0;
     while (left_ > 0) {
       // The next event: an upstream's ending, the policy's clock, an arrival, a retry.
       double t_end = kNever;
@@ -180,7 +179,6 @@ class Run final : public Driver {
       double t_retry = retries_.empty() ? kNever : retries_.top().at;
       double t = std::min({t_end, t_timer, t_arrive, t_retry});
       if (t > kHorizon || t == kNever) break;
-      now = t;
       if (t_end == t) {
         end(models_[up]->finish_next());
       } else if (t_timer == t) {
@@ -196,7 +194,6 @@ class Run final : public Driver {
     }
     r_.drained = left_ == 0;
     r_.drain = r_.drained ? last_ : kHorizon;
-    (void)now;
     return std::move(r_);
   }
 
@@ -389,11 +386,13 @@ std::string format_text(const std::vector<Table>& tables) {
     // Lanes no row has requests of are left out.
     std::vector<std::size_t> lanes;
     for (std::size_t l = 0; l < adm::kLaneCount; ++l)
-      if (std::any_of(t.rows.begin(), t.rows.end(), [&](const Row& r) { return r.p50[l].has_value(); }))
+      if (std::any_of(t.rows.begin(), t.rows.end(),
+                      [&](const Row& r) { return r.p50[l].has_value(); }))
         lanes.push_back(l);
     std::vector<std::vector<std::string>> cells;
     std::vector<std::string> head{"policy", "drain min", "refusals", "429s", "503s", "cuts"};
-    for (auto l : lanes) head.push_back(std::string(adm::to_string(adm::kLanes[l])) + " p50/p99 min");
+    for (auto l : lanes)
+      head.push_back(std::string(adm::to_string(adm::kLanes[l])) + " p50/p99 min");
     head.push_back("goodput tok/s");
     cells.push_back(head);
     for (const Row& r : t.rows) {

@@ -52,8 +52,9 @@ TEST_CASE(
   for (int i = 0; i < 18; ++i) CHECK(at_k->finish_next().status == 200);
 }
 
-TEST_CASE("the provider model refuses above K within 15 s, cuts at 30 minutes and reports slow rounds",
-          "[sim][model]") {
+TEST_CASE(
+    "the provider model refuses above K within 15 s, cuts at 30 minutes and reports slow rounds",
+    "[sim][model]") {
   Rng rng(11);
   int refused = 0, cut = 0;
   const int trials = 50;
