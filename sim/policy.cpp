@@ -94,8 +94,7 @@ class Sluice final : public Policy {
       }
       auto& b = *bulkheads_[s.attempt.upstream];
       b.cancel(s, micros(now));
-      double waited =
-          std::chrono::duration<double>(s_.lanes.queue_window[adm::index(s.lane)]).count();
+      double waited = now - std::chrono::duration<double>(s.since).count();  // seconds queued
       driver_.refuse(s.attempt.request, retry_after(s.attempt, waited, now), now);
     }
     waiting_.resize(kept);
