@@ -76,10 +76,13 @@ class Outcome:
     desync: bool
     agree: bool = False
     why: str = ""
+    mode: str = "request"
     bodies: list[bytes] = dataclasses.field(default_factory=list)
 
     def summary(self) -> str:
         got = ",".join(map(str, self.statuses)) or "none"
+        if self.mode == "response":
+            return f"answered {got}{' +close' if self.closed else ''}"
         fwd = f"upstream read {self.upstream_requests}" if self.upstream_bytes else "nothing forwarded"
         return f"answered {got}{' +close' if self.closed else ''}; {fwd}"
 
@@ -146,7 +149,7 @@ def run_case(lane: "Lane", case: corpora.Case, mode: str) -> Outcome:
                   complete=[r.complete for r in finals], closed=closed, upstream_bytes=upstream,
                   upstream_requests=0, upstream_connections=len(conns),
                   upstream_closed=all(c.closed_by_proxy for c in conns if len(c.data) > c.start),
-                  ambiguities=[], desync=False, bodies=[r.body for r in finals])
+                  ambiguities=[], desync=False, bodies=[r.body for r in finals], mode=mode)
     if mode == "request":
         for c in conns:
             # A kept-alive connection was at a request boundary when the case began.

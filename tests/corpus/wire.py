@@ -175,6 +175,8 @@ def read_requests(data: bytes) -> RequestRead:
             req.body, pos = data[pos:pos + n], pos + n
         req.end = pos
         reqs.append(req)
+        if req.method == b"CONNECT":
+            break  # what follows is the tunnel's, not HTTP
     return RequestRead(reqs, [], False)
 
 
@@ -244,6 +246,9 @@ def read_responses(data: bytes, methods: list[str], closed: bool) -> tuple[list[
         finals.append(res)
         if not res.complete:
             break
+    if not finals and not interim and data and not data.startswith(b"HTTP/"):
+        # An HTTP/0.9 answer (the body alone, ended by the close): status 0.
+        finals.append(Response(0, [], data, closed))
     return finals, interim
 
 
@@ -255,6 +260,8 @@ def response_ambiguities(data: bytes) -> list[str]:
     out: list[str] = []
     finals, interim = read_responses(data, ["GET"] * 8, True)
     for res in interim + finals:
+        if not res.head:
+            continue
         head = res.head[:-2]
         out += _line_endings(head)
         lines = head[:-2].split(b"\r\n")
@@ -269,6 +276,6 @@ def response_ambiguities(data: bytes) -> list[str]:
             out.append("two Content-Lengths")
         if cl and not re.match(rb"^[0-9]+$", cl[0]):
             out.append(f"bad Content-Length {cl[0][:30]!r}")
-    if not finals and data and not data.startswith(b"HTTP/"):
-        out.append(f"not an HTTP response: {data[:40]!r}")
+    if data and not data.startswith(b"HTTP/"):
+        out.append(f"not an HTTP/1.x response: {data[:40]!r}")
     return out
