@@ -270,13 +270,18 @@ def _guardian_body(headers: list[dict]) -> bytes:
 
 
 def load_guardian(root: pathlib.Path, host: bytes = b"corpus.test") -> list[Case]:
+    paths = [p for p in sorted((root / "tests").glob("*.yaml"))
+             if p.name != "single-case.yaml"]  # the corpus's scratch file: a copy of a case in ambiguous.yaml
+    return load_tiered(paths, "guardian", host)
+
+
+def load_tiered(paths: list[pathlib.Path], prefix: str, host: bytes = b"corpus.test") -> list[Case]:
+    """Cases in http-desync-guardian's format, named "<prefix>/<file>#<name>"."""
     cases: list[Case] = []
     seen: dict[str, int] = {}
-    for path in sorted((root / "tests").glob("*.yaml")):
-        if path.name == "single-case.yaml":
-            continue  # the corpus's scratch file: a copy of a case in ambiguous.yaml
+    for path in paths:
         for t in yaml.safe_load(path.read_text(encoding="utf-8")) or []:
-            cid = f"guardian/{path.name}#{t['name']}"
+            cid = f"{prefix}/{path.name}#{t['name']}"
             seen[cid] = seen.get(cid, 0) + 1
             if seen[cid] > 1:
                 cid += f" ({seen[cid]})"

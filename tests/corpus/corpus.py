@@ -328,7 +328,8 @@ def main() -> int:
         for mode in modes:
             if mode == "request":
                 cases = corpora.load_llhttp(corpora_dir / "llhttp", "request") + \
-                        corpora.load_guardian(corpora_dir / "http-desync-guardian")
+                        corpora.load_guardian(corpora_dir / "http-desync-guardian") + \
+                        corpora.load_tiered([HERE / "cases.yaml"], "sluice")
             else:
                 cases = corpora.load_llhttp(corpora_dir / "llhttp", "response")
             cases = [c for c in cases if args.only in c.id]
