@@ -25,7 +25,7 @@ that agrees again fails too, so the list stays true.
 Usage:
   corpus.py --proxy sluice --sluice build/release/app/sluice [--mode request|response|both]
   corpus.py --proxy nginx|haproxy [--mode ...]
-Options: --lanes N (proxy+upstream pairs run side by side, default 4),
+Options: --corpora-only (leave out Sluice's own cases.yaml), --lanes N (proxy+upstream pairs run side by side, default 4),
 --only SUBSTRING (cases whose id contains it), --verbose (every case),
 --json FILE (every outcome), --no-review (report disagreements, fail on none).
 Exit status: 0 when the rules hold, 1 when they do not, 2 on a usage error.
@@ -310,6 +310,8 @@ def main() -> int:
     ap.add_argument("--lanes", type=int, default=4)
     ap.add_argument("--only", default="")
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--corpora-only", action="store_true",
+                    help="leave out Sluice's own cases (tests/corpus/cases.yaml), as compare.sh does")
     ap.add_argument("--json", type=pathlib.Path)
     args = ap.parse_args()
 
@@ -329,7 +331,7 @@ def main() -> int:
             if mode == "request":
                 cases = corpora.load_llhttp(corpora_dir / "llhttp", "request") + \
                         corpora.load_guardian(corpora_dir / "http-desync-guardian") + \
-                        corpora.load_tiered([HERE / "cases.yaml"], "sluice")
+                        ([] if args.corpora_only else corpora.load_tiered([HERE / "cases.yaml"], "sluice"))
             else:
                 cases = corpora.load_llhttp(corpora_dir / "llhttp", "response")
             cases = [c for c in cases if args.only in c.id]
