@@ -43,6 +43,7 @@ class Case:
     # guardian
     tier: str | None = None
     reason: str | None = None
+    upstream_has: bytes | None = None  # Sluice's own cases: bytes the upstream must get
 
     @property
     def expected_responses(self) -> int:
@@ -288,5 +289,6 @@ def load_tiered(paths: list[pathlib.Path], prefix: str, host: bytes = b"corpus.t
             exp = t.get("expected") or {}
             cases.append(Case(id=cid, source="guardian", data=guardian_bytes(t, host),
                               tier=exp.get("tier"), reason=exp.get("reason"),
+                              upstream_has=_text(t["upstream_has"]) if t.get("upstream_has") else None,
                               methods=[str(t.get("method"))]))
     return cases
