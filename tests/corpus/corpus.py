@@ -25,9 +25,10 @@ that agrees again fails too, so the list stays true.
 Usage:
   corpus.py --proxy sluice --sluice build/release/app/sluice [--mode request|response|both]
   corpus.py --proxy nginx|haproxy [--mode ...]
-Options: --corpora-only (leave out Sluice's own cases.yaml), --lanes N (proxy+upstream pairs run side by side, default 4),
---only SUBSTRING (cases whose id contains it), --verbose (every case),
---json FILE (every outcome), --no-review (report disagreements, fail on none).
+Options: --corpora-only (leave out Sluice's own cases.yaml), --lanes N
+(proxy+upstream pairs run side by side, default 4), --only SUBSTRING (cases
+whose id contains it), --verbose (every case), --json FILE (every outcome),
+--no-review (report disagreements, fail on none of them).
 Exit status: 0 when the rules hold, 1 when they do not, 2 on a usage error.
 """
 
@@ -246,7 +247,11 @@ class Lane:
     def __init__(self, index: int, proxy_cls, mode: str, tmp: pathlib.Path):
         self.upstream = servers.Upstream("record" if mode == "request" else "replay")
         self.proxy = proxy_cls(tmp / f"{proxy_cls.name}-{mode}-{index}", self.upstream.port)
-        self.proxy.start()
+        try:
+            self.proxy.start()
+        except BaseException:
+            self.stop()  # a proxy that started but never listened goes too
+            raise
 
     def stop(self) -> None:
         self.proxy.stop()
@@ -258,7 +263,7 @@ def run_mode(proxy_cls, mode: str, cases: list[corpora.Case], lanes: int, tmp: p
     for i, c in enumerate(cases):
         todo.put((i, c))
     results: list[Outcome | None] = [None] * len(cases)
-    started = [Lane(i, proxy_cls, mode, tmp) for i in range(min(lanes, len(cases)) or 1)]
+    started: list[Lane] = []
     errors: list[BaseException] = []
 
     def work(lane: Lane) -> None:
@@ -274,6 +279,8 @@ def run_mode(proxy_cls, mode: str, cases: list[corpora.Case], lanes: int, tmp: p
                 return
 
     try:
+        for i in range(max(1, min(lanes, len(cases)))):
+            started.append(Lane(i, proxy_cls, mode, tmp))
         threads = [threading.Thread(target=work, args=(lane,)) for lane in started]
         for t in threads:
             t.start()

@@ -85,8 +85,8 @@ def _chunked(data: bytes, pos: int) -> tuple[int | None, bytes, list[str]]:
                 return None, body, ["bad chunk size line"]
             return None, body, []
         line = data[pos:eol]
-        size, _, ext = line.partition(b";")
-        ext = b";" + ext if _ else b""
+        size, semi, ext = line.partition(b";")
+        ext = semi + ext
         if not _HEX.match(size) or len(size) > 16 or not _CHUNK_EXT.match(ext) or b"\n" in line or b"\r" in line:
             return None, body, [f"bad chunk size line {line[:40]!r}"]
         n = int(size, 16)
