@@ -19,6 +19,7 @@
 #include <memory_resource>
 #include <optional>
 
+#include "proxy/request_head.hpp"
 #include "proxy/runtime.hpp"
 
 namespace sluice::proxy {
@@ -278,6 +279,7 @@ class Session : public Tracked,
     decision_ = {};
     retry_after_ = -1;
     client_keep_alive_ = true;
+    close_both_ = false;
     bytes_in_ = bytes_out_ = 0;
     upstream_wait_ = Clock::duration(-1);
     ttfb_ = Clock::duration(-1);
@@ -340,9 +342,26 @@ class Session : public Tracked,
   }
 
   void parse_head() {
+    // Empty lines (CRLF) before a request line are ignored (RFC 9112 section
+    // 2.2): some clients send one after a body. Only whole CRLF pairs go.
+    while (buf_.size() >= 2 && !req_->got_some()) {
+      auto* p = static_cast<const char*>(buf_.data().data());
+      if (p[0] != '\r' || p[1] != '\n') break;
+      buf_.consume(2);
+    }
+    if (buf_.size() == 0) {
+      read_head();
+      return;
+    }
     error_code ec;
     auto used = req_->put(buf_.data(), ec);
-    bool folded = !ec && has_obs_fold(used);
+    // The head is read: check_request_head (proxy/request_head.hpp) decides on
+    // what Beast accepted, with the raw bytes before they are consumed.
+    HeadVerdict verdict;
+    if (!ec)
+      verdict = check_request_head(
+          req_->get(), std::string_view(static_cast<const char*>(buf_.data().data()), used),
+          req_->chunked());
     buf_.consume(used);
     if (ec == http::error::need_more) {
       read_head();
@@ -352,22 +371,12 @@ class Session : public Tracked,
       refuse_malformed(ec);
       return;
     }
-    if (folded) {
-      respond_error(400, "obs_fold", true);
+    if (verdict.status != 0) {
+      respond_error(verdict.status, verdict.why, true);
       return;
     }
+    close_both_ = verdict.close_after;
     on_head();
-  }
-
-  // Beast unfolds obs-fold (a line starting with a space or tab); a proxy must
-  // refuse it instead, or an upstream could read the fold differently. The
-  // check looks at the head's bytes before they are consumed.
-  bool has_obs_fold(std::size_t head_len) const {
-    std::string_view head(static_cast<const char*>(buf_.data().data()), head_len);
-    for (std::size_t i = head.find('\n'); i != std::string_view::npos && i + 1 < head.size();
-         i = head.find('\n', i + 1))
-      if (head[i + 1] == ' ' || head[i + 1] == '\t') return true;
-    return false;
   }
 
   void refuse_malformed(error_code ec) {
@@ -383,32 +392,11 @@ class Session : public Tracked,
     respond_error(status, why, true);
   }
 
-  // Checks framing and form that Beast's parser accepts but a proxy must not
-  // pass on; returns 0 when the request may go on.
+  // The target's form (framing and bytes are check_request_head's): origin-form,
+  // absolute-form (rewritten to origin-form and Host), or `OPTIONS *`; returns
+  // 0 when the request may go on.
   int check_request(std::string_view& why) {
     auto& m = req_->get();
-    if (m.version() != 11 && m.version() != 10) {
-      why = "http_version";
-      return 505;
-    }
-    if (m.find(http::field::transfer_encoding) != m.end()) {
-      // Chunked must be the final coding (else the length is unknowable: 400),
-      // and the only one: Sluice re-chunks the body, so another coding before
-      // it could not be passed on as it was (501). HTTP/1.0 has no chunking.
-      if (!req_->chunked() || m.version() != 11 ||
-          m.count(http::field::transfer_encoding) != 1) {
-        why = "transfer_encoding";
-        return 400;
-      }
-      if (!iequals(m[http::field::transfer_encoding], "chunked")) {
-        why = "transfer_coding";
-        return 501;
-      }
-    }
-    if (m.version() == 11 && m.count(http::field::host) != 1) {
-      why = "host";
-      return 400;
-    }
     auto target = m.target();
     if (target.starts_with("http://") || target.starts_with("https://")) {
       // absolute-form: the path goes upstream, the authority becomes Host.
@@ -434,7 +422,7 @@ class Session : public Tracked,
     }
     auto target = m.target();
     path_ = target.substr(0, target.find('?'));
-    client_keep_alive_ = req_->keep_alive();
+    client_keep_alive_ = req_->keep_alive() && !close_both_;
     client_version_ = m.version();
     method_ = m.method();
     upgrade_ = req_->upgrade();
@@ -836,13 +824,23 @@ class Session : public Tracked,
     }
     if (trailers) h += "TE: trailers\r\n";
     if (req_->chunked()) {
-      h += "Transfer-Encoding: chunked\r\n";
+      // The client's codings before chunked go on as they were applied (names
+      // only; identity is no coding); chunked is Sluice's own.
+      h += "Transfer-Encoding: ";
+      for_each_coding(m, [&h](const head_detail::Coding& c) {
+        if (iequals(c.name, "chunked") || iequals(c.name, "identity")) return;
+        h += c.name;
+        h += ", ";
+      });
+      h += "chunked\r\n";
     } else if (auto len = req_->content_length()) {
       append_number_field(h, "Content-Length", *len);
     }
     if (upgrade_) {
       h += "Connection: upgrade\r\n";
       append_field(h, "Upgrade", m[http::field::upgrade]);
+    } else if (close_both_) {
+      h += "Connection: close\r\n";
     }
     if (!has_host) append_field(h, "Host", cfg_.upstreams[upstream_].hosts.front().str());
     h += "X-Forwarded-For: ";
@@ -1350,7 +1348,7 @@ class Session : public Tracked,
 
   void finish(int status) {
     bool reusable = upstream_keep_alive_ && res_->is_done() && request_sent_ &&
-                    up_->buffer.size() == 0 && !end_stream_;
+                    up_->buffer.size() == 0 && !end_stream_ && !close_both_;
     release_upstream(reusable);
     end_exchange(status, !client_keep_alive_ || end_stream_);
   }
@@ -1535,6 +1533,7 @@ class Session : public Tracked,
   bool timed_out_ = false;
   bool retried_ = false;
   bool client_keep_alive_ = true;
+  bool close_both_ = false;  // this exchange ends both connections (check_request_head)
   bool upstream_keep_alive_ = false;
   bool expect_continue_ = false;
   bool upgrade_ = false;
