@@ -265,6 +265,7 @@ def honesty(a, p):
         obey = [r for r in retries if r["class"] == lane and r["kind"] == "obey"]
         probes = [r for r in retries if r["class"] == lane and r["kind"] == "probe"]
         if not told:
+            p("| %s | 0 | - | - | - | - | - |" % lane)
             continue
         bins = []
         for lo, hi in zip(edges, edges[1:]):

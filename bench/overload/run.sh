@@ -3,7 +3,7 @@
 # fixed-capacity upstream, under the same open-loop load, on 127.0.0.1.
 #
 # Usage:
-#   bench/overload/run.sh              # the full run (about 14 minutes on a quiet machine)
+#   bench/overload/run.sh              # the full run (about 16 minutes on a quiet machine)
 #   DURATION=3 WARMUP=1 LOADS="1 3" SHAPES=queue bench/overload/run.sh   # a quick look
 #
 # The upstream: `sluice-upstream --capacity C --service-ms S --over-capacity SHAPE`, C
@@ -57,7 +57,7 @@
 # worked (see docs/benchmarks.md).
 #
 # Environment: CAPACITY (8), SERVICE_MS (50), TIMEOUT_MS (1000), DURATION (6), WARMUP (2),
-# LOADS ("0.5 0.9p 1 1.5 2 3"), SHAPES ("429 queue"), SYSTEMS ("sluice nginx
+# LOADS ("0.5 0.9p 1 1.5 2 3"), SHAPES ("429 queue"; "" runs only the step and the honesty run), SYSTEMS ("sluice nginx
 # nginx-limit-conn nginx-max-conns haproxy"; direct is added on its own), STANDARD_SHARE
 # (0.2), STREAM_RATE (0.25 per second), STREAM_SECONDS (2), QUEUE_MS (HAProxy's timeout queue, 500), THREADS (1),
 # STEP (1; 0 skips), STEP_SYSTEMS (as SYSTEMS), STEP_SHAPE (queue), STEP_BEFORE (5),
@@ -66,6 +66,7 @@
 # QUIET_MAX / QUIET_WAIT (before each run, wait up to QUIET_WAIT s, default 20, for the
 # machine's busy CPU to drop to QUIET_MAX percent, default 15; 100 turns it off),
 # KEEP_TMP=1 keeps the temp dir (configs, logs, per-request logs, /stats, /metrics).
+# BIN_SLUICE runs another Sluice binary (default build/release/app/sluice), to compare builds.
 #
 # nginx-light, haproxy, gnuplot-nox, curl and python3 are installed with apt-get when
 # missing (dpkg-query decides); nginx and HAProxy run as this script's foreground
@@ -76,7 +77,7 @@ export LC_ALL=C
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 HERE="$REPO/bench/overload"
-SLUICE="$REPO/build/release/app/sluice"
+SLUICE=${BIN_SLUICE:-$REPO/build/release/app/sluice}
 UPSTREAM="$REPO/build/release/upstream/sluice-upstream"
 LOADGEN="$REPO/build/release/bench/sluice_loadgen"
 
@@ -86,7 +87,7 @@ TIMEOUT_MS=${TIMEOUT_MS:-1000}
 DURATION=${DURATION:-6}
 WARMUP=${WARMUP:-2}
 LOADS=${LOADS:-0.5 0.9p 1 1.5 2 3}
-SHAPES=${SHAPES:-429 queue}
+SHAPES=${SHAPES-429 queue}
 SYSTEMS=${SYSTEMS:-sluice nginx nginx-limit-conn nginx-max-conns haproxy}
 STANDARD_SHARE=${STANDARD_SHARE:-0.2}
 STREAM_RATE=${STREAM_RATE:-0.25}
@@ -466,7 +467,7 @@ log "measured in $((SECONDS - started)) s"
 commit=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
 cpu=$(lscpu | awk -F: '/^Model name/ && !seen++ {gsub(/^[ \t]+/, "", $2); print $2}')
 META="Date: $(date -u '+%Y-%m-%d %H:%M UTC'); CPU: $cpu, $(nproc) CPUs online
-Sluice: $("$SLUICE" --version 2>&1 | sed -n 1p) (build/release built $SLUICE_BUILT; HEAD was $commit), SLUICE_THREADS=$THREADS; $("$NGINX" -v 2>&1 | sed -n 1p); $("$HAPROXY" -v 2>&1 | sed -n 1p)
+Sluice: $("$SLUICE" --version 2>&1 | sed -n 1p) (${BIN_SLUICE:-build/release} built $SLUICE_BUILT; HEAD was $commit), SLUICE_THREADS=$THREADS; $("$NGINX" -v 2>&1 | sed -n 1p); $("$HAPROXY" -v 2>&1 | sed -n 1p)
 Upstream: sluice-upstream --capacity $CAPACITY --service-ms $SERVICE_MS (C/S = $RATE requests/s); client timeout $TIMEOUT_MS ms; $DURATION s measured after $WARMUP s per run; standard share $STANDARD_SHARE of the requests; $STREAM_RATE streams/s of ${STREAM_SECONDS} s ($STREAM_SLOTS slots)"
 charts_dir=""
 [ -z "$CHARTS" ] || charts_dir=$(cd "$REPO" && mkdir -p "$CHARTS" && cd "$CHARTS" && pwd)
