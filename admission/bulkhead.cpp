@@ -109,18 +109,46 @@ bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, 
     ++samples_;
     // A clean answer admitted after the last decrease: the pool serves the new estimate.
     if (signal == Signal::clean && seq > burst_seq_) recovered_ = true;
-    if (signal == Signal::clean) return false;
+    if (signal == Signal::clean) return queue_window(seq, load, us, now);
   }
   if (seq <= burst_seq_) return false;  // admitted before the last decrease: the same burst
+  decrease(std::max(1.0, static_cast<double>(load)), signal, now);
+  return true;
+}
+
+bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) {
+  if (p_.queue_factor <= 0 || seq <= burst_seq_) return false;
+  window_us_ += us;
+  window_load_ += load + 1;  // the request itself was in flight too
+  if (++window_n_ < EstimatePolicy::kQueueSamples) return false;
+  const double mean = window_us_ / window_n_;
+  const double concurrency = window_load_ / window_n_;
+  window_us_ = window_load_ = 0.0;
+  window_n_ = 0;
+  if (floor_us_ <= 0 || mean < floor_us_ || now - floor_at_ > EstimatePolicy::kQueueFloorAge) {
+    floor_us_ = mean;
+    floor_at_ = now;
+    return false;
+  }
+  if (mean <= p_.queue_factor * floor_us_ ||
+      mean - floor_us_ < static_cast<double>(EstimatePolicy::kQueueMinGap.count()))
+    return false;
+  // Little's law: `concurrency` in flight, each answered after `mean` instead of `floor`.
+  decrease(std::max(1.0, concurrency * floor_us_ / mean), Signal::slow, now);
+  return true;
+}
+
+void Estimate::decrease(double carrying, Signal why, Micros now) {
   burst_seq_ = seq_;
-  k_ = std::max(1.0, static_cast<double>(load));
+  k_ = carrying;
   khat_ = std::max(1.0, p_.decrease * std::min(khat_, k_));
   slow_start_ = false;
   recovered_ = false;
   exhausted_at_ = now;
-  why_ = signal;
+  why_ = why;
   ++decreases_;
-  return true;
+  window_us_ = window_load_ = 0.0;
+  window_n_ = 0;
 }
 
 // ---------------------------------------------------------------- lane rules

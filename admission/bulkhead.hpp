@@ -21,6 +21,15 @@
 //                K̂ = max(1, decrease x min(K̂, K)), ending slow start. Once per
 //                burst: signals from requests admitted before the decrease are
 //                the same burst and change nothing.
+//   a queue      an upstream that queues above its capacity refuses nothing: its
+//                answers come later. Per window of kQueueSamples clean answers
+//                (admitted since the last decrease): mean head time m at mean
+//                concurrency n (the load met, plus the request). The floor is the
+//                lowest window mean of the last kQueueFloorAge. A window with
+//                m > queue_factor x floor (and m - floor >= kQueueMinGap) is too
+//                much: by Little's law the upstream serves n x floor / m at a
+//                time; K = that, K̂ as above. Means of windows, not single heads,
+//                so one slow request is no queue.
 //   K̂ never exceeds `max` (the connection pool's share).
 //
 // Lanes, in one bulkhead, for a request of lane l (slots S = floor(K̂), free F = S - running):
@@ -77,9 +86,13 @@ struct EstimatePolicy {
   Micros growth_interval{250'000};
   double decrease = 0.85;
   double slow_factor = 4.0;  // 0: slowness is never "too much"
+  double queue_factor = 1.5;  // 0: a queue at the upstream is never "too much"
   static constexpr double kRate = 0.5;
   static constexpr double kMinStep = 0.25;
   static constexpr int kBaselineSamples = 16;  // before slowness is judged
+  static constexpr int kQueueSamples = 32;     // clean answers per queue window
+  static constexpr Micros kQueueFloorAge{10'000'000};
+  static constexpr Micros kQueueMinGap{10'000};
 };
 
 // Seed-and-grow: the concurrency one upstream serves now.
@@ -97,6 +110,8 @@ class Estimate {
   std::optional<Micros> exhausted_at() const { return exhausted_at_; }
   Signal why() const { return why_; }
   std::uint64_t decreases() const { return decreases_; }
+  // The lowest queue-window mean head time still in force (0: none yet).
+  Micros queue_floor() const { return Micros(static_cast<std::int64_t>(floor_us_)); }
 
   void demand() { limited_ = true; }  // a request found no slot
   // Grows when the interval has passed and demand met the estimate since.
@@ -123,6 +138,13 @@ class Estimate {
   std::optional<Micros> exhausted_at_;
   Signal why_ = Signal::none;
   std::uint64_t decreases_ = 0;
+  // The queue rule's current window and floor.
+  double window_us_ = 0.0, window_load_ = 0.0;
+  int window_n_ = 0;
+  double floor_us_ = 0.0;
+  Micros floor_at_{0};
+  bool queue_window(std::uint64_t seq, int load, double us, Micros now);
+  void decrease(double carrying, Signal why, Micros now);
 };
 
 struct LanePolicy {

@@ -633,7 +633,7 @@ class Session : public Tracked,
     }
     if (!Seat::seated) return;
     if (bulkhead().release(*this, signal_, up_ttfb_, now_us, w_.rng(), /*keep_cap=*/true))
-      bump(st_.upstream[upstream_].exhausted[static_cast<std::size_t>(signal_)]);
+      bump(st_.upstream[upstream_].exhausted[static_cast<std::size_t>(bulkhead().estimate().why())]);
     signal_ = admission::Signal::none;
     Seat::lane = lane_;
   }
@@ -1372,8 +1372,10 @@ class Session : public Tracked,
       w_.runtime().gates[upstream_]->probe_ended(clean);
       probe_ = false;
     }
+    // A clean answer can end a queue window that decreases the estimate: count it by
+    // what the estimate says moved it.
     if (bulkhead().release(*this, signal_, up_ttfb_, w_.runtime().micros(Clock::now()), w_.rng()))
-      bump(st_.upstream[upstream_].exhausted[static_cast<std::size_t>(signal_)]);
+      bump(st_.upstream[upstream_].exhausted[static_cast<std::size_t>(bulkhead().estimate().why())]);
     if (heavy) w_.note_heavy();
   }
 

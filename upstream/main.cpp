@@ -22,10 +22,13 @@ using tcp = net::ip::tcp;
 namespace {
 
 constexpr std::string_view kUsage =
-    "usage: sluice-upstream [--listen HOST:PORT] [--threads N] [--capacity C] [--service-ms S] [--keepalive-ms K]\n"
+    "usage: sluice-upstream [--listen HOST:PORT] [--threads N] [--capacity C] [--over-capacity 429|queue]\n"
+    "                       [--service-ms S] [--keepalive-ms K]\n"
     "  --listen HOST:PORT  address to bind (default 127.0.0.1:0, a free port)\n"
     "  --threads N         I/O threads, one io_context each (default 1)\n"
-    "  --capacity C        requests in flight before answering 429 (default 0, unlimited)\n"
+    "  --capacity C        requests in flight before the over-capacity shape applies (default 0, unlimited)\n"
+    "  --over-capacity X   above C in flight: 429 answers 429 with Retry-After: 1 at once (the default);\n"
+    "                      queue makes the request wait, first come first served, for a slot\n"
     "  --service-ms S      extra time before each response except /sse and /stats (default 0)\n"
     "  --keepalive-ms K    close a keep-alive connection idle this long (default 120000)\n"
     "endpoints: /echo /headers /slow?ms=N /sse?n=N&interval_ms=M[&echo=HEADER] /status/NNN[?ratelimit=LIMIT,REMAINING,RESET&retry_after=S] /drop[?reset=1] /raw?kind=bad_status|two_lengths|short_length|short_chunked|sse_reset\n"
@@ -83,6 +86,14 @@ sluice::upstream::Options parse_args(int argc, char** argv) {
       options.threads = parse_number<int>(arg, value, 1, 1024);
     } else if (arg == "--capacity") {
       options.capacity = parse_number<std::uint64_t>(arg, value, 0, UINT64_MAX);
+    } else if (arg == "--over-capacity") {
+      if (value == "queue") {
+        options.queue_over_capacity = true;
+      } else if (value == "429") {
+        options.queue_over_capacity = false;
+      } else {
+        usage_error("--over-capacity: expected 429 or queue, got '" + std::string(value) + "'");
+      }
     } else if (arg == "--keepalive-ms") {
       options.keepalive =
           std::chrono::milliseconds(parse_number<std::int64_t>(arg, value, 1, 86'400'000));
@@ -159,6 +170,13 @@ int main(int argc, char** argv) {
   // context: drop the listener first, then destroy the contexts from the first onward.
   guards.clear();
   signals.reset();
+  // Queued requests hold their sessions, whose sockets belong to the contexts.
+  std::deque<std::function<void()>> waiters;
+  {
+    std::lock_guard lock(shared.slot_queue.mutex);
+    waiters.swap(shared.slot_queue.waiters);
+  }
+  waiters.clear();
   listener.reset();
   for (auto& context : contexts) context.reset();
   return 0;

@@ -9,6 +9,7 @@
 #include <boost/beast/http.hpp>
 #include <cerrno>
 #include <charconv>
+#include <boost/asio/post.hpp>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -46,8 +47,11 @@ const std::array<char, kPiece> kPattern = [] {
 
 enum class Route { kOk, kEcho, kHeaders, kSlow, kSse, kStatus, kLarge, kStats, kWs, kDrop, kRaw, kBadRequest };
 
+enum class Seat { kHeld, kRefused, kQueued };
+
 // A move-only lease on one in-flight slot (seastar's semaphore_units): the destructor gives the
-// slot back, so a session that dies mid-request cannot leak it.
+// slot back, so a session that dies mid-request cannot leak it. With the queue shape a release
+// hands the slot to the oldest waiter instead.
 class InFlight {
  public:
   InFlight() = default;
@@ -55,32 +59,72 @@ class InFlight {
   InFlight& operator=(const InFlight&) = delete;
   ~InFlight() { release(); }
 
-  // False when `capacity` requests are already in flight; then no slot is held.
-  bool acquire(Stats& stats, std::uint64_t capacity) {
+  // kHeld: a slot is held. kRefused (429 shape): `capacity` requests are in flight, no slot is
+  // held. kQueued (queue shape): as many are in flight, so `resume` waits in the slot queue;
+  // a release runs it (on the releasing thread) once the slot is this request's, and the
+  // session then calls adopt() on its own thread.
+  Seat acquire(Shared& shared, std::function<void()>&& resume) {
+    auto& stats = shared.stats;
+    const auto capacity = shared.options.capacity;
+    if (shared.options.queue_over_capacity && capacity != 0) {
+      std::lock_guard lock(shared.slot_queue.mutex);
+      if (stats.in_flight.load(std::memory_order_relaxed) >= capacity) {
+        shared.slot_queue.waiters.push_back(std::move(resume));
+        stats.queued.fetch_add(1, std::memory_order_relaxed);
+        stats.waiting.fetch_add(1, std::memory_order_relaxed);
+        return Seat::kQueued;
+      }
+      note_high(stats, stats.in_flight.fetch_add(1, std::memory_order_relaxed) + 1);
+      shared_ = &shared;
+      return Seat::kHeld;
+    }
     auto current = stats.in_flight.load(std::memory_order_relaxed);
     do {
       if (capacity != 0 && current >= capacity) {
         stats.rejected.fetch_add(1, std::memory_order_relaxed);
-        return false;
+        return Seat::kRefused;
       }
     } while (
         !stats.in_flight.compare_exchange_weak(current, current + 1, std::memory_order_relaxed));
-    auto high = stats.max_in_flight.load(std::memory_order_relaxed);
-    while (current + 1 > high && !stats.max_in_flight.compare_exchange_weak(
-                                     high, current + 1, std::memory_order_relaxed)) {
-    }
-    stats_ = &stats;
-    return true;
+    note_high(stats, current + 1);
+    shared_ = &shared;
+    return Seat::kHeld;
   }
 
+  // The slot a release handed over (in_flight already counts it).
+  void adopt(Shared& shared) { shared_ = &shared; }
+
   void release() {
-    if (stats_ == nullptr) return;
-    stats_->in_flight.fetch_sub(1, std::memory_order_relaxed);
-    stats_ = nullptr;
+    if (shared_ == nullptr) return;
+    auto& shared = *shared_;
+    shared_ = nullptr;
+    if (shared.options.queue_over_capacity && shared.options.capacity != 0) {
+      std::function<void()> next;
+      {
+        std::lock_guard lock(shared.slot_queue.mutex);
+        if (shared.slot_queue.waiters.empty()) {
+          shared.stats.in_flight.fetch_sub(1, std::memory_order_relaxed);
+        } else {
+          next = std::move(shared.slot_queue.waiters.front());
+          shared.slot_queue.waiters.pop_front();
+          shared.stats.waiting.fetch_sub(1, std::memory_order_relaxed);
+        }
+      }
+      if (next) next();
+      return;
+    }
+    shared.stats.in_flight.fetch_sub(1, std::memory_order_relaxed);
   }
 
  private:
-  Stats* stats_ = nullptr;
+  static void note_high(Stats& stats, std::uint64_t now) {
+    auto high = stats.max_in_flight.load(std::memory_order_relaxed);
+    while (now > high &&
+           !stats.max_in_flight.compare_exchange_weak(high, now, std::memory_order_relaxed)) {
+    }
+  }
+
+  Shared* shared_ = nullptr;
 };
 
 // The value of `name` in "a=1&b=2", or "" when absent.
@@ -150,8 +194,26 @@ class Session : public std::enable_shared_from_this<Session> {
 
     if (route_ != Route::kStats) {
       shared_.stats.requests.fetch_add(1, std::memory_order_relaxed);
-      if (!lease_.acquire(shared_.stats, shared_.options.capacity)) return reply_over_capacity();
+      auto resume = [self = shared_from_this()] {
+        net::post(self->stream_.get_executor(), [self] {
+          self->lease_.adopt(self->shared_);
+          self->seated();
+        });
+      };
+      switch (lease_.acquire(shared_, std::move(resume))) {
+        case Seat::kHeld:
+          break;
+        case Seat::kRefused:
+          return reply_over_capacity();
+        case Seat::kQueued:
+          return;  // a release resumes it with seated()
+      }
     }
+    seated();
+  }
+
+  void seated() {
+    const auto& req = parser_->get();
     if (!parser_->is_done() && beast::iequals(req[http::field::expect], "100-continue")) {
       stream_.expires_after(kIoTimeout);
       net::async_write(stream_, net::buffer(kContinue.data(), kContinue.size()),
@@ -320,14 +382,16 @@ class Session : public std::enable_shared_from_this<Session> {
 
   std::string stats_json() const {
     const auto& stats = shared_.stats;
-    char text[160];
+    char text[256];
     const int n =
         std::snprintf(text, sizeof text,
-                      R"({"requests":%llu,"in_flight":%llu,"max_in_flight":%llu,"rejected":%llu})",
+                      R"({"requests":%llu,"in_flight":%llu,"max_in_flight":%llu,"rejected":%llu,"queued":%llu,"waiting":%llu})",
                       static_cast<unsigned long long>(stats.requests.load()),
                       static_cast<unsigned long long>(stats.in_flight.load()),
                       static_cast<unsigned long long>(stats.max_in_flight.load()),
-                      static_cast<unsigned long long>(stats.rejected.load()));
+                      static_cast<unsigned long long>(stats.rejected.load()),
+                      static_cast<unsigned long long>(stats.queued.load()),
+                      static_cast<unsigned long long>(stats.waiting.load()));
     return std::string(text, static_cast<std::size_t>(n));
   }
 

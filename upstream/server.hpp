@@ -12,7 +12,10 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -23,6 +26,9 @@ struct Options {
   std::uint16_t port = 0;
   int threads = 1;
   std::uint64_t capacity = 0;  // 0: unlimited
+  // What a request finds above `capacity` in flight: a 429 at once, or a FIFO queue
+  // (it waits for a slot, however long; its latency grows with the queue).
+  bool queue_over_capacity = false;
   std::chrono::milliseconds service_time{0};
   std::chrono::milliseconds keepalive{120'000};  // an idle keep-alive connection is closed after
 };
@@ -33,12 +39,22 @@ struct Stats {
   std::atomic<std::uint64_t> in_flight{0};
   std::atomic<std::uint64_t> max_in_flight{0};
   std::atomic<std::uint64_t> rejected{0};
+  std::atomic<std::uint64_t> queued{0};   // requests that waited for a slot (queue shape)
+  std::atomic<std::uint64_t> waiting{0};  // requests waiting for a slot now
+};
+
+// The queue shape's waiters, oldest first, across all threads. A release hands its slot to
+// the oldest waiter (in_flight does not change) instead of giving it back.
+struct SlotQueue {
+  std::mutex mutex;
+  std::deque<std::function<void()>> waiters;  // each resumes its session on its own thread
 };
 
 // What every session reads; lives longer than all io_contexts.
 struct Shared {
   Options options;
   Stats stats;
+  SlotQueue slot_queue;
   std::string port_text;  // the bound port, for X-Upstream-Port
 };
 

@@ -84,3 +84,58 @@ wait_quiet() {
     if [ "$logged" = 0 ]; then log "the machine is ${pct}% busy with other work; waiting"; logged=1; fi
   done
 }
+
+# wait_http_200 NAME PID URL LOGFILE: until URL answers 200, or die with the process's log
+# (needs die()).
+wait_http_200() {
+  local name=$1 pid=$2 url=$3 logfile=$4 i code=""
+  for ((i = 0; i < 100; i++)); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      sed 's/^/    /' "$logfile" >&2 || true
+      die "$name exited during start-up"
+    fi
+    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "$url" || true)
+    if [ "$code" = 200 ]; then return 0; fi
+    sleep 0.1
+  done
+  sed 's/^/    /' "$logfile" >&2 || true
+  die "$name did not answer 200 on $url (last status '$code')"
+}
+
+# CPU accounting of a measured window: cpu_mark at its start, cpu_other_pct at its end gives
+# the CPU that processes this script did not start used meanwhile, in percent of all CPUs.
+proc_ticks() {  # PID: utime+stime in clock ticks, 0 when gone
+  local line rest f
+  { line=$(<"/proc/$1/stat"); } 2>/dev/null || { echo 0; return; }
+  rest=${line##*) }          # the command name may hold spaces and parentheses
+  read -r -a f <<<"$rest"    # f[0] is field 3 (state): utime is field 14, stime 15
+  echo $((f[11] + f[12]))
+}
+tree_ticks() {  # PID: the process plus its direct children (nginx master and workers)
+  local total child
+  total=$(proc_ticks "$1")
+  for child in $(pgrep -P "$1" || true); do total=$((total + $(proc_ticks "$child"))); done
+  echo "$total"
+}
+waited_ticks() {  # cutime+cstime of this shell: its reaped children
+  local line rest f
+  line=$(<"/proc/$$/stat")
+  rest=${line##*) }
+  read -r -a f <<<"$rest"    # cutime is field 16, cstime 17
+  echo $((f[13] + f[14]))
+}
+ours_ticks() {  # the live processes this script started (and their children), plus the reaped ones
+  local total pid
+  total=$(waited_ticks)
+  for pid in ${PIDS[@]+"${PIDS[@]}"}; do total=$((total + $(tree_ticks "$pid"))); done
+  echo "$total"
+}
+CPU_MARK=""
+cpu_mark() { CPU_MARK="$(machine_ticks) $(ours_ticks)"; }
+cpu_other_pct() {
+  local now
+  now="$(machine_ticks) $(ours_ticks)"
+  awk -v a="$CPU_MARK" -v b="$now" 'BEGIN { split(a, x, " "); split(b, y, " ")
+    t = y[2] - x[2]; o = (y[1] - x[1]) - (y[3] - x[3]); if (o < 0) o = 0
+    printf "%.1f\n", (t > 0 ? 100 * o / t : 0) }'
+}

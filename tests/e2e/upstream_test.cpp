@@ -1,5 +1,6 @@
 // End-to-end tests of sluice-upstream: the real binary on a free loopback port, driven over
 // real sockets.
+#include <poll.h>
 #include <signal.h>
 
 #include <catch2/catch.hpp>
@@ -259,10 +260,65 @@ TEST_CASE("capacity answers 429 with Retry-After while a slow request holds the 
   CHECK(s["max_in_flight"] == 1);
 }
 
+TEST_CASE("over-capacity queue makes requests above C wait for a slot, oldest first",
+          "[e2e][upstream]") {
+  Upstream up(kBin, {"--capacity", "1", "--over-capacity", "queue", "--threads", "2"});
+  auto holder = Conn::open(up.port);
+  REQUIRE(holder.send(format_request("GET", "/slow?ms=300", up.port)));
+  REQUIRE(wait_for_stats(
+      up.port, [](const nlohmann::json& s) { return s["in_flight"] == 1; }, 5s));
+  // Two more, one after the other: both wait, in that order.
+  auto first = Conn::open(up.port);
+  REQUIRE(first.send(format_request("GET", "/slow?ms=100", up.port)));
+  REQUIRE(wait_for_stats(
+      up.port, [](const nlohmann::json& s) { return s["waiting"] == 1; }, 5s));
+  auto second = Conn::open(up.port);
+  REQUIRE(second.send(format_request("GET", "/", up.port)));
+  REQUIRE(wait_for_stats(
+      up.port, [](const nlohmann::json& s) { return s["waiting"] == 2; }, 5s));
+  CHECK(stats(up.port)["in_flight"] == 1);
+
+  const auto held = holder.read_response(10s);
+  REQUIRE(held);
+  CHECK(held->status == 200);
+  const auto last = second.read_response(10s);
+  REQUIRE(last);
+  CHECK(last->status == 200);
+  CHECK(last->body == "ok\n");
+  // With one slot, the second waiter can only start once the first has been answered: the
+  // first one's response is already there.
+  pollfd ready{first.fd(), POLLIN, 0};
+  CHECK(::poll(&ready, 1, 0) == 1);
+  const auto earlier = first.read_response(10s);
+  REQUIRE(earlier);
+  CHECK(earlier->status == 200);
+  CHECK(earlier->body == "slow\n");
+
+  const auto s = stats(up.port);
+  CHECK(s["requests"] == 3);
+  CHECK(s["rejected"] == 0);
+  CHECK(s["queued"] == 2);
+  CHECK(s["waiting"] == 0);
+  CHECK(s["in_flight"] == 0);
+  CHECK(s["max_in_flight"] == 1);
+  // The freed slot serves the next request at once.
+  CHECK(request(up.port, "GET", "/").status == 200);
+}
+
+TEST_CASE("over-capacity takes 429 or queue, nothing else", "[e2e][upstream]") {
+  sluice::test::Process bad({kBin, "--over-capacity", "drop"});
+  CHECK(bad.wait_exit(5s) == 2);
+  CHECK(bad.err().find("--over-capacity: expected 429 or queue, got 'drop'") != std::string::npos);
+}
+
 TEST_CASE("stats counts requests but not itself", "[e2e][upstream]") {
   Upstream up(kBin);
-  CHECK(stats(up.port) ==
-        nlohmann::json{{"requests", 0}, {"in_flight", 0}, {"max_in_flight", 0}, {"rejected", 0}});
+  CHECK(stats(up.port) == nlohmann::json{{"requests", 0},
+                                         {"in_flight", 0},
+                                         {"max_in_flight", 0},
+                                         {"rejected", 0},
+                                         {"queued", 0},
+                                         {"waiting", 0}});
   request(up.port, "GET", "/");
   request(up.port, "GET", "/status/500");
   request(up.port, "POST", "/echo", {}, "x");

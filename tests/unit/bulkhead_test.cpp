@@ -233,6 +233,61 @@ TEST_CASE("a slow answer or a timeout remembers the load it ended in, a refusal 
   }
 }
 
+TEST_CASE("an upstream that queues: a window's mean head time over the floor sets K by Little's law",
+          "[admission][bulkhead]") {
+  EstimatePolicy p;
+  p.seed = 16;
+  Estimate e(p);
+  // A first window at low load sets the floor: 50 ms with 4 in flight.
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
+    CHECK_FALSE(e.observe(Signal::clean, e.next_seq(), 3, 50ms, 1s));
+  CHECK(e.queue_floor() == 50ms);
+  // 16 in flight, each answered after 100 ms: the upstream serves 8 at a time and queues the rest.
+  int decreased = 0;
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
+    decreased += e.observe(Signal::clean, e.next_seq(), 15, 100ms, 2s) ? 1 : 0;
+  CHECK(decreased == 1);
+  CHECK(e.carrying() == Approx(8));
+  CHECK(e.value() == Approx(0.85 * 8));
+  CHECK(e.why() == Signal::slow);
+  CHECK_FALSE(e.slow_start());
+  // Answers of requests admitted before the decrease are the same burst.
+  for (int i = 0; i < 2 * EstimatePolicy::kQueueSamples; ++i)
+    CHECK_FALSE(e.observe(Signal::clean, 1, 15, 100ms, 3s));
+  CHECK(e.decreases() == 1);
+
+  // Off with queue_factor 0.
+  p.queue_factor = 0;
+  Estimate off(p);
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i) off.observe(Signal::clean, off.next_seq(), 3, 50ms, 1s);
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i) off.observe(Signal::clean, off.next_seq(), 15, 100ms, 2s);
+  CHECK(off.decreases() == 0);
+  CHECK(off.value() == 16);
+}
+
+TEST_CASE("no queue: a window under queue_factor x the floor, one slow head, an aged floor",
+          "[admission][bulkhead]") {
+  Estimate e;
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i) e.observe(Signal::clean, e.next_seq(), 3, 50ms, 1s);
+  // 1.4 x the floor.
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i) e.observe(Signal::clean, e.next_seq(), 7, 70ms, 2s);
+  // One head of 600 ms among 50 ms ones: the window's mean is 67 ms.
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
+    e.observe(Signal::clean, e.next_seq(), 7, i == 0 ? 600ms : 50ms, 3s);
+  CHECK(e.decreases() == 0);
+  CHECK(e.slow_start());
+  CHECK(e.queue_floor() == 50ms);
+  // A floor older than kQueueFloorAge gives way to the current window: an upstream that
+  // became slower for good is learnt, not fought.
+  const auto later = 3s + EstimatePolicy::kQueueFloorAge + 1ms;
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i) e.observe(Signal::clean, e.next_seq(), 3, 200ms, later);
+  CHECK(e.decreases() == 0);
+  CHECK(e.queue_floor() == 200ms);
+  // A window faster than the floor lowers it at once.
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i) e.observe(Signal::clean, e.next_seq(), 3, 40ms, later);
+  CHECK(e.queue_floor() == 40ms);
+}
+
 TEST_CASE("429 and 503 are refusals, a head much slower than the baseline is too much",
           "[admission][bulkhead]") {
   Estimate e;
