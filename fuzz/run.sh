@@ -19,10 +19,12 @@ if [ "${#targets[@]}" -eq 0 ]; then
   targets=(request_head route_match config_env config_routes replay_trace)
 fi
 
-if [ -d "$corpora/llhttp" ]; then
-  python3 fuzz/llhttp_seeds.py "$corpora" "$out/seeds/request_head"
-else
-  echo "fuzz: no $corpora/llhttp (set SLUICE_CORPORA): request_head starts from fuzz/seeds only" >&2
+if [[ " ${targets[*]} " == *" request_head "* ]]; then
+  if [ -d "$corpora/llhttp" ]; then
+    python3 fuzz/llhttp_seeds.py "$corpora" "$out/seeds/request_head"
+  else
+    echo "fuzz: no $corpora/llhttp (set SLUICE_CORPORA): request_head starts from fuzz/seeds only" >&2
+  fi
 fi
 
 run() {
