@@ -22,12 +22,12 @@ if [[ $jobs == *" release "* ]]; then
 fi
 
 # Runs ctest for a sanitizer preset with every report written under
-# build/<preset>/reports (the children of end-to-end tests print their stderr to
+# <build folder>/reports (the children of end-to-end tests print their stderr to
 # files a test may never show); fails on a failed test or on any report.
 sanitized_ctest() {
   local preset="$1" dir
-  shift
-  dir="$(pwd)/build/$preset/reports"
+  dir="$(pwd)/$2/reports"
+  shift 2
   rm -rf "$dir"
   mkdir -p "$dir"
   local status=0
@@ -40,7 +40,7 @@ sanitized_ctest() {
       echo "== $report"
       cat "$report"
     done
-    echo "test: $preset: sanitizer reports above (build/$preset/reports)" >&2
+    echo "test: $preset: sanitizer reports above ($dir)" >&2
     return 1
   fi
   if [ "$status" -ne 0 ]; then
@@ -52,13 +52,13 @@ sanitized_ctest() {
 if [[ $jobs == *" asan "* ]]; then
   cmake --preset asan-ubsan >/dev/null
   cmake --build --preset asan-ubsan -j "$cores" --target sluice_unit_tests sluice_e2e_tests fuzzers
-  sanitized_ctest asan-ubsan -j "$cores" --timeout 300
+  sanitized_ctest asan-ubsan build/asan -j "$cores" --timeout 300
 fi
 
 if [[ $jobs == *" tsan "* ]]; then
   cmake --preset tsan >/dev/null
   cmake --build --preset tsan -j "$cores" --target sluice_e2e_tests
-  sanitized_ctest tsan -L concurrency -j "$cores" --timeout 300
+  sanitized_ctest tsan build/tsan -L concurrency -j "$cores" --timeout 300
 fi
 
 if [[ $jobs == *" fuzz "* ]]; then
