@@ -318,6 +318,8 @@ void refuse_unknown(const Env& env) {
     const Variable* nearest = nullptr;
     std::size_t best = 4;  // suggest only names within edit distance 3
     for (const auto& v : kVariables) {
+      // The distance is at least the difference in length: skip what cannot be within 3.
+      if (name.size() > v.name.size() + 3 || v.name.size() > name.size() + 3) continue;
       std::size_t d = edit_distance(name, v.name);
       if (d == 0) {
         nearest = &v;

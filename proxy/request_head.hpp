@@ -19,7 +19,8 @@
 //   Transfer-Encoding  HTTP/1.1 only; a list of tokens, empty elements
 //                 ignored, chunked last and once, without parameters; every
 //                 other coding is passed on (Sluice re-chunks the body): else 400
-//   Host          exactly one on HTTP/1.1: else 400
+//   Host          exactly one on HTTP/1.1, never two on HTTP/1.0 (it goes
+//                 upstream as HTTP/1.1): else 400
 //   GET or HEAD with a body: forwarded, then both connections close
 //
 // Pure: no allocation, no I/O; any thread.
@@ -194,7 +195,9 @@ HeadVerdict check_request_head(const boost::beast::http::request<Body, Fields>& 
       return {400, "transfer_encoding"};
   }
 
-  if (m.version() == 11 && m.count(http::field::host) != 1) return {400, "host"};
+  // Never two Hosts (RFC 9112 section 3.2), whatever the version: HTTP/1.0 goes upstream as 1.1.
+  if (m.count(http::field::host) > 1 || (m.version() == 11 && m.count(http::field::host) != 1))
+    return {400, "host"};
 
   // GET and HEAD have no defined use for a body: one is passed on with Sluice's
   // own framing, and neither connection is used again after it.

@@ -19,6 +19,7 @@
 #include <memory_resource>
 #include <optional>
 
+#include "proxy/request_fields.hpp"
 #include "proxy/request_head.hpp"
 #include "proxy/runtime.hpp"
 
@@ -32,7 +33,6 @@ using admission::Lane;
 namespace {
 
 constexpr std::size_t kReadChunk = 4096;
-constexpr std::string_view kLeaseHeader = "X-Sluice-Lease";
 constexpr std::size_t kMaxResponseHeader = 64 * 1024;
 
 std::string_view reason_phrase(int status) {
@@ -69,8 +69,8 @@ bool valid_request_id(std::string_view id) {
   return true;
 }
 
-using Alloc = std::pmr::polymorphic_allocator<char>;
-using Request = http::request<http::buffer_body, http::basic_fields<Alloc>>;
+using Alloc = HeadAlloc;
+using Request = RequestHead;
 
 enum class Phase : std::uint8_t {
   head,           // waiting for / reading a request head
@@ -392,31 +392,10 @@ class Session : public Tracked,
     respond_error(status, why, true);
   }
 
-  // The target's form (framing and bytes are check_request_head's): origin-form,
-  // absolute-form (rewritten to origin-form and Host), or `OPTIONS *`; returns
-  // 0 when the request may go on.
-  int check_request(std::string_view& why) {
-    auto& m = req_->get();
-    auto target = m.target();
-    if (target.starts_with("http://") || target.starts_with("https://")) {
-      // absolute-form: the path goes upstream, the authority becomes Host.
-      auto rest = target.substr(target.find("//") + 2);
-      auto slash = rest.find('/');
-      auto authority = rest.substr(0, slash);
-      std::string path = slash == std::string_view::npos ? "/" : std::string(rest.substr(slash));
-      m.set(http::field::host, authority);
-      m.target(path);
-    } else if (!target.starts_with('/') && !(target == "*" && m.method() == http::verb::options)) {
-      why = "target";
-      return 400;
-    }
-    return 0;
-  }
-
   void on_head() {
     auto& m = req_->get();
     std::string_view why;
-    if (int status = check_request(why); status != 0) {
+    if (int status = check_target(m, why); status != 0) {
       respond_error(status, why, true);
       return;
     }
@@ -801,28 +780,8 @@ class Session : public Tracked,
     h += ' ';
     h += m.target();
     h += " HTTP/1.1\r\n";
-    bool forwarded = false;  // X-Forwarded-For lines are joined into one below
-    bool has_host = false;
-    bool trailers = false;  // the client accepts trailers (TE, cut to that)
-    for (const auto& f : m) {
-      if (f.name() == http::field::te) {
-        for (const auto& coding : http::ext_list{f.value()}) trailers |= iequals(coding.first, "trailers");
-        continue;
-      }
-      if (skip_field(m, f, false)) continue;
-      auto name = f.name_string();
-      if (iequals(name, "x-forwarded-for")) {
-        forwarded = true;
-        continue;
-      }
-      // Sluice states these itself: a client's own never passes as truth.
-      if (iequals(name, "x-forwarded-proto") || iequals(name, "x-request-id") ||
-          iequals(name, "x-real-ip") || iequals(name, kLeaseHeader))
-        continue;
-      has_host |= f.name() == http::field::host;
-      append_field(h, name, f.value());
-    }
-    if (trailers) h += "TE: trailers\r\n";
+    auto passed = append_request_fields(h, m);
+    if (passed.trailers) h += "TE: trailers\r\n";
     if (req_->chunked()) {
       // The client's codings before chunked go on as they were applied (names
       // only; identity is no coding); chunked is Sluice's own.
@@ -842,9 +801,9 @@ class Session : public Tracked,
     } else if (close_both_) {
       h += "Connection: close\r\n";
     }
-    if (!has_host) append_field(h, "Host", cfg_.upstreams[upstream_].hosts.front().str());
+    if (!passed.has_host) append_field(h, "Host", cfg_.upstreams[upstream_].hosts.front().str());
     h += "X-Forwarded-For: ";
-    if (forwarded && !cfg_.forwarded_for_replace)  // replace: Sluice is the edge
+    if (passed.forwarded_for && !cfg_.forwarded_for_replace)  // replace: Sluice is the edge
       for (const auto& f : m)
         if (iequals(f.name_string(), "x-forwarded-for")) {
           h += f.value();
@@ -886,35 +845,6 @@ class Session : public Tracked,
     h += "\r\n\r\n";
   }
 
-  // Fields that never pass through: hop-by-hop ones, those the message's
-  // Connection header names, and the framing Sluice states itself.
-  template <class Message>
-  static bool skip_field(const Message& m, const typename Message::fields_type::value_type& f,
-                         bool keep_upgrade) {
-    switch (f.name()) {
-      case http::field::connection:
-      case http::field::upgrade:
-        return !keep_upgrade;
-      case http::field::keep_alive:
-      case http::field::proxy_connection:
-      case http::field::te:
-      case http::field::trailer:
-      case http::field::transfer_encoding:
-      case http::field::proxy_authenticate:
-      case http::field::proxy_authorization:
-      case http::field::content_length:
-      case http::field::expect:
-        return true;
-      default:
-        break;
-    }
-    for (auto it = m.find(http::field::connection);
-         it != m.end() && it->name() == http::field::connection; ++it)
-      for (auto token : http::token_list{it->value()})
-        if (iequals(token, f.name_string())) return true;
-    return false;
-  }
-
   // "HTTP/1.x NNN reason\r\n"; the standard reason when none is given.
   static void append_status_line(std::string& h, bool http11, int status, std::string_view reason) {
     h += http11 ? "HTTP/1.1 " : "HTTP/1.0 ";
@@ -922,13 +852,6 @@ class Session : public Tracked,
                     static_cast<char>('0' + status % 10), ' '};
     h.append(code, 4);
     h += reason.empty() ? reason_phrase(status) : reason;
-    h += "\r\n";
-  }
-
-  static void append_field(std::string& h, std::string_view name, std::string_view value) {
-    h += name;
-    h += ": ";
-    h += value;
     h += "\r\n";
   }
 

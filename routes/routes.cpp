@@ -204,7 +204,7 @@ Table Table::parse(std::string_view text, const std::vector<std::string>& upstre
   json doc;
   try {
     doc = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a syntax error, or a number too large (1e999)
     throw RouteError(std::string("invalid JSON: ") + e.what());
   }
   if (!doc.is_array())

@@ -1,9 +1,68 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: the operations files' validators, then
 # unit tests and end-to-end tests that start the real binaries on loopback.
+# Then the sanitizer and fuzzing jobs, each in its own build folder:
+#   asan   the whole suite built with ASan+UBSan (build/asan)
+#   tsan   the concurrency tests (ctest label "concurrency") built with TSan (build/tsan)
+#   fuzz   each libFuzzer target for SLUICE_FUZZ_SECONDS (default 20) from its
+#          seeds and regressions (build/fuzz, clang)
+# SLUICE_TEST_JOBS picks among "release asan tsan fuzz" (default: all four).
+# Any sanitizer report, in a test or in a process a test started, fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+jobs=" ${SLUICE_TEST_JOBS:-release asan tsan fuzz} "
+cores="$(nproc)"
+
 ./scripts/setup.sh
-./scripts/build.sh release
-./scripts/check-ops.sh
-ctest --preset release -j "$(nproc)" --timeout 180
+
+if [[ $jobs == *" release "* ]]; then
+  ./scripts/build.sh release
+  ./scripts/check-ops.sh
+  ctest --preset release -j "$cores" --timeout 180
+fi
+
+# Runs ctest for a sanitizer preset with every report written under
+# <build folder>/reports (the children of end-to-end tests print their stderr to
+# files a test may never show); fails on a failed test or on any report.
+sanitized_ctest() {
+  local preset="$1" dir
+  dir="$(pwd)/$2/reports"
+  shift 2
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  local status=0
+  ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:log_path=$dir/asan" \
+    UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$dir/ubsan" \
+    TSAN_OPTIONS="halt_on_error=1:exitcode=66:second_deadlock_stack=1:log_path=$dir/tsan" \
+    ctest --preset "$preset" "$@" || status=$?
+  if compgen -G "$dir/*" >/dev/null; then
+    for report in "$dir"/*; do
+      echo "== $report"
+      cat "$report"
+    done
+    echo "test: $preset: sanitizer reports above ($dir)" >&2
+    return 1
+  fi
+  if [ "$status" -ne 0 ]; then
+    echo "test: $preset: tests failed" >&2
+    return "$status"
+  fi
+}
+
+if [[ $jobs == *" asan "* ]]; then
+  cmake --preset asan-ubsan >/dev/null
+  cmake --build --preset asan-ubsan -j "$cores" --target sluice_unit_tests sluice_e2e_tests fuzzers
+  sanitized_ctest asan-ubsan build/asan -j "$cores" --timeout 300
+fi
+
+if [[ $jobs == *" tsan "* ]]; then
+  cmake --preset tsan >/dev/null
+  cmake --build --preset tsan -j "$cores" --target sluice_e2e_tests
+  sanitized_ctest tsan build/tsan -L concurrency -j "$cores" --timeout 300
+fi
+
+if [[ $jobs == *" fuzz "* ]]; then
+  cmake --preset fuzz >/dev/null
+  cmake --build --preset fuzz -j "$cores"
+  ./fuzz/run.sh
+fi

@@ -56,7 +56,7 @@ int check_refusal(const sluice::test::Response& res, std::string_view lane, int 
 }  // namespace
 
 TEST_CASE("requests waiting for upstream connections raise the level and bulk gets 503",
-          "[e2e][admission][pressure]") {
+          "[e2e][admission][pressure][concurrency]") {
   Upstream up(kUpstream);
   Sluice s(kSluice, env_for(up, {{"SLUICE_THREADS", "1"}, {"SLUICE_UPSTREAM_MAX_CONNECTIONS", "2"}}));
   CHECK(request(s.port, "GET", "/bulk/upload").status == 200);  // admitted at level 0

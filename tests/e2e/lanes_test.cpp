@@ -28,6 +28,7 @@ using sluice::test::eventually;
 using sluice::test::format_request;
 using sluice::test::request;
 using sluice::test::Sluice;
+using sluice::test::kSanitized;
 using sluice::test::kSluice;
 using sluice::test::kUpstream;
 using sluice::test::Upstream;
@@ -338,7 +339,7 @@ TEST_CASE("a lone bulk flood still uses most of the upstream", "[e2e][lanes]") {
                  << "; clients: ok " << bulk.ok << " queue_timeout " << bulk.queue_timeout
                  << " 429 " << bulk.upstream_429 << " failed " << bulk.failed);
   CHECK(after["max_in_flight"].get<int>() >= 6);
-  CHECK(rate >= 0.6 * 400);
+  if (!kSanitized) CHECK(rate >= 0.6 * 400);  // a sanitized build serves at a fraction of that
   CHECK(bulk.queue_timeout > 0);  // the flood asked for more than the upstream serves
 }
 

@@ -424,7 +424,7 @@ TEST_CASE("clients that reset mid-response do not bring the upstream down", "[e2
   CHECK(up.process.running());
 }
 
-TEST_CASE("concurrent slow requests are served in parallel", "[e2e][upstream]") {
+TEST_CASE("concurrent slow requests are served in parallel", "[e2e][upstream][concurrency]") {
   Upstream up(kBin, {"--threads", "4"});
   std::vector<Conn> conns;
   for (int i = 0; i < 8; ++i) {

@@ -17,6 +17,14 @@ namespace sluice::test {
 inline const std::string kSluice = SLUICE_BIN;
 inline const std::string kUpstream = SLUICE_UPSTREAM_BIN;
 
+// Built with ASan or TSan (the asan-ubsan and tsan presets): every binary runs
+// several times slower, so a throughput figure says nothing about Sluice.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 // extra, plus SLUICE_UPSTREAMS naming `up` "api".
 inline std::map<std::string, std::string> upstream_env(
     const Upstream& up, std::map<std::string, std::string> extra = {}) {
@@ -49,8 +57,11 @@ struct Sluice {
   std::string metrics() { return request(admin, "GET", "/metrics").body; }
 
   // The value of one sample line of /metrics ("name{labels}"), or -1.
-  double metric(const std::string& series) {
-    auto text = metrics();
+  double metric(const std::string& series) { return sample(metrics(), series); }
+
+  // The value of one sample line in a /metrics text, or -1: to compare two
+  // series of one scrape (two metric() calls may see a sample land between them).
+  static double sample(const std::string& text, const std::string& series) {
     auto at = text.find("\n" + series + " ");
     if (at == std::string::npos) return -1;
     return std::stod(text.substr(at + series.size() + 2));

@@ -1,0 +1,55 @@
+#include "proxy/request_fields.hpp"
+
+namespace sluice::proxy {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+
+namespace {
+
+bool iequals(std::string_view a, std::string_view b) { return beast::iequals(a, b); }
+
+}  // namespace
+
+int check_target(RequestHead& m, std::string_view& why) {
+  auto target = m.target();
+  if (target.starts_with("http://") || target.starts_with("https://")) {
+    // absolute-form: the path goes upstream, the authority becomes Host.
+    auto rest = target.substr(target.find("//") + 2);
+    auto slash = rest.find('/');
+    auto authority = rest.substr(0, slash);
+    std::string path = slash == std::string_view::npos ? "/" : std::string(rest.substr(slash));
+    m.set(http::field::host, authority);
+    m.target(path);
+  } else if (!target.starts_with('/') && !(target == "*" && m.method() == http::verb::options)) {
+    why = "target";
+    return 400;
+  }
+  return 0;
+}
+
+PassedFields append_request_fields(std::string& h, const RequestHead& m) {
+  PassedFields passed;
+  for (const auto& f : m) {
+    if (f.name() == http::field::te) {
+      for (const auto& coding : http::ext_list{f.value()})
+        passed.trailers |= iequals(coding.first, "trailers");
+      continue;
+    }
+    if (skip_field(m, f, false)) continue;
+    auto name = f.name_string();
+    if (iequals(name, "x-forwarded-for")) {
+      passed.forwarded_for = true;
+      continue;
+    }
+    // Sluice states these itself: a client's own never passes as truth.
+    if (iequals(name, "x-forwarded-proto") || iequals(name, "x-request-id") ||
+        iequals(name, "x-real-ip") || iequals(name, kLeaseHeader))
+      continue;
+    passed.has_host |= f.name() == http::field::host;
+    append_field(h, name, f.value());
+  }
+  return passed;
+}
+
+}  // namespace sluice::proxy

@@ -1,0 +1,80 @@
+#pragma once
+// A client's request head once check_request_head (proxy/request_head.hpp) has
+// let it through: its target's form, and the fields that go upstream. Pure
+// functions over the parsed message, so the session and the fuzz target
+// (fuzz/request_head.cpp) run the same code.
+//
+// Threading: no state; any thread.
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/field.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/rfc7230.hpp>
+#include <memory_resource>
+#include <string>
+#include <string_view>
+
+namespace sluice::proxy {
+
+// Heads are parsed into a per-session arena; bodies are relayed, never kept.
+using HeadAlloc = std::pmr::polymorphic_allocator<char>;
+using RequestParser = boost::beast::http::request_parser<boost::beast::http::buffer_body, HeadAlloc>;
+using RequestHead = RequestParser::value_type;
+
+inline constexpr std::string_view kLeaseHeader = "X-Sluice-Lease";
+
+// The target's form (framing and bytes are check_request_head's): origin-form,
+// absolute-form (rewritten to origin-form, its authority as Host), or
+// `OPTIONS *`. Returns 0 when the request may go on, else 400 with `why`.
+int check_target(RequestHead& m, std::string_view& why);
+
+// Fields that never pass through: hop-by-hop ones, those the message's
+// Connection header names, and the framing Sluice states itself.
+template <class Message>
+bool skip_field(const Message& m, const typename Message::fields_type::value_type& f,
+                bool keep_upgrade) {
+  namespace http = boost::beast::http;
+  switch (f.name()) {
+    case http::field::connection:
+    case http::field::upgrade:
+      return !keep_upgrade;
+    case http::field::keep_alive:
+    case http::field::proxy_connection:
+    case http::field::te:
+    case http::field::trailer:
+    case http::field::transfer_encoding:
+    case http::field::proxy_authenticate:
+    case http::field::proxy_authorization:
+    case http::field::content_length:
+    case http::field::expect:
+      return true;
+    default:
+      break;
+  }
+  for (auto it = m.find(http::field::connection);
+       it != m.end() && it->name() == http::field::connection; ++it)
+    for (auto token : http::token_list{it->value()})
+      if (boost::beast::iequals(token, f.name_string())) return true;
+  return false;
+}
+
+inline void append_field(std::string& h, std::string_view name, std::string_view value) {
+  h += name;
+  h += ": ";
+  h += value;
+  h += "\r\n";
+}
+
+// What append_request_fields left for the caller to state.
+struct PassedFields {
+  bool forwarded_for = false;  // the client sent X-Forwarded-For (joined by the caller)
+  bool has_host = false;
+  bool trailers = false;  // the client accepts trailers (its TE, cut to that)
+};
+
+// Appends the client's fields that go upstream as "Name: value\r\n" lines: not
+// those skip_field drops, nor TE, nor the ones Sluice states itself (the
+// X-Forwarded-*, X-Real-IP, X-Request-Id and lease fields).
+PassedFields append_request_fields(std::string& h, const RequestHead& m);
+
+}  // namespace sluice::proxy
