@@ -19,10 +19,16 @@
 #   wrk -t1 -cCONNECTIONS -dDURATIONs --latency http://127.0.0.1:PORT/
 # first alone, then with SLOW slow connections held open against the same
 # Sluice (bench/lib/slow_clients.py: slowloris heads a header line a second,
-# bodies a byte a second, readers of a 64 MiB response that read nothing; each
-# one the server cuts is replaced at once). The slow connections start before
+# bodies a byte a second, readers of a 1 MiB response that read nothing and
+# reset after 40 s; each one the server cuts is replaced at once). 1 MiB is
+# more than the sockets between Sluice and a reader hold (Sluice's
+# SLUICE_CLIENT_SEND_BUFFER of 256KiB, doubled by the kernel, and the reader's
+# 4 KiB), so Sluice's write stalls; a larger response would mostly measure the
+# test upstream's own send buffers, which share this machine's TCP memory. The slow connections start before
 # the second run and stop after it; the run starts once all are open and the
-# readers' writes have stalled. It prints the medians of both, the ratio, the
+# readers' writes have stalled. The slow clients run at nice 10 (in reality they
+# would run on other machines; here they share two CPUs with Sluice, wrk and the
+# upstream), and their CPU time is reported. It prints the medians of both, the ratio, the
 # Sluice gauges seen during the slow runs, and a markdown fragment.
 # Throughput counts 2xx answers only. Exit 1 when the median throughput with slow clients is more than 10 % below
 # the one without, or the p99 more than 10 % above.
@@ -138,7 +144,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
   run_wrk alone "$round"
 
   rm -f "$TMP/ready" "$TMP/done"
-  start_bg "$TMP/slow-$round.out" python3 "$LIB/slow_clients.py" --port "$PORT" --count "$SLOW" \
+  start_bg "$TMP/slow-$round.out" nice -n 10 python3 "$LIB/slow_clients.py" --port "$PORT" --count "$SLOW" \
     --mix "$MIX" --ready-file "$TMP/ready" --done-file "$TMP/done" --read-hold 40
   slow_pid=$LAST_PID
   while [ ! -e "$TMP/ready" ]; do
@@ -147,12 +153,14 @@ for ((round = 1; round <= ROUNDS; round++)); do
   done
   sleep 3  # the readers' writes stall once the socket buffers are full
   wait_quiet
-  gauges="client connections $(metric sluice_client_connections), upstream connections $(metric sluice_upstream_connections), in flight $(metric sluice_lane_in_flight)"
+  gauges="client connections $(metric sluice_client_connections), upstream connections $(metric sluice_upstream_connections), in flight $(metric sluice_lane_in_flight), slots given back by stalled writes $(metric sluice_client_stalled_writes_total), capacity estimate $(metric sluice_upstream_capacity_estimate)"
   run_wrk slow "$round"
   gauges_after="client connections $(metric sluice_client_connections), upstream connections $(metric sluice_upstream_connections)"
   log "Sluice with the slow connections: before the run $gauges; after it $gauges_after"
   echo "round $round: before the run $gauges; after it $gauges_after" >>"$TMP/gauges.txt"
   touch "$TMP/done"
+  slow_cpu=$(awk '{ print $14 + $15 }' "/proc/$slow_pid/stat" 2>/dev/null || echo 0)
+  log "slow clients' CPU time so far: $(awk -v t="$slow_cpu" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f s", t / hz }')"
   wait "$slow_pid" || true
   stop_pid "$slow_pid"
   log "slow clients: $(tail -n1 "$TMP/slow-$round.out")"

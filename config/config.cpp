@@ -89,6 +89,11 @@ constexpr Variable kVariables[] = {
      "stops reading, or reads slower than 16KiB per this time). A write still pending after 1s "
      "gives the request's bulkhead slot back at once (heavy leases excepted): the response then "
      "waits on the client, not on the upstream."},
+    {"SLUICE_CLIENT_SEND_BUFFER", "256KiB",
+     "The kernel send buffer of each client connection (SO_SNDBUF, 4KiB..64MiB; 0 leaves it to the "
+     "kernel's autotuning, up to net.ipv4.tcp_wmem's maximum): bounds the memory a client that "
+     "stops reading pins in the kernel, and lets its write stall, so SLUICE_SEND_TIMEOUT can cut "
+     "it, before megabytes are queued for it."},
     {"SLUICE_UPSTREAM_CONNECT_TIMEOUT", "2s",
      "An upstream connect that fails or does not complete within this gets 502."},
     {"SLUICE_UPSTREAM_RESPONSE_TIMEOUT", "30s",
@@ -1089,6 +1094,11 @@ Config load(const Env& given) {
   read_count(env, "SLUICE_MAX_HEADER_BYTES", c.max_header_bytes, 1ull << 10, 1ull << 20, true);
   read_count(env, "SLUICE_MAX_BODY_BYTES", c.max_body_bytes, 0, {}, true);
   read_count(env, "SLUICE_MAX_CONNECTIONS", c.max_connections, 1, {}, false);
+  read_count(env, "SLUICE_CLIENT_SEND_BUFFER", c.client_send_buffer, 0, 64ull << 20, true);
+  if (c.client_send_buffer != 0 && c.client_send_buffer < 4096)
+    throw ConfigError("SLUICE_CLIENT_SEND_BUFFER",
+                      in_quotes(*lookup(env, "SLUICE_CLIENT_SEND_BUFFER")) +
+                          " is out of range; valid: 0 (the kernel's autotuning) or 4KiB..64MiB");
   read(env, "SLUICE_FORWARDED_FOR", c.forwarded_for_replace, [](const std::string& v) {
     if (v == "append") return false;
     if (v == "replace") return true;
@@ -1149,6 +1159,7 @@ std::string to_json(const Config& c) {
   j["max_header_bytes"] = c.max_header_bytes;
   j["max_body_bytes"] = c.max_body_bytes;
   j["max_connections"] = c.max_connections;
+  j["client_send_buffer"] = c.client_send_buffer;
   j["forwarded_for"] = c.forwarded_for_replace ? "replace" : "append";
   j["header_timeout"] = format_duration(c.header_timeout);
   j["idle_timeout"] = format_duration(c.idle_timeout);

@@ -107,6 +107,8 @@ class Session : public Tracked,
     bump(w_.active_sessions, std::int64_t{1});
     error_code ec;
     sock_.set_option(tcp::no_delay(true), ec);
+    if (cfg_.client_send_buffer != 0)
+      sock_.set_option(net::socket_base::send_buffer_size(static_cast<int>(cfg_.client_send_buffer)), ec);
     auto ep = sock_.remote_endpoint(ec);
     if (!ec) {
       auto s = ep.address().to_string();

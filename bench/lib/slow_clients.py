@@ -50,7 +50,7 @@ def main():
     p.add_argument("--mix", default="1,1,1", help="weights of slowloris,slow_body,slow_read")
     p.add_argument("--drip", type=float, default=1.0)
     p.add_argument("--body-bytes", type=int, default=1 << 20)
-    p.add_argument("--read-target", default="/large?bytes=67108864")
+    p.add_argument("--read-target", default="/large?bytes=1048576")
     p.add_argument("--read-hold", type=float, default=40.0)
     p.add_argument("--duration", type=float, default=3600)
     p.add_argument("--ready-file", default="")

@@ -186,6 +186,21 @@ TEST_CASE("a client that stops reading a large response is cut at SLUICE_SEND_TI
   CHECK(request(s.port, "GET", "/").status == 200);
 }
 
+TEST_CASE("SLUICE_CLIENT_SEND_BUFFER bounds what is queued for a reader, so its write stalls and is cut",
+          "[e2e][hardening][slow]") {
+  Upstream up(kUpstream);
+  // 2 MiB: more than a 64 KiB send buffer holds, less than the kernel's own
+  // autotuning would let Sluice queue for the reader.
+  Sluice s(kSluice, upstream_env(up, {{"SLUICE_SEND_TIMEOUT", "300ms"},
+                                      {"SLUICE_CLIENT_SEND_BUFFER", "64KiB"}}));
+  auto c = Conn::open(s.port);
+  int small = 4096;
+  ::setsockopt(c.fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  REQUIRE(c.send(format_request("GET", "/large?bytes=2097152", s.port)));
+  CHECK(eventually([&] { return s.metric("sluice_client_timeouts_total{phase=\"send\"}") == 1; }, 5s));
+  check_nothing_held(s, up);
+}
+
 TEST_CASE("clients that stop reading give their bulkhead slots back before they are cut, so "
           "others are served",
           "[e2e][hardening][slow]") {
