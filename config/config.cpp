@@ -86,7 +86,7 @@ constexpr Variable kVariables[] = {
     {"SLUICE_SEND_TIMEOUT", "30s",
      "Each write of a piece of a response (up to 16KiB) to the client must be done within this "
      "time, else the connection is closed and the upstream connection released (a client that "
-     "stops reading, or reads slower than 16KiB per this time). A write still pending after 1s "
+     "stops reading, or reads slower than 16KiB per this time). A write still pending after 250ms "
      "gives the request's bulkhead slot back at once (heavy leases excepted): the response then "
      "waits on the client, not on the upstream."},
     {"SLUICE_CLIENT_SEND_BUFFER", "256KiB",

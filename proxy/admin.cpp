@@ -458,7 +458,7 @@ std::string render_metrics(Runtime& rt, const Watchdog& watchdog, const Ticker& 
     }
     out.push_back(std::move(timeouts));
     add_scalar(out, "sluice_client_stalled_writes_total",
-               "Responses whose write to the client was still pending after 1 s: a slow reader; "
+               "Responses whose write to the client was still pending after 250 ms: a slow reader; "
                "its bulkhead slot was given back then (heavy leases excepted).",
                prom::MetricType::Counter,
                static_cast<double>(sum_workers<std::uint64_t>(

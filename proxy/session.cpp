@@ -34,7 +34,7 @@ constexpr std::size_t kReadChunk = 4096;
 constexpr std::string_view kLeaseHeader = "X-Sluice-Lease";
 constexpr std::size_t kMaxResponseHeader = 64 * 1024;
 // A write to the client still pending after this is a slow reader's (see write_client).
-constexpr Clock::duration kStalledWrite = std::chrono::seconds(1);
+constexpr Clock::duration kStalledWrite = std::chrono::milliseconds(250);
 
 std::string_view reason_phrase(int status) {
   return http::obsolete_reason(static_cast<http::status>(status));

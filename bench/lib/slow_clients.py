@@ -5,8 +5,11 @@
   slow_body   sends a complete head with Content-Length: --body-bytes, then one body byte
               every --drip seconds;
   slow_read   sends GET --read-target with a 4 KiB receive buffer and reads nothing; after
-              --read-hold seconds it resets the connection (the server has cut it by then, or
-              it holds an upstream response that long).
+              --read-hold seconds (+-25 %, so they do not all come back at once) it resets
+              the connection (the server has cut it by then, or it holds an upstream
+              response that long).
+
+Connections open --batch per 100 ms (200 a second by default), not all at once.
 
 A connection the server closes (or answers: a 408 ends it too) is counted by kind and
 how it ended, and replaced at once by a new one of its kind, so N stay open as far as
@@ -32,7 +35,7 @@ KINDS = ("slowloris", "slow_body", "slow_read")
 
 
 class Slow:
-    __slots__ = ("kind", "sock", "state", "next_at", "born", "got")
+    __slots__ = ("kind", "sock", "state", "next_at", "born", "got", "hold")
 
     def __init__(self, kind):
         self.kind = kind
@@ -41,6 +44,7 @@ class Slow:
         self.next_at = 0.0
         self.born = 0.0
         self.got = b""
+        self.hold = 0.0
 
 
 def main():
@@ -55,7 +59,7 @@ def main():
     p.add_argument("--duration", type=float, default=3600)
     p.add_argument("--ready-file", default="")
     p.add_argument("--done-file", default="")
-    p.add_argument("--batch", type=int, default=100, help="connects started per 100 ms")
+    p.add_argument("--batch", type=int, default=20, help="connects started per 100 ms")
     args = p.parse_args()
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -101,6 +105,7 @@ def main():
         c.state = "connecting"
         c.born = now
         c.got = b""
+        c.hold = args.read_hold * rng.uniform(0.75, 1.25)  # not all in step
         sel.register(s, selectors.EVENT_WRITE, c)
 
     def finish(c, how, now, reset=False):
@@ -160,6 +165,7 @@ def main():
                             b"Content-Length: %d\r\n\r\n" % args.body_bytes)
                 else:
                     head = b"GET %s HTTP/1.1\r\nHost: bench\r\n\r\n" % args.read_target.encode()
+                    sel.unregister(c.sock)  # it never reads: do not wake up for its data
                 send(c, head, now)
                 c.next_at = now + args.drip * rng.uniform(0.5, 1.5)
             elif c.kind != "slow_read":
@@ -182,7 +188,7 @@ def main():
             if c.sock is None or c.state != "open":
                 continue
             if c.kind == "slow_read":
-                if now - c.born >= args.read_hold:
+                if now - c.born >= c.hold:
                     finish(c, "held_to_reset", now, reset=True)
             elif now >= c.next_at:
                 c.next_at = now + args.drip

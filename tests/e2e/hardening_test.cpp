@@ -218,7 +218,7 @@ TEST_CASE("clients that stop reading give their bulkhead slots back before they 
     ::setsockopt(readers.back().fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
     REQUIRE(readers.back().send(format_request("GET", "/large?bytes=1073741824", s.port)));
   }
-  // Their writes stall; after a second each gives its slot back.
+  // Their writes stall; 250 ms later each gives its slot back.
   REQUIRE(eventually([&] { return s.metric("sluice_client_stalled_writes_total") >= 2; }, 10s));
   int ok = 0;
   for (int i = 0; i < 10; ++i) ok += request(s.port, "GET", "/").status == 200;
