@@ -454,3 +454,31 @@ TEST_CASE("no error and no check-config output shows the admin token or the leas
     CHECK_FALSE(shows_a_secret(seen + s.process.err()));
   }
 }
+
+TEST_CASE("a reload that changes the admin token or the lease key names it and shows neither value",
+          "[e2e][hardening][admin][secrets]") {
+  Upstream up(kUpstream);
+  auto path = std::filesystem::temp_directory_path() /
+              ("sluice-secrets-reload-" + std::to_string(::getpid()) + ".env");
+  auto write = [&](const std::string& token, const std::string& key) {
+    auto tmp = path.string() + ".new";
+    std::ofstream(tmp) << "SLUICE_ADMIN_TOKEN=" << token << "\nSLUICE_LEASE_KEY=" << key << "\n";
+    std::filesystem::rename(tmp, path);
+  };
+  const std::string next_token = "tok-Yy71Kq-other-0932";
+  const std::string next_key = "0f1e2d3c4b5a69788796a5b4c3d2e1f8";
+  write(kToken, kLeaseKey);
+  {
+    Sluice s(kSluice, {{"SLUICE_UPSTREAMS", "127.0.0.1:" + std::to_string(up.port)},
+                       {"SLUICE_CONFIG_FILE", path.string()}});
+    write(next_token, next_key);
+    CHECK(s.process.wait_for_err("admin_token changed; it takes effect on restart", 5s));
+    CHECK(s.process.wait_for_err("lease_key changed; it takes effect on restart", 5s));
+    // The running token still holds until the restart.
+    CHECK(request(s.admin, "DELETE", "/admin/pins", {{"Authorization", "Bearer " + kToken}}).status == 200);
+    auto err = s.process.err();
+    for (const auto* secret : {&kToken, &kLeaseKey, &next_token, &next_key})
+      CHECK(err.find(secret->substr(0, 8)) == std::string::npos);
+  }
+  std::filesystem::remove(path);
+}
