@@ -518,12 +518,12 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
       res_.keep_alive(false);
       lingering_ = true;
       if (ec == http::error::body_limit)
-        return write_error(http::status::payload_too_large,
+        return write_error(http::status::payload_too_large, "body_too_large",
                            "the body is larger than " + std::to_string(kAdminBodyLimit) + " bytes");
       if (ec == http::error::header_limit)
-        return write_error(http::status::request_header_fields_too_large,
+        return write_error(http::status::request_header_fields_too_large, "header_too_large",
                            "the head is larger than " + std::to_string(kAdminHeaderLimit) + " bytes");
-      return write_error(http::status::bad_request, "malformed request: " + ec.message());
+      return write_error(http::status::bad_request, "bad_request", "malformed request: " + ec.message());
     }
     req_ = parser_->release();
     handle();
@@ -780,11 +780,9 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
   }
 
   // An error Sluice answers before it has read the whole request.
-  void write_error(http::status status, std::string detail) {
+  void write_error(http::status status, std::string_view error, std::string detail) {
     res_.version(11);
-    reply(status, nlohmann::json{{"error", std::string(http::obsolete_reason(status))},
-                                 {"detail", std::move(detail)}}
-                      .dump());
+    reply(status, nlohmann::json{{"error", error}, {"detail", std::move(detail)}}.dump());
     write();
   }
 

@@ -309,6 +309,7 @@ TEST_CASE("admin request bodies and heads are size-limited: 413 and 431, read as
     auto res = c.read_response(5s);
     REQUIRE(res);
     CHECK(res->status == 413);
+    CHECK(json::parse(res->body)["error"] == "body_too_large");
     CHECK(json::parse(res->body)["detail"] == "the body is larger than 8192 bytes");
     // Sluice goes on reading (and dropping) what the client still sends, then
     // closes in order (FIN): closing with bytes unread would reset the
@@ -334,6 +335,7 @@ TEST_CASE("admin request bodies and heads are size-limited: 413 and 431, read as
   SECTION("a head above 8 KiB") {
     auto res = request(s.admin, "GET", "/admin/state", {{"X-Big", std::string(9000, 'x')}});
     CHECK(res.status == 431);
+    CHECK(json::parse(res.body)["error"] == "header_too_large");
   }
   CHECK(json::parse(request(s.admin, "GET", "/admin/state").body)["level"] == 0);
 }
