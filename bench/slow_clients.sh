@@ -65,7 +65,9 @@ while read -r v; do unset "$v"; done < <(compgen -e | grep '^SLUICE_' || true)
 # shellcheck source=bench/lib/common.sh
 . "$(dirname "$0")/lib/common.sh"
 
-[ -x "$SLUICE" ] && [ -x "$UPSTREAM" ] || die "build first: cmake --preset release && cmake --build --preset release"
+if [ ! -x "$SLUICE" ] || [ ! -x "$UPSTREAM" ]; then
+  die "build first: cmake --preset release && cmake --build --preset release"
+fi
 command -v wrk >/dev/null || die "wrk not found (apt-get install wrk)"
 # The slow connections and Sluice's own need file descriptors: raise the soft
 # limit (inherited by the processes started below) up to the hard one.

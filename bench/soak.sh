@@ -67,7 +67,9 @@ while read -r v; do unset "$v"; done < <(compgen -e | grep '^SLUICE_' || true)
 # shellcheck source=bench/lib/common.sh
 . "$(dirname "$0")/lib/common.sh"
 
-[ -x "$SLUICE" ] && [ -x "$UPSTREAM" ] || die "build first: cmake --preset release && cmake --build --preset release"
+if [ ! -x "$SLUICE" ] || [ ! -x "$UPSTREAM" ]; then
+  die "build first: cmake --preset release && cmake --build --preset release"
+fi
 command -v curl >/dev/null || die "curl not found"
 TMP=$(mktemp -d /tmp/sluice-soak.XXXXXX)
 cd "$TMP"
@@ -110,7 +112,8 @@ sum_metric() {
     | awk -v n="$1" '$1 == n || index($1, n "{") == 1 { s += $NF } END { printf "%d\n", s }'
 }
 
-# measure LABEL: one line of figures, also kept as M_<field>_<LABEL>.
+# measure LABEL: one line of figures, also kept as M[<field>_<LABEL>].
+declare -A M
 measure() {
   local label=$1 fds rss pools clients inflight heavy waiting
   fds=$(find "/proc/$SLUICE_PID/fd" -mindepth 1 -maxdepth 1 | wc -l)
@@ -120,13 +123,13 @@ measure() {
   clients=$(sum_metric sluice_client_connections)
   inflight=$(sum_metric sluice_lane_in_flight)
   heavy=$(sum_metric sluice_heavy_leases)
-  printf -v "M_fds_$label" %s "$fds"
-  printf -v "M_rss_$label" %s "$rss"
-  printf -v "M_pools_$label" %s "$pools"
-  printf -v "M_waiting_$label" %s "$waiting"
-  printf -v "M_clients_$label" %s "$clients"
-  printf -v "M_inflight_$label" %s "$inflight"
-  printf -v "M_heavy_$label" %s "$heavy"
+  M[fds_$label]=$fds
+  M[rss_$label]=$rss
+  M[pools_$label]=$pools
+  M[waiting_$label]=$waiting
+  M[clients_$label]=$clients
+  M[inflight_$label]=$inflight
+  M[heavy_$label]=$heavy
   log "$label: fds $fds, RSS $rss KiB, upstream connections $pools (waiting $waiting), client connections $clients, in flight $inflight, heavy leases $heavy"
 }
 
@@ -202,12 +205,12 @@ check() {  # WHAT START END SLACK
   local d=$(($3 - $2))
   if [ "${d#-}" -gt "$4" ]; then log "LEAK? $1: $2 at the start, $3 at the end"; fail=1; fi
 }
-check "open fds" "$M_fds_start" "$M_fds_end" 0
-check "upstream connections" "$M_pools_start" "$M_pools_end" 0
-check "client connections" "$M_clients_start" "$M_clients_end" 0
-check "requests in flight" "$M_inflight_start" "$M_inflight_end" 0
-check "heavy leases" "$M_heavy_start" "$M_heavy_end" 0
-check "RSS KiB" "$M_rss_start" "$M_rss_end" $((M_rss_start / 10 + 2048))
+check "open fds" "${M[fds_start]}" "${M[fds_end]}" 0
+check "upstream connections" "${M[pools_start]}" "${M[pools_end]}" 0
+check "client connections" "${M[clients_start]}" "${M[clients_end]}" 0
+check "requests in flight" "${M[inflight_start]}" "${M[inflight_end]}" 0
+check "heavy leases" "${M[heavy_start]}" "${M[heavy_end]}" 0
+check "RSS KiB" "${M[rss_start]}" "${M[rss_end]}" $((M[rss_start] / 10 + 2048))
 [ "$ok" = 1 ] || { log "ACCOUNTING MISMATCH (client, Sluice by code above)"; fail=1; }
 
 commit=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -226,6 +229,6 @@ echo "- By status class, client / Sluice's /metrics: $by_class"
 echo
 echo "| after ${SETTLE}s quiet | open fds | RSS | upstream connections | client connections | in flight | heavy leases |"
 echo "|---|---:|---:|---:|---:|---:|---:|"
-echo "| after the ${WARMUP}s warm-up | $M_fds_start | $M_rss_start KiB | $M_pools_start | $M_clients_start | $M_inflight_start | $M_heavy_start |"
-echo "| after the ${DURATION}s run | $M_fds_end | $M_rss_end KiB | $M_pools_end | $M_clients_end | $M_inflight_end | $M_heavy_end |"
+echo "| after the ${WARMUP}s warm-up | ${M[fds_start]} | ${M[rss_start]} KiB | ${M[pools_start]} | ${M[clients_start]} | ${M[inflight_start]} | ${M[heavy_start]} |"
+echo "| after the ${DURATION}s run | ${M[fds_end]} | ${M[rss_end]} KiB | ${M[pools_end]} | ${M[clients_end]} | ${M[inflight_end]} | ${M[heavy_end]} |"
 exit "$fail"
