@@ -27,10 +27,12 @@ constexpr Variable kVariables[] = {
      "Address the proxy accepts client connections on, as host:port or [IPv6]:port."},
     {"SLUICE_ADMIN_LISTEN", "127.0.0.1:9901",
      "Address of the admin listener, which serves /metrics, /healthz, /readyz and /admin/... and "
-     "is never gated by admission."},
+     "is never gated by admission; an address that is not loopback needs SLUICE_ADMIN_TOKEN (no "
+     "opt-out)."},
     {"SLUICE_ADMIN_TOKEN", "unset",
-     "Bearer token that mutating admin calls (POST and DELETE /admin/pins) must present; "
-     "required when the admin listener is not loopback."},
+     "Bearer token that mutating admin calls (POST and DELETE /admin/pins, POST "
+     "/admin/debug/block) must present as Authorization: Bearer <token>, compared in constant "
+     "time; required when SLUICE_ADMIN_LISTEN is not loopback. A secret: no output shows it."},
     {"SLUICE_UPSTREAMS", "required",
      "Upstreams as name=host:port[|host:port...] entries separated by ; (a bare host:port names "
      "upstream default); the first one is where routes send requests unless they say otherwise."},
@@ -77,11 +79,21 @@ constexpr Variable kVariables[] = {
     {"SLUICE_IDLE_TIMEOUT", "60s",
      "A keep-alive client connection idle this long between two requests is closed."},
     {"SLUICE_BODY_TIMEOUT", "30s",
-     "A request body that makes no progress for this long gets 408 and the connection is "
-     "closed."},
+     "Each 16KiB of a request body (or its end) must arrive within this much time spent waiting "
+     "on the client, else 408 and the connection is closed: a stalled body and one trickled in "
+     "alike. The first 16KiB is read before admission, so a slow body holds no slot and no "
+     "upstream connection while it arrives."},
     {"SLUICE_SEND_TIMEOUT", "30s",
-     "A write to the client that makes no progress for this long closes the connection (slow "
-     "readers)."},
+     "Each write of a piece of a response (up to 16KiB) to the client must be done within this "
+     "time, else the connection is closed and the upstream connection released (a client that "
+     "stops reading, or reads slower than 16KiB per this time). A write still pending after 250ms "
+     "gives the request's bulkhead slot back at once (heavy leases excepted): the response then "
+     "waits on the client, not on the upstream."},
+    {"SLUICE_CLIENT_SEND_BUFFER", "256KiB",
+     "The kernel send buffer of each client connection (SO_SNDBUF, 4KiB..64MiB; 0 leaves it to the "
+     "kernel's autotuning, up to net.ipv4.tcp_wmem's maximum): bounds the memory a client that "
+     "stops reading pins in the kernel, and lets its write stall, so SLUICE_SEND_TIMEOUT can cut "
+     "it, before megabytes are queued for it."},
     {"SLUICE_UPSTREAM_CONNECT_TIMEOUT", "2s",
      "An upstream connect that fails or does not complete within this gets 502."},
     {"SLUICE_UPSTREAM_RESPONSE_TIMEOUT", "30s",
@@ -1050,10 +1062,14 @@ Config load(const Env& given) {
       throw ConfigError("SLUICE_ADMIN_TOKEN", "set but empty; give a token or unset it");
     c.admin_token = *token;
   }
+  // Off loopback, anyone who reaches the port could pin the level: the
+  // listener refuses to bind there unless mutating calls need a token.
   if (c.admin_token.empty() && !c.admin_listen.is_loopback())
-    throw ConfigError("SLUICE_ADMIN_TOKEN",
-                      "required because SLUICE_ADMIN_LISTEN (" + c.admin_listen.str() +
-                          ") is not loopback; set a token or listen on 127.0.0.1");
+    throw ConfigError("SLUICE_ADMIN_LISTEN",
+                      c.admin_listen.str() +
+                          " is not loopback and SLUICE_ADMIN_TOKEN is unset; set "
+                          "SLUICE_ADMIN_TOKEN (mutating admin calls then need it) or listen on "
+                          "127.0.0.1");
 
   load_routes(env, c);
 
@@ -1080,6 +1096,11 @@ Config load(const Env& given) {
   read_count(env, "SLUICE_MAX_HEADER_BYTES", c.max_header_bytes, 1ull << 10, 1ull << 20, true);
   read_count(env, "SLUICE_MAX_BODY_BYTES", c.max_body_bytes, 0, {}, true);
   read_count(env, "SLUICE_MAX_CONNECTIONS", c.max_connections, 1, {}, false);
+  read_count(env, "SLUICE_CLIENT_SEND_BUFFER", c.client_send_buffer, 0, 64ull << 20, true);
+  if (c.client_send_buffer != 0 && c.client_send_buffer < 4096)
+    throw ConfigError("SLUICE_CLIENT_SEND_BUFFER",
+                      in_quotes(*lookup(env, "SLUICE_CLIENT_SEND_BUFFER")) +
+                          " is out of range; valid: 0 (the kernel's autotuning) or 4KiB..64MiB");
   read(env, "SLUICE_FORWARDED_FOR", c.forwarded_for_replace, [](const std::string& v) {
     if (v == "append") return false;
     if (v == "replace") return true;
@@ -1140,6 +1161,7 @@ std::string to_json(const Config& c) {
   j["max_header_bytes"] = c.max_header_bytes;
   j["max_body_bytes"] = c.max_body_bytes;
   j["max_connections"] = c.max_connections;
+  j["client_send_buffer"] = c.client_send_buffer;
   j["forwarded_for"] = c.forwarded_for_replace ? "replace" : "append";
   j["header_timeout"] = format_duration(c.header_timeout);
   j["idle_timeout"] = format_duration(c.idle_timeout);

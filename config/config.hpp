@@ -79,6 +79,7 @@ struct Config {
   std::size_t max_header_bytes = 16 * 1024;           // 431 above
   std::uint64_t max_body_bytes = 64ull * 1024 * 1024;  // 413 above
   std::size_t max_connections = 20'000;               // client connections
+  std::size_t client_send_buffer = 256 * 1024;        // SO_SNDBUF of client sockets; 0: the kernel's
   bool forwarded_for_replace = false;  // SLUICE_FORWARDED_FOR=replace: Sluice is the edge
   Duration header_timeout{10'000};    // whole request head must arrive within (408)
   Duration idle_timeout{60'000};      // keep-alive idle between requests

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "proxy/admin_token.hpp"
 #include "proxy/status_page.hpp"
 #include "proxy/ticker.hpp"
 
@@ -444,6 +445,24 @@ std::string render_metrics(Runtime& rt, const Watchdog& watchdog, const Ticker& 
                prom::MetricType::Counter,
                static_cast<double>(sum_workers<std::uint64_t>(
                    rt, [](Shard& s) -> auto& { return s.connections_refused; })));
+    auto timeouts = family("sluice_client_timeouts_total",
+                           "Client connections cut at a deadline, by phase: header "
+                           "(SLUICE_HEADER_TIMEOUT), body (SLUICE_BODY_TIMEOUT), send "
+                           "(SLUICE_SEND_TIMEOUT), idle (SLUICE_IDLE_TIMEOUT).",
+                           prom::MetricType::Counter);
+    for (std::size_t t = 0; t < kClientTimeouts; ++t) {
+      auto m = with_labels({{"phase", std::string(to_string(static_cast<ClientTimeout>(t)))}});
+      m.counter.value = static_cast<double>(sum_workers<std::uint64_t>(
+          rt, [&](Shard& s) -> auto& { return s.client_timeouts[t]; }));
+      timeouts.metric.push_back(std::move(m));
+    }
+    out.push_back(std::move(timeouts));
+    add_scalar(out, "sluice_client_stalled_writes_total",
+               "Responses whose write to the client was still pending after 250 ms: a slow reader; "
+               "its bulkhead slot was given back then (heavy leases excepted).",
+               prom::MetricType::Counter,
+               static_cast<double>(sum_workers<std::uint64_t>(
+                   rt, [](Shard& s) -> auto& { return s.stalled_writes; })));
     add_scalar(out, "sluice_websocket_tunnels_total", "Upgraded connections tunnelled.",
                prom::MetricType::Counter,
                static_cast<double>(sum_workers<std::uint64_t>(
@@ -461,6 +480,10 @@ std::string render_metrics(Runtime& rt, const Watchdog& watchdog, const Ticker& 
 
 namespace {
 
+// Admin requests are small: a pin is a few dozen bytes of JSON.
+constexpr std::uint32_t kAdminHeaderLimit = 8 * 1024;
+constexpr std::uint64_t kAdminBodyLimit = 8 * 1024;
+
 class AdminSession : public std::enable_shared_from_this<AdminSession> {
  public:
   AdminSession(tcp::socket s, Runtime& rt, const Watchdog& wd, Ticker& ticker)
@@ -472,8 +495,8 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
   void read() {
     req_ = {};
     parser_.emplace();
-    parser_->header_limit(16 * 1024);
-    parser_->body_limit(64 * 1024);
+    parser_->header_limit(kAdminHeaderLimit);
+    parser_->body_limit(kAdminBodyLimit);
     timer_.expires_after(std::chrono::seconds(30));
     timer_.async_wait([weak = weak_from_this()](error_code ec) {
       if (auto self = weak.lock(); self && !ec) {
@@ -489,12 +512,18 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
     timer_.cancel();
     if (ec) {
       if (ec == http::error::end_of_stream || ec == net::error::operation_aborted) return close();
+      // The request is refused unread: its rest is drained before the close
+      // (linger()), so the client reads this answer instead of a reset.
       res_ = {};
-      res_.result(ec == http::error::body_limit ? http::status::payload_too_large
-                                                : http::status::bad_request);
-      res_.body() = "bad request\n";
       res_.keep_alive(false);
-      return write();
+      lingering_ = true;
+      if (ec == http::error::body_limit)
+        return write_error(http::status::payload_too_large, "body_too_large",
+                           "the body is larger than " + std::to_string(kAdminBodyLimit) + " bytes");
+      if (ec == http::error::header_limit)
+        return write_error(http::status::request_header_fields_too_large, "header_too_large",
+                           "the head is larger than " + std::to_string(kAdminHeaderLimit) + " bytes");
+      return write_error(http::status::bad_request, "bad_request", "malformed request: " + ec.message());
     }
     req_ = parser_->release();
     handle();
@@ -546,19 +575,28 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
     }
   }
 
-  // Mutating calls need the bearer token when one is set (compared in constant time).
+  // Mutating calls (POST and DELETE /admin/pins, POST /admin/debug/block) need
+  // the bearer token when one is set, compared in constant time (admin_token.hpp).
   bool authorized() const {
-    const auto& token = rt_.config.admin_token;
-    if (token.empty()) return true;
-    std::string_view auth = req_[http::field::authorization];
-    std::string_view expected_prefix = "Bearer ";
-    if (!auth.starts_with(expected_prefix)) return false;
-    auth.remove_prefix(expected_prefix.size());
-    unsigned diff = auth.size() == token.size() ? 0u : 1u;
-    for (std::size_t i = 0; i < token.size(); ++i)
-      diff |= static_cast<unsigned char>(token[i]) ^
-              static_cast<unsigned char>(i < auth.size() ? auth[i] : 0);
-    return diff == 0;
+    return admin_authorized(rt_.config.admin_token, req_[http::field::authorization]);
+  }
+
+  void unauthorized() {
+    res_.set(http::field::www_authenticate, "Bearer");
+    reply(http::status::unauthorized,
+          R"({"error":"unauthorized","detail":"this call needs Authorization: Bearer <SLUICE_ADMIN_TOKEN>"})");
+  }
+
+  // A call that takes no body: one sent anyway is refused, not ignored.
+  bool refuse_body() {
+    if (req_.body().empty()) return false;
+    bad_request("this call takes no body");
+    return true;
+  }
+
+  void bad_request(std::string detail) {
+    reply(http::status::bad_request,
+          nlohmann::json{{"error", "bad_request"}, {"detail", std::move(detail)}}.dump());
   }
 
   static std::optional<std::string_view> query_value(std::string_view target, std::string_view key) {
@@ -641,7 +679,8 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
         res_.set(http::field::allow, "POST");
         return reply(http::status::method_not_allowed, R"({"error":"method_not_allowed"})");
       }
-      if (!authorized()) return reply(http::status::unauthorized, R"({"error":"unauthorized"})");
+      if (!authorized()) return unauthorized();
+      if (refuse_body()) return;
       auto thread = query_number(target, "thread").value_or(0);
       auto ms = query_number(target, "ms");
       if (!ms || *ms <= 0 || *ms > 60'000 || thread < 0 ||
@@ -676,33 +715,45 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
       res_.set(http::field::allow, "GET, POST, DELETE");
       return reply(http::status::method_not_allowed, R"({"error":"method_not_allowed"})");
     }
-    if (!authorized()) return reply(http::status::unauthorized, R"({"error":"unauthorized"})");
+    if (!authorized()) return unauthorized();
     std::string who = "admin@" + peer();
     if (req_.method() == http::verb::delete_) {
+      if (refuse_body()) return;
       ticker_.unpin(who);
       return reply(http::status::ok, ticker_.state_json());
     }
-    json body;
-    try {
-      body = json::parse(req_.body());
-      if (!body.is_object()) throw std::invalid_argument("not an object");
-      for (auto& [k, v] : body.items())
-        if (k != "level" && k != "ttl" && k != "reason" && k != "who")
-          throw std::invalid_argument("unknown field \"" + k + "\"; valid: level, ttl, reason, who");
-      if (!body.contains("level") || !body["level"].is_number_integer())
-        throw std::invalid_argument("\"level\" (0..3) is required");
-      std::optional<admission::Millis> ttl;
-      if (body.contains("ttl")) ttl = config::parse_duration(body["ttl"].get<std::string>());
-      if (ttl && ttl->count() <= 0) throw std::invalid_argument("\"ttl\" must be above 0");
-      std::string reason = body.value("reason", std::string());
-      if (reason.size() > 500) throw std::invalid_argument("\"reason\" is longer than 500 bytes");
-      if (body.contains("who")) who = body["who"].get<std::string>() + " (" + who + ")";
-      auto result = ticker_.pin(body["level"].get<int>(), ttl, reason, who);
-      if (!result.ok) throw std::invalid_argument(result.error);
-    } catch (const std::exception& e) {
-      return reply(http::status::bad_request,
-                   json{{"error", "bad_request"}, {"detail", e.what()}}.dump());
+    // Every check names the field and what would be valid.
+    static constexpr std::string_view kExample = R"(; e.g. {"level":2,"ttl":"10m","reason":"incident 42"})";
+    json body = json::parse(req_.body(), nullptr, false);
+    if (body.is_discarded() || !body.is_object())
+      return bad_request("the body must be a JSON object" + std::string(kExample));
+    for (auto& [k, v] : body.items())
+      if (k != "level" && k != "ttl" && k != "reason" && k != "who")
+        return bad_request("unknown field \"" + k.substr(0, 40) + "\"; valid: level, ttl, reason, who");
+    if (!body.contains("level") || !body["level"].is_number_integer())
+      return bad_request("\"level\" is required, a whole number 0..3" + std::string(kExample));
+    std::optional<admission::Millis> ttl;
+    if (body.contains("ttl")) {
+      if (!body["ttl"].is_string()) return bad_request("\"ttl\" must be a duration string such as \"10m\"");
+      try {
+        ttl = config::parse_duration(body["ttl"].get<std::string>());
+      } catch (const std::exception&) {
+        return bad_request("\"ttl\" is not a duration; use e.g. 30s, 10m, 1h");
+      }
+      if (ttl->count() <= 0) return bad_request("\"ttl\" must be above 0");
     }
+    for (const char* field : {"reason", "who"})
+      if (body.contains(field) && !body[field].is_string())
+        return bad_request("\"" + std::string(field) + "\" must be a string");
+    std::string reason = body.value("reason", std::string());
+    if (reason.size() > 500) return bad_request("\"reason\" is longer than 500 bytes");
+    if (body.contains("who")) {
+      auto given = body["who"].get<std::string>();
+      if (given.size() > 200) return bad_request("\"who\" is longer than 200 bytes");
+      who = given + " (" + who + ")";
+    }
+    auto result = ticker_.pin(body["level"].get<int>(), ttl, reason, who);
+    if (!result.ok) return bad_request(result.error);
     reply(http::status::ok, ticker_.state_json());
   }
 
@@ -722,8 +773,43 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
       res_.prepare_payload();
     }
     http::async_write(sock_, res_, [self = shared_from_this()](error_code ec, std::size_t) {
+      if (!ec && self->lingering_) return self->linger();
       if (ec || !self->res_.keep_alive()) return self->close();
       self->read();
+    });
+  }
+
+  // An error Sluice answers before it has read the whole request.
+  void write_error(http::status status, std::string_view error, std::string detail) {
+    res_.version(11);
+    reply(status, nlohmann::json{{"error", error}, {"detail", std::move(detail)}}.dump());
+    write();
+  }
+
+  // After an answer to a request left unread: stop sending, then read and drop
+  // what the client still sends (at most kLingerBytes, for at most 2 s) so
+  // closing with unread bytes does not reset the connection under the answer.
+  void linger() {
+    error_code ec;
+    sock_.shutdown(tcp::socket::shutdown_send, ec);
+    timer_.expires_after(std::chrono::seconds(2));
+    timer_.async_wait([weak = weak_from_this()](error_code e) {
+      if (auto self = weak.lock(); self && !e) self->close();
+    });
+    drain();
+  }
+
+  void drain() {
+    static constexpr std::size_t kLingerBytes = 1 << 20;
+    buf_.consume(buf_.size());
+    sock_.async_read_some(buf_.prepare(16 * 1024), [self = shared_from_this()](error_code ec,
+                                                                                std::size_t n) {
+      self->drained_ += n;
+      if (ec || self->drained_ >= kLingerBytes) {
+        self->timer_.cancel();
+        return self->close();
+      }
+      self->drain();
     });
   }
 
@@ -738,6 +824,8 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
   const Watchdog& wd_;
   Ticker& ticker_;
   net::steady_timer timer_;
+  bool lingering_ = false;
+  std::size_t drained_ = 0;
   beast::flat_buffer buf_;
   std::optional<http::request_parser<http::string_body>> parser_;
   http::request<http::string_body> req_;

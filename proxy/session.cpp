@@ -34,6 +34,8 @@ namespace {
 
 constexpr std::size_t kReadChunk = 4096;
 constexpr std::size_t kMaxResponseHeader = 64 * 1024;
+// A write to the client still pending after this is a slow reader's (see write_client).
+constexpr Clock::duration kStalledWrite = std::chrono::milliseconds(250);
 
 std::string_view reason_phrase(int status) {
   return http::obsolete_reason(static_cast<http::status>(status));
@@ -106,6 +108,8 @@ class Session : public Tracked,
     bump(w_.active_sessions, std::int64_t{1});
     error_code ec;
     sock_.set_option(tcp::no_delay(true), ec);
+    if (cfg_.client_send_buffer != 0)
+      sock_.set_option(net::socket_base::send_buffer_size(static_cast<int>(cfg_.client_send_buffer)), ec);
     auto ep = sock_.remote_endpoint(ec);
     if (!ec) {
       auto s = ep.address().to_string();
@@ -119,6 +123,14 @@ class Session : public Tracked,
 
   // ---- Tracked ----
   void on_deadline() override {
+    if (phase_ == Phase::write_client && Clock::now() < write_started_ + cfg_.send_timeout) {
+      // The client reads slower than the upstream sends: the response now
+      // waits on the client, not on the upstream, so its bulkhead slot goes
+      // back (its upstream connection stays until the end or the cut).
+      release_stalled_seat();
+      deadline = write_started_ + cfg_.send_timeout;
+      return;
+    }
     timed_out_ = true;
     error_code ec;
     switch (phase_) {
@@ -151,6 +163,14 @@ class Session : public Tracked,
         sock_.cancel(ec);
         break;
       case Phase::write_client:
+        // A client that stopped reading: the write was not done within SLUICE_SEND_TIMEOUT.
+        // The exchange is logged and counted as 408 send_timeout, never as the clean status.
+        count_timeout(ClientTimeout::send);
+        status_override_ = 408;
+        reason_ = "send_timeout";
+        sock_.close(ec);
+        if (up_) up_->socket.close(ec);
+        break;
       case Phase::tunnel:
       case Phase::closing:
         sock_.close(ec);
@@ -267,6 +287,9 @@ class Session : public Tracked,
     response_sent_ = false;
     request_started_ = false;
     timed_out_ = false;
+    prebuffered_ = 0;
+    body_stride_ = 0;
+    body_budget_ = cfg_.body_timeout;
     retried_ = false;
     sse_ = false;
     header_sent_ = false;
@@ -330,8 +353,12 @@ class Session : public Tracked,
   void on_read_head(error_code ec, std::size_t n) {
     if (ec) {
       if (timed_out_ && request_started_) {
+        count_timeout(ClientTimeout::header);
         respond_error(408, "header_timeout", true);
       } else {
+        // Nothing of a request came: a new connection that sent nothing within
+        // SLUICE_HEADER_TIMEOUT, or a kept-alive one idle for SLUICE_IDLE_TIMEOUT.
+        if (timed_out_) count_timeout(first_ ? ClientTimeout::header : ClientTimeout::idle);
         close();
       }
       return;
@@ -428,7 +455,73 @@ class Session : public Tracked,
     }
     lane_ = route_->lane;
     upstream_ = route_->upstream;
+    if (!req_->is_done() && !upgrade_ && m.find(http::field::expect) == m.end()) {
+      prebuffer_body();
+      return;
+    }
     admit();
+  }
+
+  // Reads the body's first block (all of a small body) before admission, so a
+  // client that trickles its body holds no slot and no upstream connection
+  // while it does, only its own connection. With Expect: 100-continue the
+  // client waits for the 100, which comes once an upstream connection is ready.
+  void prebuffer_body() {
+    if (!block_) block_ = w_.blocks().get();
+    auto& body = req_->get().body();
+    body.data = block_.get() + prebuffered_;
+    body.size = BlockPool::kBlockSize - prebuffered_;
+    read_body(&Session::on_prebuffered);
+  }
+
+  void on_prebuffered(error_code ec, std::size_t) {
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) return body_failed(ec);
+    std::size_t n = BlockPool::kBlockSize - prebuffered_ - req_->get().body().size;
+    prebuffered_ += n;
+    bytes_in_ += n;
+    body_progress(n);
+    if (prebuffered_ < BlockPool::kBlockSize && !req_->is_done()) {
+      prebuffer_body();
+      return;
+    }
+    admit();
+  }
+
+  // One read of request body from the client. The client's time is metered:
+  // each kBlockSize of body (or its end) must arrive within SLUICE_BODY_TIMEOUT
+  // of reading time, so a trickle that keeps making a little progress is cut
+  // like a stalled one; time spent waiting on the upstream does not count.
+  template <class Handler>
+  void read_body(Handler handler) {
+    phase_ = Phase::request_body;
+    body_read_start_ = Clock::now();
+    deadline = body_read_start_ + body_budget_;
+    http::async_read_some(sock_, buf_, *req_,
+                          beast::bind_front_handler(handler, shared_from_this()));
+  }
+
+  void body_progress(std::size_t n) {
+    body_budget_ -= Clock::now() - body_read_start_;
+    body_stride_ += n;
+    if (body_stride_ >= BlockPool::kBlockSize || req_->is_done()) {
+      body_stride_ = 0;
+      body_budget_ = cfg_.body_timeout;
+    }
+  }
+
+  void body_failed(error_code ec) {
+    if (timed_out_) {
+      count_timeout(ClientTimeout::body);
+      respond_error(408, "body_timeout", true);
+    } else if (ec == http::error::body_limit) {
+      respond_error(413, "body_too_large", true);
+    } else if (ec == net::error::eof || ec == net::error::connection_reset ||
+               ec == http::error::partial_message) {
+      abort();
+    } else {
+      respond_error(400, "bad_request", true);
+    }
   }
 
   // Admission: a delegated request is seated at once; any other passes the
@@ -924,6 +1017,11 @@ class Session : public Tracked,
   // Reads the next piece of the request body (or none) and writes it with the
   // head still unsent, so a small request leaves in one write.
   void request_body_step() {
+    if (prebuffered_ > 0) {  // read before admission: it leaves with the head
+      auto n = std::exchange(prebuffered_, 0);
+      write_upstream(n);
+      return;
+    }
     if (req_->is_done()) {
       write_upstream(0);
       return;
@@ -932,28 +1030,14 @@ class Session : public Tracked,
     auto& body = req_->get().body();
     body.data = block_.get();
     body.size = BlockPool::kBlockSize;
-    phase_ = Phase::request_body;
-    deadline = Clock::now() + cfg_.body_timeout;
-    http::async_read_some(sock_, buf_, *req_,
-                          beast::bind_front_handler(&Session::on_request_body, shared_from_this()));
+    read_body(&Session::on_request_body);
   }
 
   void on_request_body(error_code ec, std::size_t) {
     if (ec == http::error::need_buffer) ec = {};
-    if (ec) {
-      if (timed_out_) {
-        respond_error(408, "body_timeout", true);
-      } else if (ec == http::error::body_limit) {
-        respond_error(413, "body_too_large", true);
-      } else if (ec == net::error::eof || ec == net::error::connection_reset ||
-                 ec == http::error::partial_message) {
-        abort();
-      } else {
-        respond_error(400, "bad_request", true);
-      }
-      return;
-    }
+    if (ec) return body_failed(ec);
     std::size_t n = BlockPool::kBlockSize - req_->get().body().size;
+    body_progress(n);
     if (n == 0 && !req_->is_done()) {  // a chunk header alone: read on
       request_body_step();
       return;
@@ -1176,7 +1260,12 @@ class Session : public Tracked,
 
   void write_client(std::size_t n, bool last) {
     phase_ = Phase::write_client;
-    deadline = Clock::now() + cfg_.send_timeout;
+    write_started_ = Clock::now();
+    // A seated request looks again after kStalledWrite: a write still pending
+    // then means a slow reader, whose slot release_stalled_seat() gives back.
+    deadline = write_started_ + (holds_stallable_seat() ? std::min<Clock::duration>(
+                                                             kStalledWrite, cfg_.send_timeout)
+                                                       : cfg_.send_timeout);
     header_sent_ = true;
     response_sent_ = last;
     write_piece(sock_, out_, res_chunked_out_, n ? block_.get() : nullptr, n, last,
@@ -1264,6 +1353,18 @@ class Session : public Tracked,
   }
 
   // ---------------------------------------------------------------- endings
+  void count_timeout(ClientTimeout t) { bump(st_.client_timeouts[static_cast<std::size_t>(t)]); }
+
+  // A heavy lease lasts its whole response (an SSE stream included); any other
+  // slot measures the upstream's concurrency, which a slow reader no longer uses.
+  bool holds_stallable_seat() const { return Seat::seated && lane_ != Lane::heavy; }
+
+  void release_stalled_seat() {
+    if (!holds_stallable_seat()) return;
+    bump(st_.stalled_writes);
+    release_seat();
+  }
+
   void release_upstream(bool reusable) {
     if (!up_) return;
     w_.pool(upstream_).release(std::move(up_), reusable);
@@ -1486,6 +1587,11 @@ class Session : public Tracked,
   std::string_view reason_;
   Clock::time_point start_{};
   Clock::time_point head_deadline_{};
+  Clock::time_point write_started_{};  // when the pending write to the client began
+  std::size_t prebuffered_ = 0;       // body bytes read before admission, in block_
+  std::size_t body_stride_ = 0;       // body bytes since the budget was last renewed
+  Clock::duration body_budget_{};     // client time left for the rest of this stride
+  Clock::time_point body_read_start_{};
   std::chrono::system_clock::time_point start_wall_{};
   Clock::duration upstream_wait_{-1};
   Clock::duration ttfb_{-1};

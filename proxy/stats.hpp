@@ -75,6 +75,19 @@ struct UpstreamStats {
   std::unique_ptr<std::array<std::atomic<std::uint64_t>, kFallbackWhys>[]> fallbacks;
 };
 
+// A client connection cut at one of its deadlines (a slow client), by where it was.
+enum class ClientTimeout : std::uint8_t { header, body, send, idle };
+inline constexpr std::size_t kClientTimeouts = 4;
+constexpr std::string_view to_string(ClientTimeout t) {
+  switch (t) {
+    case ClientTimeout::header: return "header";
+    case ClientTimeout::body: return "body";
+    case ClientTimeout::send: return "send";
+    case ClientTimeout::idle: return "idle";
+  }
+  return "header";
+}
+
 inline constexpr std::size_t kOutcomes = 3;  // admission::Outcome
 inline constexpr std::size_t kReasons = 4;   // admission::Reason
 
@@ -101,6 +114,8 @@ struct Shard {
   std::atomic<std::uint64_t> connections_refused{0};   // over SLUICE_MAX_CONNECTIONS
   std::array<std::atomic<std::uint64_t>, kStatusSlots> client_errors{};  // answered before routing
   std::atomic<std::uint64_t> websocket_tunnels{0};
+  std::array<std::atomic<std::uint64_t>, kClientTimeouts> client_timeouts{};  // by ClientTimeout
+  std::atomic<std::uint64_t> stalled_writes{0};  // slots given back by slow readers
 };
 
 }  // namespace sluice::proxy

@@ -354,6 +354,13 @@ bool Ticker::reload(std::string_view why) {
     bool live = std::find(std::begin(kLive), std::end(kLive), key) != std::end(kLive);
     (live ? changed : needs_restart).push_back(key);
   }
+  // The secrets show only as "(set)": a changed one is noticed by value, reported by name.
+  if (next.admin_token != current_.admin_token && !next.admin_token.empty() &&
+      !current_.admin_token.empty())
+    needs_restart.push_back("admin_token");
+  if (next.admission.lease_key != current_.admission.lease_key &&
+      !next.admission.lease_key.empty() && !current_.admission.lease_key.empty())
+    needs_restart.push_back("lease_key");
   for (auto& key : needs_restart)
     std::fprintf(stderr, "sluice: reload: %s changed; it takes effect on restart\n",
                  key.get<std::string>().c_str());

@@ -93,7 +93,7 @@ TEST_CASE("the variable table names each variable once, with a default and a mea
     CHECK_FALSE(v.meaning.empty());
     CHECK(names.insert(v.name).second);
   }
-  CHECK(names.size() == 57);
+  CHECK(names.size() == 58);
 }
 
 TEST_CASE("every variable in the table is read by load and shown by to_json", "[config]") {
@@ -251,8 +251,8 @@ TEST_CASE("loopback means 127.0.0.0/8, ::1 and localhost", "[config]") {
 
 TEST_CASE("the admin token is required when the admin listener is not loopback", "[config]") {
   CHECK(error_of(minimal({{"SLUICE_ADMIN_LISTEN", "0.0.0.0:9901"}})) ==
-        "SLUICE_ADMIN_TOKEN: required because SLUICE_ADMIN_LISTEN (0.0.0.0:9901) is not "
-        "loopback; set a token or listen on 127.0.0.1");
+        "SLUICE_ADMIN_LISTEN: 0.0.0.0:9901 is not loopback and SLUICE_ADMIN_TOKEN is unset; set "
+        "SLUICE_ADMIN_TOKEN (mutating admin calls then need it) or listen on 127.0.0.1");
   Config c = load(minimal({{"SLUICE_ADMIN_LISTEN", "0.0.0.0:9901"}, {"SLUICE_ADMIN_TOKEN", "s3"}}));
   CHECK(c.admin_token == "s3");
   CHECK_NOTHROW(load(minimal({{"SLUICE_ADMIN_LISTEN", "[::1]:9901"}})));
@@ -444,6 +444,17 @@ TEST_CASE("SLUICE_MAX_BODY_BYTES takes any size, zero included", "[config]") {
   CHECK(variable_of(minimal({{"SLUICE_MAX_BODY_BYTES", "1TB"}})) == "SLUICE_MAX_BODY_BYTES");
 }
 
+TEST_CASE("SLUICE_CLIENT_SEND_BUFFER is 0 (the kernel's) or 4KiB..64MiB", "[config]") {
+  CHECK(load(minimal()).client_send_buffer == 256u * 1024);
+  CHECK(load(minimal({{"SLUICE_CLIENT_SEND_BUFFER", "0"}})).client_send_buffer == 0u);
+  CHECK(load(minimal({{"SLUICE_CLIENT_SEND_BUFFER", "4KiB"}})).client_send_buffer == 4096u);
+  CHECK(load(minimal({{"SLUICE_CLIENT_SEND_BUFFER", "64MiB"}})).client_send_buffer == 64u << 20);
+  CHECK(error_of(minimal({{"SLUICE_CLIENT_SEND_BUFFER", "1KiB"}})) ==
+        "SLUICE_CLIENT_SEND_BUFFER: \"1KiB\" is out of range; valid: 0 (the kernel's autotuning) "
+        "or 4KiB..64MiB");
+  CHECK(variable_of(minimal({{"SLUICE_CLIENT_SEND_BUFFER", "65MiB"}})) == "SLUICE_CLIENT_SEND_BUFFER");
+}
+
 TEST_CASE("connection limits must be at least one", "[config]") {
   CHECK(load(minimal({{"SLUICE_MAX_CONNECTIONS", "1"}})).max_connections == 1u);
   CHECK(load(minimal({{"SLUICE_UPSTREAM_MAX_CONNECTIONS", "64"}})).upstream_max_connections == 64u);
@@ -472,6 +483,7 @@ TEST_CASE("every config error starts with the variable it is about", "[config]")
       {"SLUICE_MAX_HEADER_BYTES", "16KB"},
       {"SLUICE_MAX_BODY_BYTES", "64MB"},
       {"SLUICE_MAX_CONNECTIONS", "0"},
+      {"SLUICE_CLIENT_SEND_BUFFER", "1KiB"},
       {"SLUICE_HEADER_TIMEOUT", "10"},
       {"SLUICE_IDLE_TIMEOUT", "60"},
       {"SLUICE_BODY_TIMEOUT", "30"},
