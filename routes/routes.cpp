@@ -69,6 +69,29 @@ std::size_t upstream_index(const std::string& name, const std::vector<std::strin
   return static_cast<std::size_t>(it - upstreams.begin());
 }
 
+constexpr std::uint64_t kMaxRepetition = 1000;
+
+// The largest number in a regex's {n}, {n,} or {n,m} counts and \\N
+// back-references (any other escaped character is no number); the cap plus one
+// when a number has more digits than the cap.
+std::uint64_t largest_repetition(std::string_view re) {
+  std::uint64_t largest = 0;
+  for (std::size_t i = 0; i < re.size(); ++i) {
+    bool backreference = re[i] == '\\' && i + 1 < re.size() && re[i + 1] >= '0' && re[i + 1] <= '9';
+    if (re[i] == '\\' && !backreference) {
+      ++i;
+      continue;
+    }
+    if (re[i] != '{' && !backreference) continue;
+    std::uint64_t n = 0;
+    for (std::size_t j = i + 1; j < re.size() && ((re[j] >= '0' && re[j] <= '9') || re[j] == ','); ++j) {
+      n = re[j] == ',' ? 0 : std::min(n * 10 + static_cast<std::uint64_t>(re[j] - '0'), kMaxRepetition + 1);
+      largest = std::max(largest, n);
+    }
+  }
+  return largest;
+}
+
 Route parse_route(const json& obj, std::size_t index, const std::vector<std::string>& upstreams) {
   if (!obj.is_object())
     fail(index,
@@ -88,6 +111,12 @@ Route parse_route(const json& obj, std::size_t index, const std::vector<std::str
         fail(index, key, in_quotes(*r.prefix) + " does not start with '/'; e.g. \"/v1/\"");
     } else if (key == "regex") {
       r.regex_source = string_field(v, index, key, "\"^/v[0-9]+/chat\"");
+      // std::regex unrolls a{n} n times, and overflows on a number past 2^63:
+      // a path needs no number that large.
+      if (auto n = largest_repetition(*r.regex_source); n > kMaxRepetition)
+        fail(index, key,
+             in_quotes(*r.regex_source) + " has a count or back-reference of " +
+                 std::to_string(n) + "; at most " + std::to_string(kMaxRepetition));
       try {
         r.regex.emplace(*r.regex_source, std::regex::ECMAScript | std::regex::optimize);
       } catch (const std::regex_error& e) {

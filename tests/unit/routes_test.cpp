@@ -341,6 +341,18 @@ TEST_CASE("an invalid regex is refused", "[routes][errors]") {
                                "ECMAScript regex"));
 }
 
+TEST_CASE("a regex count or back-reference above 1000 is refused, a smaller one kept",
+          "[routes][errors]") {
+  CHECK_THAT(error_of(R"([{"regex":"^/a{1001}"}])"),
+             Catch::Contains("has a count or back-reference of 1001; at most 1000"));
+  CHECK_THAT(error_of(R"([{"regex":"^/a{2,99999999999999999999}"}])"),
+             Catch::Contains("at most 1000"));
+  CHECK_THAT(error_of(R"([{"regex":"^/(a)\\66666666666666666666"}])"),
+             Catch::Contains("at most 1000"));
+  CHECK(error_of(R"([{"regex":"^/a{2,1000}\\{99999}(b)\\1"}])") == "(no error)");
+  CHECK(error_of("{\"invalid JSON\": 1e999}").starts_with("invalid JSON"));
+}
+
 TEST_CASE("methods must be a non-empty array of method tokens", "[routes][errors]") {
   CHECK_THAT(error_of(R"([{"methods":"GET"}])"),
              Catch::StartsWith("route 0: field \"methods\": \"GET\" is not a non-empty array"));
