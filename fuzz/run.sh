@@ -8,11 +8,17 @@
 # fuzz/regressions/<target>/ so every build replays it.
 # usage: fuzz/run.sh [TARGET...]   (default: every target)
 #   SLUICE_FUZZ_SECONDS  time per target (default 20)
-#   SLUICE_CORPORA       the external corpora (default ../shared/corpora)
+#   SLUICE_CORPORA       the external corpora (default: the first of ../shared/corpora,
+#                        ../../shared/corpora, /work/shared/corpora that exists)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${SLUICE_FUZZ_SECONDS:-20}"
-corpora="${SLUICE_CORPORA:-../shared/corpora}"
+corpora="${SLUICE_CORPORA:-}"
+if [ -z "$corpora" ]; then
+  for candidate in ../shared/corpora ../../shared/corpora /work/shared/corpora; do
+    if [ -d "$candidate" ]; then corpora="$candidate"; break; fi
+  done
+fi
 out=build/fuzz
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then

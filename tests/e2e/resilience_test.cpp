@@ -48,8 +48,11 @@ TEST_CASE("an upstream stopped mid-load: its requests move to the alternative, o
   std::atomic<bool> stop{false};
   std::atomic<int> ok{0}, failed{0}, on_b{0}, posts_ok{0}, posts_failed{0};
   std::vector<std::thread> load;
-  // Two clients POST (not idempotent): only a request in flight on the dead
-  // upstream may fail, so at most one each.
+  // Two clients POST (not idempotent): only a request already on its way to the
+  // dead upstream may fail: the one in flight at the kill, and one written to a
+  // pooled connection (each thread has its own pool) before the kill's close
+  // reached Sluice. At most two each; a POST that kept going to the dead
+  // upstream, or was not moved to the alternative, would fail by the hundred.
   for (int i = 0; i < 2; ++i)
     load.emplace_back([&] {
       while (!stop) {
@@ -87,7 +90,7 @@ TEST_CASE("an upstream stopped mid-load: its requests move to the alternative, o
   for (auto& t : load) t.join();
 
   CHECK(failed == 0);  // idempotent requests: none lost
-  CHECK(posts_failed <= 2);
+  CHECK(posts_failed <= 4);
   CHECK(posts_ok > 0);
   CHECK(on_b_while_down > 0);
   // About one probe per 500 ms while down: 3 s gives ~6 (not one per request).
