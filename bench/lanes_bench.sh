@@ -138,35 +138,6 @@ wait_200() {
 
 # ---------------------------------------------------------------- CPU accounting
 
-proc_ticks() {  # PID: utime+stime, clock ticks (0 when gone)
-  local line rest f
-  line=$(<"/proc/$1/stat") 2>/dev/null || { echo 0; return; }
-  rest=${line##*) }
-  read -r -a f <<<"$rest"
-  echo $((f[11] + f[12]))
-}
-waited_ticks() {  # cutime+cstime of this shell: its reaped children (wrk, curl, awk, ...)
-  local line rest f
-  line=$(<"/proc/$$/stat")
-  rest=${line##*) }
-  read -r -a f <<<"$rest"
-  echo $((f[13] + f[14]))
-}
-ours_ticks() {  # the live processes this script started, plus the ones it has reaped
-  local total pid
-  total=$(waited_ticks)
-  for pid in ${PIDS[@]+"${PIDS[@]}"}; do total=$((total + $(proc_ticks "$pid"))); done
-  echo "$total"
-}
-CPU_MARK=""
-cpu_mark() { CPU_MARK="$(machine_ticks) $(ours_ticks)"; }
-cpu_other_pct() {  # since cpu_mark: other processes' CPU in percent of all CPUs
-  local now
-  now="$(machine_ticks) $(ours_ticks)"
-  awk -v a="$CPU_MARK" -v b="$now" 'BEGIN { split(a, x, " "); split(b, y, " ")
-    t = y[2] - x[2]; o = (y[1] - x[1]) - (y[3] - x[3]); if (o < 0) o = 0
-    printf "%.1f\n", (t > 0 ? 100 * o / t : 0) }'
-}
 
 
 # ---------------------------------------------------------------- helpers

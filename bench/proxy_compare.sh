@@ -100,67 +100,9 @@ while read -r v; do unset "$v"; done < <(compgen -e | grep '^SLUICE_' || true)
 # shellcheck source=bench/lib/common.sh
 . "$(dirname "$0")/lib/common.sh"
 
-# wait_http NAME PID PORT LOGFILE: until GET / answers 200, or die with the log.
-wait_http() {
-  local name=$1 pid=$2 port=$3 logfile=$4 i code
-  for ((i = 0; i < 100; i++)); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      sed 's/^/    /' "$logfile" >&2 || true
-      die "$name exited during start-up"
-    fi
-    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "http://127.0.0.1:$port/" || true)
-    if [ "$code" = 200 ]; then return 0; fi
-    sleep 0.1
-  done
-  sed 's/^/    /' "$logfile" >&2 || true
-  die "$name did not answer 200 on 127.0.0.1:$port (last status '$code')"
-}
-
 CLK_TCK=$(getconf CLK_TCK)
 
-# proc_ticks PID: utime+stime of one process (all its threads), in clock ticks.
-proc_ticks() {
-  local line rest f
-  line=$(<"/proc/$1/stat") || { echo 0; return; }
-  rest=${line##*) }          # the command name may hold spaces and parentheses
-  read -r -a f <<<"$rest"    # f[0] is field 3 (state): utime is field 14, stime 15
-  echo $((f[11] + f[12]))
-}
-
-# tree_ticks PID: the process plus its direct children (nginx master and workers).
-tree_ticks() {
-  local total child
-  total=$(proc_ticks "$1")
-  for child in $(pgrep -P "$1" || true); do
-    total=$((total + $(proc_ticks "$child")))
-  done
-  echo "$total"
-}
-
-# waited_ticks: CPU time of this shell's reaped children (wrk, after it exits).
-waited_ticks() {
-  local line rest f
-  line=$(<"/proc/$$/stat")
-  rest=${line##*) }
-  read -r -a f <<<"$rest"    # cutime is field 16, cstime 17
-  echo $((f[13] + f[14]))
-}
-
-
 # ---------------------------------------------------------------- setup
-
-install_missing() {
-  local missing=() p sudo=()
-  for p in nginx haproxy wrk curl python3; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  [ "${#missing[@]}" -eq 0 ] && return 0
-  log "installing ${missing[*]}"
-  if [ "$(id -u)" -ne 0 ]; then sudo=(sudo); fi
-  "${sudo[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
-    "${missing[@]}" >/dev/null
-}
 
 build_if_missing() {
   if [ -x "$SLUICE" ] && [ -x "$UPSTREAM" ]; then return 0; fi
@@ -169,7 +111,7 @@ build_if_missing() {
   if [ ! -x "$SLUICE" ] || [ ! -x "$UPSTREAM" ]; then die "build did not produce $SLUICE and $UPSTREAM"; fi
 }
 
-install_missing
+install_packages nginx haproxy wrk curl python3
 build_if_missing
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
@@ -195,7 +137,7 @@ start_upstream() {
   UP_PORT=$(free_ports 1)
   start_bg "$TMP/upstream.log" "$UPSTREAM" --listen "127.0.0.1:$UP_PORT" --threads "$UPSTREAM_THREADS"
   UP_PID=$LAST_PID
-  wait_http sluice-upstream "$LAST_PID" "$UP_PORT" "$TMP/upstream.log"
+  wait_http_200 sluice-upstream "$LAST_PID" "http://127.0.0.1:$UP_PORT/" "$TMP/upstream.log"
 }
 
 # ---------------------------------------------------------------- proxies
@@ -216,7 +158,7 @@ start_sluice() {  # NAME THREADS ACCESS_LOG [extra VAR=VALUE...]
   PORT[$name]=${ports[0]}
   ADMIN[$name]=${ports[1]}
   PID[$name]=$LAST_PID
-  wait_http "$name" "$LAST_PID" "${ports[0]}" "$TMP/$name-t$threads.log"
+  wait_http_200 "$name" "$LAST_PID" "http://127.0.0.1:${ports[0]}/" "$TMP/$name-t$threads.log"
 }
 
 start_nginx() {  # THREADS
@@ -255,7 +197,7 @@ EOF
     -g 'daemon off;'
   PORT[nginx]=$port
   PID[nginx]=$LAST_PID
-  wait_http nginx "$LAST_PID" "$port" "$TMP/nginx-t$threads.log"
+  wait_http_200 nginx "$LAST_PID" "http://127.0.0.1:$port/" "$TMP/nginx-t$threads.log"
 }
 
 start_haproxy() {  # THREADS
@@ -285,7 +227,7 @@ EOF
   start_bg "$TMP/haproxy-t$threads.log" "$HAPROXY" -f "$conf" -db
   PORT[haproxy]=$port
   PID[haproxy]=$LAST_PID
-  wait_http haproxy "$LAST_PID" "$port" "$TMP/haproxy-t$threads.log"
+  wait_http_200 haproxy "$LAST_PID" "http://127.0.0.1:$port/" "$TMP/haproxy-t$threads.log"
 }
 
 # ---------------------------------------------------------------- one wrk run

@@ -86,27 +86,16 @@ SLUICE_BUILT=$(date -u -r "$SLUICE" '+%Y-%m-%d %H:%M UTC')
 SLUICE="$TMP/sluice"
 UPSTREAM="$TMP/sluice-upstream"
 
-wait_http() {  # NAME PID URL LOGFILE
-  local i code
-  for ((i = 0; i < 100; i++)); do
-    kill -0 "$2" 2>/dev/null || { sed 's/^/    /' "$4" >&2; die "$1 exited during start-up"; }
-    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "$3" || true)
-    [ "$code" = 200 ] && return 0
-    sleep 0.1
-  done
-  die "$1 did not answer 200 at $3"
-}
-
 mapfile -t ports < <(free_ports 3)
 UP=${ports[0]} PORT=${ports[1]} ADMIN=${ports[2]}
 start_bg "$TMP/upstream.log" "$UPSTREAM" --listen "127.0.0.1:$UP" --threads "$UPSTREAM_THREADS"
-wait_http upstream "$LAST_PID" "http://127.0.0.1:$UP/" "$TMP/upstream.log"
+wait_http_200 upstream "$LAST_PID" "http://127.0.0.1:$UP/" "$TMP/upstream.log"
 start_bg "$TMP/sluice.log" env SLUICE_UPSTREAMS="127.0.0.1:$UP" \
   SLUICE_LISTEN="127.0.0.1:$PORT" SLUICE_ADMIN_LISTEN="127.0.0.1:$ADMIN" \
   SLUICE_THREADS="$THREADS" SLUICE_ACCESS_LOG=off SLUICE_MAX_CONNECTIONS=$((SLOW + 2000)) \
   SLUICE_DRAIN_DELAY=0 SLUICE_DRAIN_TIMEOUT=2s "$SLUICE"
 SLUICE_PID=$LAST_PID
-wait_http sluice "$SLUICE_PID" "http://127.0.0.1:$PORT/" "$TMP/sluice.log"
+wait_http_200 sluice "$SLUICE_PID" "http://127.0.0.1:$PORT/" "$TMP/sluice.log"
 
 to_ms() {
   awk -v v="$1" 'BEGIN { n = v + 0; u = v; sub(/^[0-9.]+/, "", u)

@@ -79,21 +79,10 @@ cp "$UPSTREAM" "$TMP/sluice-upstream"
 SLUICE="$TMP/sluice"
 UPSTREAM="$TMP/sluice-upstream"
 
-wait_http() {  # NAME PID URL LOGFILE
-  local i code
-  for ((i = 0; i < 100; i++)); do
-    kill -0 "$2" 2>/dev/null || { sed 's/^/    /' "$4" >&2; die "$1 exited during start-up"; }
-    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "$3" || true)
-    [ "$code" = 200 ] && return 0
-    sleep 0.1
-  done
-  die "$1 did not answer 200 at $3"
-}
-
 mapfile -t ports < <(free_ports 4)
 UP_A=${ports[0]} UP_B=${ports[1]} PORT=${ports[2]} ADMIN=${ports[3]}
 start_bg "$TMP/upstream-a.log" nice -n 10 "$UPSTREAM" --listen "127.0.0.1:$UP_A" --threads 2
-wait_http upstream-a "$LAST_PID" "http://127.0.0.1:$UP_A/" "$TMP/upstream-a.log"
+wait_http_200 upstream-a "$LAST_PID" "http://127.0.0.1:$UP_A/" "$TMP/upstream-a.log"
 ROUTES='[{"header":{"name":"X-Lane","value":"bulk"},"lane":"bulk"},{"sse":true,"lane":"heavy"},{"prefix":"/","lane":"standard"}]'
 start_bg "$TMP/sluice.log" env \
   SLUICE_UPSTREAMS="api=127.0.0.1:$UP_A|127.0.0.1:$UP_B" \
@@ -104,7 +93,7 @@ start_bg "$TMP/sluice.log" env \
   SLUICE_HOST_EJECT=1s:10s SLUICE_DRAIN_DELAY=0 SLUICE_DRAIN_TIMEOUT=2s \
   nice -n 10 "$SLUICE"
 SLUICE_PID=$LAST_PID
-wait_http sluice "$SLUICE_PID" "http://127.0.0.1:$ADMIN/healthz" "$TMP/sluice.log"
+wait_http_200 sluice "$SLUICE_PID" "http://127.0.0.1:$ADMIN/healthz" "$TMP/sluice.log"
 
 # sum_metric NAME: the sum of a Prometheus series over its labels.
 sum_metric() {

@@ -139,3 +139,18 @@ cpu_other_pct() {
     t = y[2] - x[2]; o = (y[1] - x[1]) - (y[3] - x[3]); if (o < 0) o = 0
     printf "%.1f\n", (t > 0 ? 100 * o / t : 0) }'
 }
+
+# install_packages PKG...: installs with apt-get the Debian packages not installed yet
+# (dpkg-query decides); nothing when all are there.
+install_packages() {
+  local missing=() p sudo=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [ "${#missing[@]}" -eq 0 ] && return 0
+  log "installing ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then sudo=(sudo); fi
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+}

@@ -145,23 +145,11 @@ while read -r v; do unset "$v"; done < <(compgen -e | grep '^SLUICE_' || true)
 # ---------------------------------------------------------------- setup
 
 install_missing() {
-  local missing=() p sudo=()
-  command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
-  for p in haproxy gnuplot-nox curl python3; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
+  local wanted=(haproxy curl python3)
+  command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || wanted+=(nginx-light)
   # gnuplot-nox is only needed for the charts (another gnuplot will do).
-  if [ -z "$CHARTS" ] || command -v gnuplot >/dev/null; then
-    local keep=()
-    for p in "${missing[@]+"${missing[@]}"}"; do [ "$p" = gnuplot-nox ] || keep+=("$p"); done
-    missing=("${keep[@]+"${keep[@]}"}")
-  fi
-  [ "${#missing[@]}" -eq 0 ] && return 0
-  log "installing ${missing[*]}"
-  if [ "$(id -u)" -ne 0 ]; then sudo=(sudo); fi
-  "${sudo[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
-    "${missing[@]}" >/dev/null
+  if [ -n "$CHARTS" ] && ! command -v gnuplot >/dev/null; then wanted+=(gnuplot-nox); fi
+  install_packages "${wanted[@]}"
 }
 
 build_if_missing() {
