@@ -24,8 +24,9 @@
 //   a queue      an upstream that queues above its capacity refuses nothing: its
 //                answers come later. Per window of kQueueSamples clean answers
 //                (admitted since the last decrease): mean head time m at mean
-//                concurrency n (the load met, plus the request). The floor is the
-//                lowest window mean of the last kQueueFloorAge. A window with
+//                concurrency n (the load met, plus the request). The floor is a
+//                window's mean: a lower one replaces it at once, and once it is
+//                kQueueFloorAge old the next window's mean does. A window with
 //                m > queue_factor x floor (and m - floor >= kQueueMinGap) is too
 //                much: by Little's law the upstream serves n x floor / m at a
 //                time; K = that, K̂ as above. Means of windows, not single heads,

@@ -120,22 +120,6 @@ wait_pid() {
 }
 
 
-# wait_200 NAME PID URL LOGFILE: until URL answers 200 (a path no request counter counts).
-wait_200() {
-  local name=$1 pid=$2 url=$3 logfile=$4 i code=""
-  for ((i = 0; i < 100; i++)); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      sed 's/^/    /' "$logfile" >&2 || true
-      die "$name exited during start-up"
-    fi
-    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "$url" || true)
-    if [ "$code" = 200 ]; then return 0; fi
-    sleep 0.1
-  done
-  sed 's/^/    /' "$logfile" >&2 || true
-  die "$name did not answer 200 on $url (last status '$code')"
-}
-
 # ---------------------------------------------------------------- CPU accounting
 
 
@@ -173,7 +157,7 @@ start_pair() {
   start_bg "$TMP/$name-upstream.log" "$UPSTREAM" --listen "127.0.0.1:$UP_PORT" \
     --threads "$UPSTREAM_THREADS" --capacity "$CAPACITY" --service-ms "$SERVICE_MS"
   UP_PID=$LAST_PID
-  wait_200 sluice-upstream "$UP_PID" "http://127.0.0.1:$UP_PORT/stats" "$TMP/$name-upstream.log"
+  wait_http_200 sluice-upstream "$UP_PID" "http://127.0.0.1:$UP_PORT/stats" "$TMP/$name-upstream.log"
   start_bg "$TMP/$name-sluice.log" env \
     SLUICE_UPSTREAMS="api=127.0.0.1:$UP_PORT" \
     SLUICE_ROUTES="$ROUTES" \
@@ -184,7 +168,7 @@ start_pair() {
     SLUICE_DRAIN_DELAY=0 SLUICE_DRAIN_TIMEOUT=2s \
     "$SLUICE"
   SL_PID=$LAST_PID
-  wait_200 sluice "$SL_PID" "http://127.0.0.1:$ADMIN_PORT/readyz" "$TMP/$name-sluice.log"
+  wait_http_200 sluice "$SL_PID" "http://127.0.0.1:$ADMIN_PORT/readyz" "$TMP/$name-sluice.log"
 }
 stop_pair() {
   kill -0 "$SL_PID" 2>/dev/null || die "Sluice exited during the run (log: $TMP)"

@@ -9,7 +9,6 @@
 // one that parses again to the same request line, Host and framing, with no
 // hop-by-hop field left and nothing Sluice would refuse.
 #include <boost/beast/http/parser.hpp>
-#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -69,27 +68,9 @@ const sluice::routes::Route* classify(const RequestParser& req) {
 }
 
 // The head Session::build_request_head writes, for a client on 127.0.0.1.
-std::string upstream_head(const RequestParser& req) {
-  const auto& m = req.get();
+std::string upstream_head(const RequestParser& req, bool close_after) {
   std::string h;
-  h += m.method_string();
-  h += ' ';
-  h += m.target();
-  h += " HTTP/1.1\r\n";
-  auto passed = sluice::proxy::append_request_fields(h, m);
-  if (passed.trailers) h += "TE: trailers\r\n";
-  if (req.chunked()) {
-    h += "Transfer-Encoding: chunked\r\n";
-  } else if (auto len = req.content_length()) {
-    char n[24];
-    h += "Content-Length: ";
-    h.append(n, std::to_chars(n, n + sizeof n, *len).ptr);
-    h += "\r\n";
-  }
-  if (req.upgrade()) {
-    h += "Connection: upgrade\r\n";
-    sluice::proxy::append_field(h, "Upgrade", m[http::field::upgrade]);
-  }
+  auto passed = sluice::proxy::append_upstream_head(h, req, close_after);
   if (!passed.has_host) sluice::proxy::append_field(h, "Host", "127.0.0.1:9000");
   h += "X-Forwarded-For: 127.0.0.1\r\nX-Real-IP: 127.0.0.1\r\nX-Forwarded-Proto: http\r\n";
   h += "X-Request-Id: 0123456789abcdef\r\n\r\n";
@@ -117,7 +98,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // came in one piece (a head split over two puts is checked as the session sees it).
   auto verdict = sluice::proxy::check_request_head(req.get(), {bytes, used}, req.chunked());
   if (verdict.status != 0) {
-    expect(verdict.status == 400 || verdict.status == 501 || verdict.status == 505,
+    expect(verdict.status == 400 || verdict.status == 505,
            "a refusal Sluice documents");
     expect(!verdict.why.empty(), "a refusal with its reason");
     return 0;
@@ -132,7 +113,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   expect(classify(req) != nullptr || m.target() == "*", "the catch-all route matches every path");
 
   // What goes upstream parses again to the same request.
-  std::string out = upstream_head(req);
+  std::string out = upstream_head(req, verdict.close_after);
   std::pmr::monotonic_buffer_resource arena2;
   RequestParser again(std::piecewise_construct, std::make_tuple(),
                       std::make_tuple(HeadAlloc(&arena2)));
@@ -151,8 +132,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (auto f : {http::field::keep_alive, http::field::proxy_connection, http::field::trailer,
                  http::field::proxy_authorization, http::field::expect})
     expect(u.count(f) == 0, "no hop-by-hop field upstream");
-  expect(u.count(http::field::connection) == (req.upgrade() ? 1u : 0u),
-         "Connection upstream only for an upgrade");
+  expect(u.count(http::field::connection) == (req.upgrade() || verdict.close_after ? 1u : 0u),
+         "Connection upstream only for an upgrade or a close Sluice decided");
   expect(sluice::proxy::check_request_head(u, out, again.chunked()).status == 0,
          "Sluice accepts what it sends");
   return 0;

@@ -8,21 +8,24 @@
 # fuzz/regressions/<target>/ so every build replays it.
 # usage: fuzz/run.sh [TARGET...]   (default: every target)
 #   SLUICE_FUZZ_SECONDS  time per target (default 20)
-#   SLUICE_CORPORA       the external corpora (default: the first of ../shared/corpora,
-#                        ../../shared/corpora, /work/shared/corpora that exists)
+#   SLUICE_CORPORA       the external corpora (default: ../shared/corpora beside the
+#                        repository, else /work/shared/corpora)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${SLUICE_FUZZ_SECONDS:-20}"
 corpora="${SLUICE_CORPORA:-}"
 if [ -z "$corpora" ]; then
-  for candidate in ../shared/corpora ../../shared/corpora /work/shared/corpora; do
+  for candidate in ../shared/corpora /work/shared/corpora; do
     if [ -d "$candidate" ]; then corpora="$candidate"; break; fi
   done
 fi
 out=build/fuzz
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
-  targets=(request_head route_match config_env config_routes replay_trace)
+  for f in fuzz/*.cpp; do  # one file per target (fuzz/CMakeLists.txt), and the replayer
+    t=$(basename "$f" .cpp)
+    [ "$t" = regress_main ] || targets+=("$t")
+  done
 fi
 
 if [[ " ${targets[*]} " == *" request_head "* ]]; then

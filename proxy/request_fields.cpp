@@ -1,5 +1,9 @@
 #include "proxy/request_fields.hpp"
 
+#include <charconv>
+
+#include "proxy/request_head.hpp"
+
 namespace sluice::proxy {
 
 namespace beast = boost::beast;
@@ -48,6 +52,39 @@ PassedFields append_request_fields(std::string& h, const RequestHead& m) {
       continue;
     passed.has_host |= f.name() == http::field::host;
     append_field(h, name, f.value());
+  }
+  return passed;
+}
+
+PassedFields append_upstream_head(std::string& h, const RequestParser& req, bool close_after) {
+  const auto& m = req.get();
+  h += m.method_string();
+  h += ' ';
+  h += m.target();
+  h += " HTTP/1.1\r\n";
+  auto passed = append_request_fields(h, m);
+  if (passed.trailers) h += "TE: trailers\r\n";
+  if (req.chunked()) {
+    // The client's codings before chunked go on as they were applied (names
+    // only; identity is no coding); chunked is Sluice's own.
+    h += "Transfer-Encoding: ";
+    for_each_coding(m, [&h](const head_detail::Coding& c) {
+      if (iequals(c.name, "chunked") || iequals(c.name, "identity")) return;
+      h += c.name;
+      h += ", ";
+    });
+    h += "chunked\r\n";
+  } else if (auto len = req.content_length()) {
+    char n[24];
+    h += "Content-Length: ";
+    h.append(n, std::to_chars(n, n + sizeof n, *len).ptr);
+    h += "\r\n";
+  }
+  if (req.upgrade()) {
+    h += "Connection: upgrade\r\n";
+    append_field(h, "Upgrade", m[http::field::upgrade]);
+  } else if (close_after) {
+    h += "Connection: close\r\n";
   }
   return passed;
 }

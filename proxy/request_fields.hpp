@@ -77,4 +77,13 @@ struct PassedFields {
 // X-Forwarded-*, X-Real-IP, X-Request-Id and lease fields).
 PassedFields append_request_fields(std::string& h, const RequestHead& m);
 
+// Appends the head of the request as it goes upstream, up to the fields Sluice
+// adds about the client: the request line (always HTTP/1.1), the client's fields
+// (append_request_fields), then the framing Sluice states itself: `TE: trailers`,
+// Transfer-Encoding (the client's codings before chunked, then chunked) or
+// Content-Length, and `Connection: upgrade` with Upgrade, or `Connection: close`
+// when `close_after`. Returns what the caller still states: a Host when the
+// client sent none, the X-Forwarded-For it joins.
+PassedFields append_upstream_head(std::string& h, const RequestParser& req, bool close_after);
+
 }  // namespace sluice::proxy

@@ -869,31 +869,7 @@ class Session : public Tracked,
     auto& m = req_->get();
     std::string& h = out_;
     h.clear();
-    h += m.method_string();
-    h += ' ';
-    h += m.target();
-    h += " HTTP/1.1\r\n";
-    auto passed = append_request_fields(h, m);
-    if (passed.trailers) h += "TE: trailers\r\n";
-    if (req_->chunked()) {
-      // The client's codings before chunked go on as they were applied (names
-      // only; identity is no coding); chunked is Sluice's own.
-      h += "Transfer-Encoding: ";
-      for_each_coding(m, [&h](const head_detail::Coding& c) {
-        if (iequals(c.name, "chunked") || iequals(c.name, "identity")) return;
-        h += c.name;
-        h += ", ";
-      });
-      h += "chunked\r\n";
-    } else if (auto len = req_->content_length()) {
-      append_number_field(h, "Content-Length", *len);
-    }
-    if (upgrade_) {
-      h += "Connection: upgrade\r\n";
-      append_field(h, "Upgrade", m[http::field::upgrade]);
-    } else if (close_both_) {
-      h += "Connection: close\r\n";
-    }
+    auto passed = append_upstream_head(h, *req_, close_both_);
     if (!passed.has_host) append_field(h, "Host", cfg_.upstreams[upstream_].hosts.front().str());
     h += "X-Forwarded-For: ";
     if (passed.forwarded_for && !cfg_.forwarded_for_replace)  // replace: Sluice is the edge
@@ -1362,7 +1338,7 @@ class Session : public Tracked,
   void release_stalled_seat() {
     if (!holds_stallable_seat()) return;
     bump(st_.stalled_writes);
-    release_seat();
+    release_bulkhead_seat();  // its lease stays open: the request is live until logged
   }
 
   void release_upstream(bool reusable) {
@@ -1384,6 +1360,10 @@ class Session : public Tracked,
       w_.leases().close(lease_slot_);
       lease_open_ = false;
     }
+    release_bulkhead_seat();
+  }
+
+  void release_bulkhead_seat() {
     if (!Seat::seated) {  // queued, or refused after it left its first upstream
       bulkhead().cancel(*this, w_.runtime().micros(Clock::now()));
       return;

@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import pathlib
 import queue
 import socket
@@ -54,10 +55,10 @@ import corpora  # noqa: E402
 import servers  # noqa: E402
 import wire  # noqa: E402
 
-# ../shared/corpora beside the repository (a worktree one level further down).
-DEFAULT_CORPORA = next((p for p in (HERE.parents[1].parent / "shared" / "corpora",
-                                    HERE.parents[1].parent.parent / "shared" / "corpora") if p.is_dir()),
-                       HERE.parents[1].parent / "shared" / "corpora")
+# SLUICE_CORPORA, else ../shared/corpora beside the repository, else /work/shared/corpora.
+_CORPORA_CANDIDATES = [pathlib.Path(p) for p in (os.environ.get("SLUICE_CORPORA"),) if p]
+_CORPORA_CANDIDATES += [HERE.parents[1].parent / "shared" / "corpora", pathlib.Path("/work/shared/corpora")]
+DEFAULT_CORPORA = next((p for p in _CORPORA_CANDIDATES if p.is_dir()), _CORPORA_CANDIDATES[0])
 REFUSALS = {400, 413, 414, 431, 501, 505}
 RESPONSE_REQUEST = b"GET /corpus HTTP/1.1\r\nHost: corpus.test\r\n\r\n"
 
