@@ -12,22 +12,13 @@ using namespace std::chrono_literals;
 using sluice::test::Process;
 using sluice::test::Sluice;
 using sluice::test::kSluice;
+using sluice::test::Ran;
+using sluice::test::run;
 using sluice::test::kUpstream;
 using sluice::test::Upstream;
 
 namespace {
 
-struct Ran {
-  int code;
-  std::string out, err;
-};
-
-Ran run(std::vector<std::string> args, std::map<std::string, std::string> env) {
-  args.insert(args.begin(), kSluice);
-  Process p(args, std::move(env));
-  auto code = p.wait_exit(10s);
-  return {code.value_or(-1), p.out(), p.err()};
-}
 }  // namespace
 
 TEST_CASE("check-config prints the effective configuration as JSON and exits 0", "[e2e][cli]") {

@@ -24,22 +24,20 @@ using sluice::test::Conn;
 using sluice::test::eventually;
 using sluice::test::format_request;
 using sluice::test::kSluice;
+using sluice::test::Ran;
+using sluice::test::run;
 using sluice::test::kUpstream;
 using sluice::test::Process;
 using sluice::test::request;
 using sluice::test::Sluice;
 using sluice::test::Upstream;
 using sluice::test::upstream_env;
+using sluice::test::upstream_stats;
 
 namespace {
 
-std::uint64_t upstream_requests(const Upstream& up) {
-  return json::parse(request(up.port, "GET", "/stats").body)["requests"].get<std::uint64_t>();
-}
-
-std::uint64_t upstream_in_flight(const Upstream& up) {
-  return json::parse(request(up.port, "GET", "/stats").body)["in_flight"].get<std::uint64_t>();
-}
+std::uint64_t upstream_requests(const Upstream& up) { return upstream_stats(up)["requests"]; }
+std::uint64_t upstream_in_flight(const Upstream& up) { return upstream_stats(up)["in_flight"]; }
 
 // True when the peer has sent something (an answer, or the close) to read now.
 bool readable(const Conn& c) {
@@ -55,18 +53,6 @@ void check_nothing_held(Sluice& s, const Upstream& up) {
   CHECK(s.metric("sluice_lane_in_flight{lane=\"standard\"}") == 0);
   CHECK(s.metric("sluice_heavy_leases") == 0);
   CHECK(eventually([&] { return upstream_in_flight(up) == 0; }, 3s));
-}
-
-struct Ran {
-  int code;
-  std::string out, err;
-};
-
-Ran run(std::vector<std::string> args, std::map<std::string, std::string> env) {
-  args.insert(args.begin(), kSluice);
-  Process p(args, std::move(env));
-  auto code = p.wait_exit(10s);
-  return {code.value_or(-1), p.out(), p.err()};
 }
 
 const std::string kToken = "tok-Zq8pW3-secret-4471";

@@ -30,6 +30,7 @@ using sluice::test::format_request;
 using sluice::test::request;
 using sluice::test::Sluice;
 using sluice::test::kSanitized;
+using sluice::test::upstream_stats;
 using sluice::test::kSluice;
 using sluice::test::kUpstream;
 using sluice::test::Upstream;
@@ -58,7 +59,6 @@ Upstream limited_upstream() {
   return Upstream(kUpstream, {"--capacity", "8", "--service-ms", "20"});
 }
 
-json upstream_stats(const Upstream& up) { return json::parse(request(up.port, "GET", "/stats").body); }
 
 std::uint64_t served(const json& stats) {
   return stats["requests"].get<std::uint64_t>() - stats["rejected"].get<std::uint64_t>();

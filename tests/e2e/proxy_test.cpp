@@ -24,16 +24,13 @@ using sluice::test::request;
 using sluice::test::Sluice;
 using sluice::test::kSluice;
 using sluice::test::upstream_env;
+using sluice::test::upstream_stats;
 using sluice::test::kUpstream;
 using sluice::test::Upstream;
 
 namespace {
 
-
-
-std::uint64_t upstream_requests(const Upstream& up) {
-  return json::parse(request(up.port, "GET", "/stats").body)["requests"].get<std::uint64_t>();
-}
+std::uint64_t upstream_requests(const Upstream& up) { return upstream_stats(up)["requests"]; }
 
 std::string pattern(std::size_t n) {
   std::string s(n, '\0');

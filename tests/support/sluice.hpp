@@ -105,4 +105,22 @@ struct Sluice {
   }
 };
 
+// The upstream's /stats: requests, in_flight, rejected, ...
+inline nlohmann::json upstream_stats(const Upstream& up) {
+  return nlohmann::json::parse(request(up.port, "GET", "/stats").body);
+}
+
+// `sluice ARGS...` run to its end: its exit code (-1: still running after 10 s) and output.
+struct Ran {
+  int code;
+  std::string out, err;
+};
+
+inline Ran run(std::vector<std::string> args, std::map<std::string, std::string> env) {
+  args.insert(args.begin(), kSluice);
+  Process p(args, std::move(env));
+  auto code = p.wait_exit(std::chrono::seconds(10));
+  return {code.value_or(-1), p.out(), p.err()};
+}
+
 }  // namespace sluice::test
