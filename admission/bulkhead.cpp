@@ -333,15 +333,7 @@ void Bulkhead::seat(Seat& s, Micros now) {
 
 bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, Rng& rng, bool keep_cap) {
   if (!s.seated) return false;
-  const auto l = index(s.lane);
-  live_[l].erase(s);
-  --running_[l];
-  if (s.delegated) --delegated_[l];
-  if (s.capped && !keep_cap) {
-    heavy_cap_->give_back();
-    s.capped = false;
-  }
-  s.seated = s.delegated = false;
+  unseat(s, keep_cap);
   if (signal == Signal::clean || signal == Signal::slow) {
     ++successes_;
     latency_sum_us_ += static_cast<double>(ttfb.count());
@@ -356,6 +348,25 @@ bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, Rng& rng
   bool decreased = estimate_.observe(signal, s.seq, load, ttfb, now);
   serve(now, rng);
   return decreased;
+}
+
+void Bulkhead::unseat(Seat& s, bool keep_cap) {
+  const auto l = index(s.lane);
+  live_[l].erase(s);
+  --running_[l];
+  if (s.delegated) --delegated_[l];
+  if (s.capped && !keep_cap) {
+    heavy_cap_->give_back();
+    s.capped = false;
+  }
+  s.seated = s.delegated = false;
+}
+
+void Bulkhead::abandon(Seat& s) {
+  if (s.seated)
+    unseat(s, false);
+  else
+    cancel(s, s.since);
 }
 
 void Bulkhead::cancel(Seat& s, Micros) {

@@ -273,6 +273,9 @@ class Bulkhead {
   // Takes a queued request out (its window ended or its client left), and
   // gives back a heavy-cap unit an unseated request still holds.
   void cancel(Seat& s, Micros now);
+  // Gives back whatever s holds, learning nothing and seating no waiter (the
+  // next release or tick serves them): a lease dropped without its outcome.
+  void abandon(Seat& s);
   // Growth and a re-ask of the waiters. Returns lanes that became starving.
   std::array<bool, kLaneCount> tick(Micros now, Rng& rng);
   // Classifies a response head for release().
@@ -297,6 +300,7 @@ class Bulkhead {
   };
   Hold try_seat(Seat& s, Micros now, Rng& rng);
   void seat(Seat& s, Micros now);
+  void unseat(Seat& s, bool keep_cap);
   void serve(Micros now, Rng& rng);
   bool starving(Lane lane, const Seats& g, Micros now) const;
 

@@ -1,0 +1,327 @@
+// Placement's rules and the lease's, one test each, on test time: real
+// bulkheads and closures behind a plain Upstreams.
+#include <catch2/catch.hpp>
+#include <deque>
+#include <vector>
+
+#include "admission/placement.hpp"
+
+using namespace sluice::admission;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct TestSeat : Seat {
+  explicit TestSeat(Lane l = Lane::standard) { lane = l; }
+  int seated_calls = 0;
+  void on_seated() override { ++seated_calls; }
+};
+
+struct CountCap : LeaseCap {
+  explicit CountCap(int cap) : cap(cap) {}
+  int cap, taken = 0;
+  bool try_take() override { return taken < cap ? (++taken, true) : false; }
+  void give_back() override { --taken; }
+};
+
+// Upstreams of `slots` each, measured exhausted (so a full one seats nothing
+// more), with closures that probe every 10 s.
+struct TestUpstreams : Upstreams {
+  explicit TestUpstreams(std::size_t n, double slots = 1.0, LanePolicy lanes = {}) {
+    for (std::size_t i = 0; i < n; ++i) {
+      bulkheads.emplace_back(lanes, Estimate(EstimatePolicy{}, slots, slots), &cap);
+      closures.emplace_back(ClosurePolicy{35min, 10s});
+    }
+  }
+  Bulkhead& bulkhead(std::size_t u) override { return bulkheads[u]; }
+  Verdict ask_gate(std::size_t u, Micros now) override {
+    return closures[u].ask(now, bulkheads[u].census().total_running());
+  }
+  bool closed(std::size_t u) const override { return closures[u].closed(); }
+  void probe_ended(std::size_t u, bool clean) override {
+    closures[u].probe_ended(clean);
+    probes.push_back(clean);
+  }
+  Micros reopen_hint(std::size_t u, Micros now) override { return closures[u].reopen_hint(now); }
+  std::optional<Micros> youngest(Lane lane, std::size_t u) override {
+    return bulkheads[u].youngest(lane);
+  }
+  int running(std::size_t u) const { return bulkheads[u].census().total_running(); }
+  int waiting(std::size_t u) const {
+    auto c = bulkheads[u].census();
+    return c.waiting[0] + c.waiting[1] + c.waiting[2];
+  }
+
+  CountCap cap{100};
+  std::deque<Bulkhead> bulkheads;
+  std::deque<Closure> closures;
+  std::vector<bool> probes;
+};
+
+const std::vector<std::size_t> kOne{1}, kNone{};
+
+Ask ask_for(std::size_t upstream, const std::vector<std::size_t>& alternatives = kNone,
+            Lane lane = Lane::standard) {
+  Ask a;
+  a.lane = lane;
+  a.upstream = upstream;
+  a.alternatives = alternatives;
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("a free upstream seats the request where its route sends it", "[admission][placement]") {
+  TestUpstreams ups(2);
+  Rng rng(1);
+  TestSeat s;
+  auto p = place(ask_for(0, kOne), s, ups, 0us, rng);
+  CHECK(p.how == Placed::seated);
+  CHECK(p.upstream == 0);
+  CHECK_FALSE(p.fell_back);
+  CHECK(p.lease.seated());
+  CHECK(ups.running(0) == 1);
+}
+
+TEST_CASE("a delegated request is seated at once on a full upstream", "[admission][placement]") {
+  TestUpstreams ups(1);
+  Rng rng(1);
+  TestSeat first, child;
+  auto a = place(ask_for(0), first, ups, 0us, rng);
+  REQUIRE(a.how == Placed::seated);
+  auto ask = ask_for(0);
+  ask.delegated = true;
+  auto p = place(ask, child, ups, 1us, rng);
+  CHECK(p.how == Placed::seated);
+  CHECK(child.delegated);
+  CHECK(ups.running(0) == 2);
+}
+
+TEST_CASE("a full upstream sends a movable request to an alternative that seats it now",
+          "[admission][placement]") {
+  TestUpstreams ups(2);
+  Rng rng(1);
+  TestSeat first, second;
+  auto a = place(ask_for(0, kOne), first, ups, 0us, rng);
+  auto p = place(ask_for(0, kOne), second, ups, 1us, rng);
+  CHECK(p.how == Placed::seated);
+  CHECK(p.upstream == 1);
+  CHECK(p.fell_back == Fallback::full);
+  CHECK(ups.running(1) == 1);
+}
+
+TEST_CASE("a pinned request never moves: it waits for its own upstream", "[admission][placement]") {
+  TestUpstreams ups(2);
+  Rng rng(1);
+  TestSeat first, second;
+  auto a = place(ask_for(0, kOne), first, ups, 0us, rng);
+  auto ask = ask_for(0, kOne);
+  ask.pinned = true;
+  auto p = place(ask, second, ups, 1us, rng);
+  CHECK(p.how == Placed::queued);
+  CHECK(p.upstream == 0);
+  CHECK_FALSE(p.fell_back);
+  CHECK(ups.running(1) == 0);
+  CHECK(second.pinned);
+}
+
+TEST_CASE("a request no upstream seats now waits in its lane's queue and is seated by a release",
+          "[admission][placement]") {
+  TestUpstreams ups(2);
+  Rng rng(1);
+  TestSeat a, b, c;
+  auto pa = place(ask_for(0, kOne), a, ups, 0us, rng);
+  auto pb = place(ask_for(0, kOne), b, ups, 0us, rng);  // to the alternative
+  auto pc = place(ask_for(0, kOne), c, ups, 1us, rng);
+  REQUIRE(pc.how == Placed::queued);
+  CHECK(pc.upstream == 0);  // it waits at its own upstream, not the alternative
+  CHECK(pc.lease.queued());
+  pa.lease.complete(Signal::clean, 1ms, 2ms, rng);
+  CHECK(c.seated_calls == 1);
+  CHECK(pc.lease.seated());
+}
+
+TEST_CASE("with a zero queue window a request not seated is refused queue_timeout",
+          "[admission][placement]") {
+  // Bulk's default window is 0 s; Retry-After is the youngest live bulk lease's age.
+  TestUpstreams ups(1);
+  Rng rng(1);
+  TestSeat a(Lane::bulk), b(Lane::bulk);
+  auto pa = place(ask_for(0, kNone, Lane::bulk), a, ups, 1s, rng);
+  REQUIRE(pa.how == Placed::seated);
+  auto pb = place(ask_for(0, kNone, Lane::bulk), b, ups, 4s, rng);
+  CHECK(pb.how == Placed::refused);
+  CHECK(pb.reason == Reason::queue_timeout);
+  REQUIRE(pb.retry_after);
+  CHECK(*pb.retry_after == 3000ms);
+  CHECK_FALSE(pb.lease);
+  CHECK(ups.waiting(0) == 0);
+}
+
+TEST_CASE("a closed upstream's due probe is the request, seated outside the lane rules",
+          "[admission][placement]") {
+  TestUpstreams ups(1);
+  Rng rng(1);
+  ups.closures[0].close(0us);
+  TestSeat s;
+  auto p = place(ask_for(0), s, ups, 10s, rng);
+  CHECK(p.how == Placed::seated);
+  CHECK(p.lease.probe());
+  SECTION("a clean answer reopens the upstream") {
+    p.lease.complete(Signal::clean, 1ms, 11s, rng);
+    CHECK(ups.probes == std::vector<bool>{true});
+    CHECK_FALSE(ups.closed(0));
+  }
+  SECTION("a status that closes the upstream keeps it closed") {
+    p.lease.complete(Signal::clean, 1ms, 11s, rng, /*closes=*/true);
+    CHECK(ups.probes == std::vector<bool>{false});
+    CHECK(ups.closed(0));
+  }
+  SECTION("a probe dropped without its outcome failed") {
+    p.lease = Lease();
+    CHECK(ups.probes == std::vector<bool>{false});
+    CHECK(ups.running(0) == 0);
+  }
+}
+
+TEST_CASE("a closed upstream refuses a request that may not move pool_closed, told the reopen hint",
+          "[admission][placement]") {
+  TestUpstreams ups(2);
+  Rng rng(1);
+  ups.closures[0].close(0us);  // next probe at 10 s
+  TestSeat s;
+  auto ask = ask_for(0, kOne);
+  ask.pinned = true;
+  auto p = place(ask, s, ups, 4s, rng);
+  CHECK(p.how == Placed::refused);
+  CHECK(p.reason == Reason::pool_closed);
+  REQUIRE(p.retry_after);
+  CHECK(*p.retry_after == 6000ms);
+  CHECK(ups.running(0) + ups.running(1) == 0);
+}
+
+TEST_CASE("a closed upstream sends a movable request to an alternative that seats it now, else one it waits on",
+          "[admission][placement]") {
+  TestUpstreams ups(2);
+  Rng rng(1);
+  ups.closures[0].close(0us);
+  TestSeat a, b;
+  auto pa = place(ask_for(0, kOne), a, ups, 1s, rng);
+  CHECK(pa.how == Placed::seated);
+  CHECK(pa.upstream == 1);
+  CHECK(pa.fell_back == Fallback::closed);
+  auto pb = place(ask_for(0, kOne), b, ups, 1s, rng);  // the alternative is full now
+  CHECK(pb.how == Placed::queued);
+  CHECK(pb.upstream == 1);
+  CHECK(pb.fell_back == Fallback::closed);
+}
+
+TEST_CASE("when every alternative is closed too the request is refused pool_closed",
+          "[admission][placement]") {
+  TestUpstreams ups(2);
+  Rng rng(1);
+  ups.closures[0].close(0us);
+  ups.closures[1].close(0us);
+  TestSeat s;
+  auto p = place(ask_for(0, kOne), s, ups, 1s, rng);
+  CHECK(p.how == Placed::refused);
+  CHECK(p.reason == Reason::pool_closed);
+}
+
+TEST_CASE("observe mode places as enforce would and goes on unseated with the reason",
+          "[admission][placement]") {
+  TestUpstreams ups(1);
+  Rng rng(1);
+  TestSeat a, b, c;
+  auto ask = ask_for(0);
+  ask.mode = Mode::observe;
+  auto pa = place(ask, a, ups, 0us, rng);
+  CHECK(pa.how == Placed::seated);
+  auto pb = place(ask, b, ups, 1us, rng);
+  CHECK(pb.how == Placed::unseated);
+  CHECK(pb.reason == Reason::queue_timeout);
+  CHECK(ups.waiting(0) == 0);
+  ups.closures[0].close(2us);
+  auto pc = place(ask, c, ups, 3us, rng);
+  CHECK(pc.how == Placed::unseated);
+  CHECK(pc.reason == Reason::pool_closed);
+}
+
+TEST_CASE("a request whose connect failed moves to an alternative that seats it, else stays",
+          "[admission][placement]") {
+  TestUpstreams ups(2);
+  Rng rng(1);
+  TestSeat s;
+  auto p = place(ask_for(0, kOne), s, ups, 0us, rng);
+  REQUIRE(p.upstream == 0);
+  auto q = relocate(ask_for(0, kOne), s, p.lease, Signal::timeout, 0us, Fallback::connect_failed, ups,
+                    1s, rng);
+  CHECK(q.how == Placed::seated);
+  CHECK(q.upstream == 1);
+  CHECK(q.fell_back == Fallback::connect_failed);
+  CHECK(ups.running(0) == 0);  // its seat where it was went back
+  CHECK(ups.bulkheads[0].failures() == 1);  // teaching what it learnt
+  ups.closures[0].close(1s);
+  auto r = relocate(ask_for(1, {}), s, q.lease, Signal::timeout, 0us, Fallback::connect_failed, ups,
+                    2s, rng);
+  CHECK(r.how == Placed::stayed);
+  CHECK(r.upstream == 1);
+  CHECK(r.lease.seated());
+}
+
+TEST_CASE("a heavy-cap unit stays with a request that moves on and goes back with its lease",
+          "[admission][placement][lease]") {
+  TestUpstreams ups(2, 4.0);
+  Rng rng(1);
+  TestSeat s(Lane::heavy);
+  auto p = place(ask_for(0, kOne, Lane::heavy), s, ups, 0us, rng);
+  REQUIRE(p.how == Placed::seated);
+  CHECK(ups.cap.taken == 1);
+  auto q = relocate(ask_for(0, kOne, Lane::heavy), s, p.lease, Signal::none, 0us,
+                    Fallback::connect_failed, ups, 1s, rng);
+  CHECK(q.upstream == 1);
+  CHECK(ups.cap.taken == 1);  // kept, not taken twice
+  q.lease.complete(Signal::clean, 1ms, 2s, rng);
+  CHECK(ups.cap.taken == 0);
+}
+
+TEST_CASE("a lease dropped without its outcome gives everything back and teaches nothing",
+          "[admission][lease]") {
+  TestUpstreams ups(1, 1.0);
+  Rng rng(1);
+  TestSeat a(Lane::heavy), b(Lane::heavy);
+  auto estimate = ups.bulkheads[0].estimate().value();
+  {
+    auto pa = place(ask_for(0, kNone, Lane::heavy), a, ups, 0us, rng);
+    REQUIRE(pa.lease.seated());
+    auto pb = place(ask_for(0, kNone, Lane::heavy), b, ups, 0us, rng);
+    REQUIRE(pb.lease.queued());
+    CHECK(ups.cap.taken == 1);
+  }
+  CHECK(ups.running(0) == 0);
+  CHECK(ups.waiting(0) == 0);
+  CHECK(ups.cap.taken == 0);
+  CHECK_FALSE(a.seated);
+  CHECK(ups.bulkheads[0].successes() + ups.bulkheads[0].failures() == 0);
+  CHECK(ups.bulkheads[0].estimate().value() == estimate);
+}
+
+TEST_CASE("a lease completes once: a moved-from or completed lease gives nothing back again",
+          "[admission][lease]") {
+  TestUpstreams ups(1, 2.0);
+  Rng rng(1);
+  TestSeat a, b;
+  auto pa = place(ask_for(0), a, ups, 0us, rng);
+  auto pb = place(ask_for(0), b, ups, 0us, rng);
+  REQUIRE(ups.running(0) == 2);
+  Lease moved = std::move(pa.lease);
+  CHECK_FALSE(pa.lease);
+  pa.lease.complete(Signal::clean, 1ms, 1ms, rng);
+  CHECK(ups.running(0) == 2);
+  moved.complete(Signal::clean, 1ms, 1ms, rng);
+  CHECK(ups.running(0) == 1);
+  moved.complete(Signal::clean, 1ms, 1ms, rng);
+  moved = Lease();
+  CHECK(ups.running(0) == 1);
+  CHECK(ups.bulkheads[0].successes() == 1);
+}
