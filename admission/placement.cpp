@@ -205,10 +205,10 @@ Placement place(const Ask& a, Seat& s, Upstreams& ups, Micros now, Rng& rng) {
 
 Placement relocate(const Ask& a, Seat& s, Lease& lease, Signal signal, Micros ttfb, Fallback why,
                    Upstreams& ups, Micros now, Rng& rng) {
-  lease.leave(signal, ttfb, now, rng);
-  s.lane = a.lane;
   Placement p;
   p.upstream = a.upstream;
+  p.decreased = lease.leave(signal, ttfb, now, rng);
+  s.lane = a.lane;
   if (!a.delegated && move_now(a, s, ups, now, rng, why, p)) return p;
   if (!wait_on_alternative(a, ups, rng, why, p)) {
     ups.bulkhead(a.upstream).seat_probe(s, now);  // a seat where it was, to end there

@@ -68,6 +68,7 @@ struct Placement {
   Reason reason = Reason::none;          // refused or unseated: why
   std::optional<Millis> retry_after;     // pool_closed: the reopen hint
   std::optional<Fallback> fell_back;     // it moved to `upstream`, and why
+  bool decreased = false;                // relocate(): the lease it left decreased that estimate
   Lease lease;
 };
 

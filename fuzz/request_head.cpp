@@ -5,7 +5,7 @@
 // and the fields that go upstream.
 //
 // Beyond not crashing: a head Sluice accepts goes upstream (built as
-// Session::build_request_head builds it, minus the request id and lease) as
+// Session::build_request_head builds it, with append_forwarding, minus a lease) as
 // one that parses again to the same request line, Host and framing, with no
 // hop-by-hop field left and nothing Sluice would refuse.
 #include <boost/beast/http/parser.hpp>
@@ -71,9 +71,11 @@ const sluice::routes::Route* classify(const RequestParser& req) {
 std::string upstream_head(const RequestParser& req, bool close_after) {
   std::string h;
   auto passed = sluice::proxy::append_upstream_head(h, req, close_after);
-  if (!passed.has_host) sluice::proxy::append_field(h, "Host", "127.0.0.1:9000");
-  h += "X-Forwarded-For: 127.0.0.1\r\nX-Real-IP: 127.0.0.1\r\nX-Forwarded-Proto: http\r\n";
-  h += "X-Request-Id: 0123456789abcdef\r\n\r\n";
+  sluice::proxy::Forwarding f;
+  f.default_host = "127.0.0.1:9000";
+  f.client = "127.0.0.1";
+  f.request_id = "0123456789abcdef";
+  sluice::proxy::append_forwarding(h, req.get(), passed, f);
   return h;
 }
 

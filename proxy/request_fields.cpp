@@ -89,4 +89,24 @@ PassedFields append_upstream_head(std::string& h, const RequestParser& req, bool
   return passed;
 }
 
+void append_forwarding(std::string& h, const RequestHead& m, const PassedFields& passed,
+                       const Forwarding& f) {
+  if (!passed.has_host) append_field(h, "Host", f.default_host);
+  h += "X-Forwarded-For: ";
+  if (passed.forwarded_for && !f.replace_forwarded_for)
+    for (const auto& field : m)
+      if (iequals(field.name_string(), "x-forwarded-for")) {
+        h += field.value();
+        h += ", ";
+      }
+  h += f.client;
+  h += "\r\nX-Real-IP: ";
+  h += f.client;
+  h += "\r\nX-Forwarded-Proto: http\r\n";
+  if (!f.lease_token.empty()) append_field(h, kLeaseHeader, f.lease_token);
+  h += "X-Request-Id: ";
+  h += f.request_id;
+  h += "\r\n\r\n";
+}
+
 }  // namespace sluice::proxy

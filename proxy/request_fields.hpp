@@ -86,4 +86,18 @@ PassedFields append_request_fields(std::string& h, const RequestHead& m);
 // client sent none, the X-Forwarded-For it joins.
 PassedFields append_upstream_head(std::string& h, const RequestParser& req, bool close_after);
 
+// What Sluice states about the client after append_upstream_head, ending the head.
+struct Forwarding {
+  std::string_view default_host;        // Host, when the client sent none
+  std::string_view client;              // the connecting address
+  bool replace_forwarded_for = false;   // Sluice is the edge: the client's X-Forwarded-For goes
+  std::string_view lease_token;         // X-Sluice-Lease, when the request holds a lease slot
+  std::string_view request_id;
+};
+// Host when the client sent none, X-Forwarded-For (the client's joined with its
+// address, or the address alone), X-Real-IP and X-Forwarded-Proto, the lease
+// token, X-Request-Id and the blank line.
+void append_forwarding(std::string& h, const RequestHead& m, const PassedFields& passed,
+                       const Forwarding& f);
+
 }  // namespace sluice::proxy

@@ -1,27 +1,32 @@
-// A client connection: reads requests, routes them, admits or refuses them,
-// relays them to an upstream connection from the Worker's pool and relays the
-// response back, streaming bodies in both directions through one borrowed
-// block. Beast's parser reads both directions; Sluice writes the heads and the
-// body framing itself (one reused string, one gathered write per piece).
+// A client connection: reads requests, routes them, asks the admission core
+// where each goes (admission/placement.hpp) and applies the answer, relays the
+// request to an upstream connection from the Worker's pool and the response
+// back, streaming bodies both ways through one borrowed block. Beast's parser
+// reads both directions; Sluice writes heads and framing itself
+// (proxy/request_fields.hpp, proxy/heads.hpp), one gathered write per piece.
+//
+// Where a reader starts: run() and start_request(), then the phases in order
+// (head, admission, upstream connection, request out, response, end). What one
+// request holds is one Exchange (ex_), reset by assignment; everything in it
+// that must be given back (lease, lease slot, in-flight count, upstream
+// connection) gives itself back when dropped.
 //
 // Threading: a Session lives on one Worker and its handlers run on that
 // Worker's only thread.
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/bind_handler.hpp>
-#include <boost/beast/http/buffer_body.hpp>
-#include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
-#include <boost/beast/http/rfc7230.hpp>
 #include <algorithm>
 #include <array>
 #include <charconv>
-#include <span>
 #include <memory_resource>
 #include <optional>
 
+#include "proxy/exchange.hpp"
+#include "proxy/heads.hpp"
 #include "proxy/request_fields.hpp"
 #include "proxy/request_head.hpp"
-#include "proxy/runtime.hpp"
+#include "proxy/tunnel.hpp"
 
 namespace sluice::proxy {
 
@@ -29,6 +34,7 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using boost::system::error_code;
 using admission::Lane;
+using admission::Placed;
 
 namespace {
 
@@ -36,10 +42,7 @@ constexpr std::size_t kReadChunk = 4096;
 constexpr std::size_t kMaxResponseHeader = 64 * 1024;
 // A write to the client still pending after this is a slow reader's (see write_client).
 constexpr Clock::duration kStalledWrite = std::chrono::milliseconds(250);
-
-std::string_view reason_phrase(int status) {
-  return http::obsolete_reason(static_cast<http::status>(status));
-}
+constexpr int kMaxMoves = 3;  // hosts or alternatives tried after failed connects
 
 bool is_idempotent(http::verb v) {
   switch (v) {
@@ -71,8 +74,7 @@ bool valid_request_id(std::string_view id) {
   return true;
 }
 
-using Alloc = HeadAlloc;
-using Request = RequestHead;
+double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 enum class Phase : std::uint8_t {
   head,           // waiting for / reading a request head
@@ -83,8 +85,75 @@ enum class Phase : std::uint8_t {
   response_head,  // waiting for the upstream's response head
   response_body,  // reading the response body from the upstream
   write_client,   // writing to the client
-  tunnel,         // WebSocket (or other upgrade) tunnel
+  tunnel,         // the connection is a Tunnel's now
   closing,
+};
+
+// Everything one request and its response hold, reset by assignment.
+struct Exchange {
+  // The request.
+  bool started = false;  // a byte of it arrived
+  Clock::time_point start{}, head_deadline{};
+  std::chrono::system_clock::time_point start_wall{};
+  http::verb method = http::verb::get;
+  unsigned version = 11;
+  bool upgrade = false;
+  bool keep_alive = true;  // the client's connection stays open after it
+  bool close_both = false;  // this exchange ends both connections (check_request_head)
+  bool expect_continue = false;
+  std::string_view path;
+  std::array<char, 128> id{};
+  std::size_t id_len = 0;
+  std::string_view request_id() const { return {id.data(), id_len}; }
+
+  // Routing and admission.
+  const Live* live = nullptr;
+  const routes::Route* route = nullptr;
+  Lane lane = Lane::standard;
+  admission::Level level = admission::Level::normal;  // published when its head was read
+  admission::GateDecision decision{};
+  int retry_after = -1;
+  std::size_t upstream = 0;
+  int fallback_from = -1;  // the route's upstream, when it moved off it
+  admission::Fallback fallback_why = admission::Fallback::closed;
+  int moves = 0;
+  bool retried = false;
+  bool delegated = false;  // seated on a live parent lease's lane
+  bool forwarded = false;  // counted in flight and on its way upstream
+
+  // What it holds.
+  admission::Lease lease;
+  LeaseSlot slot;
+  InFlight in_flight;
+  Checkout up;
+
+  // The request body.
+  std::size_t prebuffered = 0;  // body bytes read before admission, in the block
+  std::size_t body_stride = 0;  // body bytes since the budget was last renewed
+  Clock::duration body_budget{};  // client time left for the rest of this stride
+  Clock::time_point body_read_start{};
+  bool request_sent = false;  // the whole request is with the upstream
+
+  // The upstream.
+  Clock::time_point queue_start{}, sent_at{};
+  Clock::duration queue_wait{0}, upstream_wait{-1}, ttfb{-1};
+  admission::Micros up_ttfb{0};  // request sent to response head: what the estimate learns from
+  admission::Signal signal = admission::Signal::none;
+  bool closing_status = false;  // the upstream answered a status that closes it
+  bool upstream_keep_alive = false;
+
+  // The response.
+  bool sse = false;
+  bool end_stream = false;  // draining: an SSE stream ends at its next event boundary
+  bool header_sent = false;
+  bool response_sent = false;  // the last piece of the response was written
+  bool chunked_out = false;    // the client's response is chunked by Sluice
+  Clock::time_point write_started{};  // when the pending write to the client began
+
+  bool timed_out = false;
+  int status_override = 0;
+  std::string_view reason;
+  std::uint64_t bytes_in = 0, bytes_out = 0;
 };
 
 class Session : public Tracked,
@@ -93,11 +162,9 @@ class Session : public Tracked,
                 public std::enable_shared_from_this<Session> {
  public:
   Session(Worker& w, Socket s)
-      : w_(w), cfg_(w.config()), st_(w.stats()), sock_(std::move(s)) {}
+      : w_(w), cfg_(w.config()), st_(w.stats()), ups_(w), sock_(std::move(s)) {}
 
   ~Session() override {
-    release_seat();
-    if (lane_counted_) bump(st_.lane[admission::index(lane_)].in_flight, std::int64_t{-1});
     bump(st_.client_connections, std::int64_t{-1});
     w_.runtime().connections.fetch_sub(1, std::memory_order_relaxed);
     bump(w_.active_sessions, std::int64_t{-1});
@@ -123,40 +190,40 @@ class Session : public Tracked,
 
   // ---- Tracked ----
   void on_deadline() override {
-    if (phase_ == Phase::write_client && Clock::now() < write_started_ + cfg_.send_timeout) {
+    if (phase_ == Phase::write_client && Clock::now() < ex_.write_started + cfg_.send_timeout) {
       // The client reads slower than the upstream sends: the response now
       // waits on the client, not on the upstream, so its bulkhead slot goes
       // back (its upstream connection stays until the end or the cut).
       release_stalled_seat();
-      deadline = write_started_ + cfg_.send_timeout;
+      deadline = ex_.write_started + cfg_.send_timeout;
       return;
     }
-    timed_out_ = true;
+    ex_.timed_out = true;
     error_code ec;
     switch (phase_) {
       case Phase::queued: {
         // The lane's queue window is over: 503 queue_timeout.
         auto self = std::move(self_);
         auto now = Clock::now();
-        bulkhead().cancel(*this, w_.runtime().micros(now));
+        ex_.lease.cancel(micros(now));
         note_queue_wait(now);
-        note_upstream_wait(now, queue_wait_);
+        note_upstream_wait(now, ex_.queue_wait);
         refuse_queue(now);
         break;
       }
       case Phase::acquire:
         // Queued for a connection: give up now. A connect under way has its
         // own deadline and will call back.
-        if (w_.pool(upstream_).cancel(*this)) {
+        if (w_.pool(ex_.upstream).cancel(*this)) {
           auto self = std::move(self_);
-          upstream_wait_ = Clock::now() - wait_start;
+          ex_.upstream_wait = Clock::now() - wait_start;
           respond_error(504, "upstream_busy", true);
         }
         break;
       case Phase::send_upstream:
       case Phase::response_head:
       case Phase::response_body:
-        if (up_) up_->socket.cancel(ec);
+        if (ex_.up) ex_.up->socket.cancel(ec);
         break;
       case Phase::head:
       case Phase::request_body:
@@ -166,26 +233,27 @@ class Session : public Tracked,
         // A client that stopped reading: the write was not done within SLUICE_SEND_TIMEOUT.
         // The exchange is logged and counted as 408 send_timeout, never as the clean status.
         count_timeout(ClientTimeout::send);
-        status_override_ = 408;
-        reason_ = "send_timeout";
+        ex_.status_override = 408;
+        ex_.reason = "send_timeout";
         sock_.close(ec);
-        if (up_) up_->socket.close(ec);
+        if (ex_.up) ex_.up->socket.close(ec);
         break;
       case Phase::tunnel:
+        break;
       case Phase::closing:
         sock_.close(ec);
-        if (up_) up_->socket.close(ec);
+        if (ex_.up) ex_.up->socket.close(ec);
         break;
     }
   }
 
   void on_drain() override {
     error_code ec;
-    if (phase_ == Phase::head && !request_started_) {
+    if (phase_ == Phase::head && !ex_.started) {
       sock_.cancel(ec);  // idle keep-alive connection: close it now
-    } else if (phase_ == Phase::response_body && sse_ && up_) {
-      end_stream_ = true;  // end the SSE stream cleanly at this event boundary
-      up_->socket.cancel(ec);
+    } else if (phase_ == Phase::response_body && ex_.sse && ex_.up) {
+      ex_.end_stream = true;  // end the SSE stream cleanly at this event boundary
+      ex_.up->socket.cancel(ec);
     }
   }
 
@@ -197,7 +265,7 @@ class Session : public Tracked,
     phase_ = Phase::acquire;
     net::post(w_.ioc(), [self = std::move(self_)] {
       self->note_queue_wait(Clock::now());
-      if (self->forwarded_) {  // it waited for an alternative after a failed connect
+      if (self->ex_.forwarded) {  // it waited for an alternative after a failed connect
         self->acquire();
         return;
       }
@@ -207,115 +275,42 @@ class Session : public Tracked,
   }
 
   // ---- PoolWaiter ----
-
-  // A connect failed. When every host of the upstream refuses, the upstream
-  // closes. Nothing was sent, so the request may go on to another host, or to
-  // an alternative, whatever its method. True when it went on.
-  bool connect_failed(Clock::time_point now) {
-    auto& rt = w_.runtime();
-    auto now_us = rt.micros(now);
-    bool all_down = w_.pool(upstream_).all_hosts_ejected(now);
-    if (all_down) rt.gates[upstream_]->close(now_us, std::nullopt);
-    if (moves_ >= kMaxMoves) return false;
-    ++moves_;
-    if (!all_down) {  // another host (still this upstream's probe, if it is one)
-      bump(st_.upstream[upstream_].retries);
-      acquire();
-      return true;
-    }
-    if (route_->pin || route_->alternatives.empty() || !Seat::seated) return false;
-    return go_elsewhere(now, Fallback::connect_failed);
-  }
-
-  // Moves a request that went out to an alternative: one that admits it now,
-  // else it waits for one. False when none is open (it stays where it was).
-  bool go_elsewhere(Clock::time_point now, Fallback why) {
-    auto now_us = w_.runtime().micros(now);
-    auto from = upstream_;
-    leave_upstream(now_us);
-    if (!delegated_ && move(now_us, why)) {
-      acquire();
-      return true;
-    }
-    if (!wait_on_alternative(why)) {
-      bulkhead().seat_probe(*this, now_us);  // keeps a seat where it was, to end there
-      upstream_ = from;
-      return false;
-    }
-    if (reseat(now, now_us)) acquire();
-    return true;
-  }
-
-  void acquire() {
-    must_check = !is_idempotent(method_);
-    phase_ = Phase::acquire;
-    deadline = Clock::now() + cfg_.response_timeout;
-    self_ = shared_from_this();
-    w_.pool(upstream_).acquire(*this);
-  }
   void on_connection(std::unique_ptr<UpstreamConnection> c, error_code ec) override {
     auto self = std::move(self_);
     auto now = Clock::now();
-    upstream_wait_ = now - wait_start;
-    note_upstream_wait(now, queue_wait_ + upstream_wait_);
+    ex_.upstream_wait = now - wait_start;
+    note_upstream_wait(now, ex_.queue_wait + ex_.upstream_wait);
     if (ec) {
       // A connect that failed or timed out: the upstream could not be reached.
-      if (ec == net::error::timed_out) signal_ = admission::Signal::timeout;
+      if (ec == net::error::timed_out) ex_.signal = admission::Signal::timeout;
       if (connect_failed(now)) return;
       respond_error(502,
                     ec == net::error::timed_out ? "upstream_connect_timeout" : "upstream_connect_failed",
                     !req_->is_done());
       return;
     }
-    up_ = std::move(c);
-    up_->buffer.clear();
+    ex_.up = Checkout(w_.pool(ex_.upstream), std::move(c));
+    ex_.up->buffer.clear();
     send_request();
   }
 
  private:
+  admission::Micros micros(Clock::time_point t) const { return w_.runtime().micros(t); }
+
   // ---------------------------------------------------------------- request head
   void start_request() {
     phase_ = Phase::head;
-    // The last request's fields go, and their memory with them, at once.
+    // The last request's state and fields go, and their memory with them, at once.
+    ex_ = Exchange{};
     res_.reset();
     req_.reset();
     arena_.release();
-    req_.emplace(std::piecewise_construct, std::make_tuple(), std::make_tuple(Alloc(&arena_)));
+    req_.emplace(std::piecewise_construct, std::make_tuple(), std::make_tuple(HeadAlloc(&arena_)));
     req_->header_limit(static_cast<std::uint32_t>(cfg_.max_header_bytes));
     req_->body_limit(cfg_.max_body_bytes);
-    request_sent_ = false;
-    response_sent_ = false;
-    request_started_ = false;
-    timed_out_ = false;
-    prebuffered_ = 0;
-    body_stride_ = 0;
-    body_budget_ = cfg_.body_timeout;
-    retried_ = false;
-    sse_ = false;
-    header_sent_ = false;
-    route_ = nullptr;
-    path_ = {};
-    reason_ = {};
-    id_len_ = 0;
-    status_override_ = 0;
-    end_stream_ = false;
-    decision_ = {};
-    retry_after_ = -1;
-    client_keep_alive_ = true;
-    close_both_ = false;
-    bytes_in_ = bytes_out_ = 0;
-    upstream_wait_ = Clock::duration(-1);
-    ttfb_ = Clock::duration(-1);
-    queue_wait_ = Clock::duration(0);
-    signal_ = admission::Signal::none;
-    probe_ = false;
-    closing_status_ = false;
+    ex_.body_budget = cfg_.body_timeout;
     fresh = false;
     avoid_host = SIZE_MAX;
-    forwarded_ = false;
-    delegated_ = false;
-    moves_ = 0;
-    fallback_from_ = -1;
     if (buf_.size() > 0) {  // a pipelined request is already here
       begin_request();
       parse_head();
@@ -325,22 +320,28 @@ class Session : public Tracked,
   }
 
   void begin_request() {
-    request_started_ = true;
-    start_ = Clock::now();
-    start_wall_ = std::chrono::system_clock::now();
-    head_deadline_ = start_ + cfg_.header_timeout;
+    ex_.started = true;
+    ex_.start = Clock::now();
+    ex_.start_wall = std::chrono::system_clock::now();
+    ex_.head_deadline = ex_.start + cfg_.header_timeout;
+    ex_.level = published_level();
+  }
+
+  admission::Level published_level() const {
+    return static_cast<admission::Level>(
+        w_.runtime().published.level.load(std::memory_order_relaxed));
   }
 
   void read_head() {
     // Draining: a kept-alive connection is not waited on again (its last
     // response said Connection: close); a new one still gets its request
     // served while the listener is open.
-    if (!request_started_ && !first_ && w_.runtime().draining.load(std::memory_order_relaxed)) {
+    if (!ex_.started && !first_ && w_.runtime().draining.load(std::memory_order_relaxed)) {
       close();
       return;
     }
-    deadline = request_started_ ? head_deadline_
-                                : Clock::now() + (first_ ? cfg_.header_timeout : cfg_.idle_timeout);
+    deadline = ex_.started ? ex_.head_deadline
+                           : Clock::now() + (first_ ? cfg_.header_timeout : cfg_.idle_timeout);
     std::size_t room = buf_.max_size() - buf_.size();
     if (room == 0) {
       respond_error(431, "header_too_large", true);
@@ -352,19 +353,19 @@ class Session : public Tracked,
 
   void on_read_head(error_code ec, std::size_t n) {
     if (ec) {
-      if (timed_out_ && request_started_) {
+      if (ex_.timed_out && ex_.started) {
         count_timeout(ClientTimeout::header);
         respond_error(408, "header_timeout", true);
       } else {
         // Nothing of a request came: a new connection that sent nothing within
         // SLUICE_HEADER_TIMEOUT, or a kept-alive one idle for SLUICE_IDLE_TIMEOUT.
-        if (timed_out_) count_timeout(first_ ? ClientTimeout::header : ClientTimeout::idle);
+        if (ex_.timed_out) count_timeout(first_ ? ClientTimeout::header : ClientTimeout::idle);
         close();
       }
       return;
     }
     buf_.commit(n);
-    if (!request_started_) begin_request();
+    if (!ex_.started) begin_request();
     parse_head();
   }
 
@@ -402,21 +403,17 @@ class Session : public Tracked,
       respond_error(verdict.status, verdict.why, true);
       return;
     }
-    close_both_ = verdict.close_after;
+    ex_.close_both = verdict.close_after;
     on_head();
   }
 
   void refuse_malformed(error_code ec) {
-    int status = 400;
-    std::string_view why = "bad_request";
-    if (ec == http::error::header_limit) {
-      status = 431;
-      why = "header_too_large";
-    } else if (ec == http::error::body_limit) {
-      status = 413;
-      why = "body_too_large";
-    }
-    respond_error(status, why, true);
+    if (ec == http::error::header_limit)
+      respond_error(431, "header_too_large", true);
+    else if (ec == http::error::body_limit)
+      respond_error(413, "body_too_large", true);
+    else
+      respond_error(400, "bad_request", true);
   }
 
   void on_head() {
@@ -427,39 +424,50 @@ class Session : public Tracked,
       return;
     }
     auto target = m.target();
-    path_ = target.substr(0, target.find('?'));
-    client_keep_alive_ = req_->keep_alive() && !close_both_;
-    client_version_ = m.version();
-    method_ = m.method();
-    upgrade_ = req_->upgrade();
+    ex_.path = target.substr(0, target.find('?'));
+    ex_.keep_alive = req_->keep_alive() && !ex_.close_both;
+    ex_.version = m.version();
+    ex_.method = m.method();
+    ex_.upgrade = req_->upgrade();
     take_request_id();
 
     // Route: every request gets its route, lane and upstream before anything is forwarded.
     routes::RequestView view;
     view.method = m.method_string();
-    view.path = path_;
+    view.path = ex_.path;
     view.ctx = &m;
     view.header = [](const void* ctx, std::string_view name) -> std::string_view {
-      auto& msg = *static_cast<const Request*>(ctx);
+      auto& msg = *static_cast<const RequestHead*>(ctx);
       auto it = msg.find(name);
       return it == msg.end() ? std::string_view{} : std::string_view(it->value());
     };
     if (auto accept = m.find(http::field::accept); accept != m.end())
       view.accepts_sse = contains_ci(accept->value(), "text/event-stream");
     if (auto len = req_->content_length()) view.body_bytes = *len;
-    live_ = &w_.live();  // this request's settings, whatever a reload does meanwhile
-    route_ = live_->routes.match(view);
-    if (!route_) {
+    ex_.live = &w_.live();  // this request's settings, whatever a reload does meanwhile
+    ex_.route = ex_.live->routes.match(view);
+    if (!ex_.route) {
       respond_error(404, "no_route", !req_->is_done());
       return;
     }
-    lane_ = route_->lane;
-    upstream_ = route_->upstream;
-    if (!req_->is_done() && !upgrade_ && m.find(http::field::expect) == m.end()) {
+    ex_.lane = ex_.route->lane;
+    ex_.upstream = ex_.route->upstream;
+    if (!req_->is_done() && !ex_.upgrade && m.find(http::field::expect) == m.end()) {
       prebuffer_body();
       return;
     }
     admit();
+  }
+
+  // Request id: the client's when it sent a usable one, else a fresh one.
+  void take_request_id() {
+    auto& m = req_->get();
+    if (auto it = m.find("x-request-id"); it != m.end() && valid_request_id(it->value())) {
+      ex_.id_len = it->value().size();
+      std::memcpy(ex_.id.data(), it->value().data(), ex_.id_len);
+    } else {
+      ex_.id_len = static_cast<std::size_t>(w_.request_id(ex_.id.data()) - ex_.id.data());
+    }
   }
 
   // Reads the body's first block (all of a small body) before admission, so a
@@ -469,19 +477,19 @@ class Session : public Tracked,
   void prebuffer_body() {
     if (!block_) block_ = w_.blocks().get();
     auto& body = req_->get().body();
-    body.data = block_.get() + prebuffered_;
-    body.size = BlockPool::kBlockSize - prebuffered_;
+    body.data = block_.get() + ex_.prebuffered;
+    body.size = BlockPool::kBlockSize - ex_.prebuffered;
     read_body(&Session::on_prebuffered);
   }
 
   void on_prebuffered(error_code ec, std::size_t) {
     if (ec == http::error::need_buffer) ec = {};
     if (ec) return body_failed(ec);
-    std::size_t n = BlockPool::kBlockSize - prebuffered_ - req_->get().body().size;
-    prebuffered_ += n;
-    bytes_in_ += n;
+    std::size_t n = BlockPool::kBlockSize - ex_.prebuffered - req_->get().body().size;
+    ex_.prebuffered += n;
+    ex_.bytes_in += n;
     body_progress(n);
-    if (prebuffered_ < BlockPool::kBlockSize && !req_->is_done()) {
+    if (ex_.prebuffered < BlockPool::kBlockSize && !req_->is_done()) {
       prebuffer_body();
       return;
     }
@@ -495,23 +503,22 @@ class Session : public Tracked,
   template <class Handler>
   void read_body(Handler handler) {
     phase_ = Phase::request_body;
-    body_read_start_ = Clock::now();
-    deadline = body_read_start_ + body_budget_;
-    http::async_read_some(sock_, buf_, *req_,
-                          beast::bind_front_handler(handler, shared_from_this()));
+    ex_.body_read_start = Clock::now();
+    deadline = ex_.body_read_start + ex_.body_budget;
+    http::async_read_some(sock_, buf_, *req_, beast::bind_front_handler(handler, shared_from_this()));
   }
 
   void body_progress(std::size_t n) {
-    body_budget_ -= Clock::now() - body_read_start_;
-    body_stride_ += n;
-    if (body_stride_ >= BlockPool::kBlockSize || req_->is_done()) {
-      body_stride_ = 0;
-      body_budget_ = cfg_.body_timeout;
+    ex_.body_budget -= Clock::now() - ex_.body_read_start;
+    ex_.body_stride += n;
+    if (ex_.body_stride >= BlockPool::kBlockSize || req_->is_done()) {
+      ex_.body_stride = 0;
+      ex_.body_budget = cfg_.body_timeout;
     }
   }
 
   void body_failed(error_code ec) {
-    if (timed_out_) {
+    if (ex_.timed_out) {
       count_timeout(ClientTimeout::body);
       respond_error(408, "body_timeout", true);
     } else if (ec == http::error::body_limit) {
@@ -524,459 +531,223 @@ class Session : public Tracked,
     }
   }
 
-  // Admission: a delegated request is seated at once; any other passes the
-  // level gate (a relaxed load of the published level and one draw), then
-  // asks its upstream's bulkhead for a slot, waiting up to its lane's window.
+  // ---------------------------------------------------------------- admission
+  // A delegated request is placed at once; any other passes the level gate (a
+  // relaxed load of the published level and one draw), then placement.
   void admit() {
-    auto& rt = w_.runtime();
-    level_ = static_cast<admission::Level>(rt.published.level.load(std::memory_order_relaxed));
-    const auto mode = live_->gate.mode();
-    if (mode == admission::Mode::off) {
+    ex_.level = published_level();
+    if (ex_.live->gate.mode() == admission::Mode::off) {
       count_decision();
       forward();
       return;
+    }
+    if (auto lane = delegated_lane()) {
+      ex_.lane = *lane;
+      ex_.delegated = true;
+      bump(st_.lane[admission::index(ex_.lane)].delegated);
+    } else {
+      ex_.decision = ex_.live->gate.admit(ex_.lane, ex_.level, w_.rng());
+      if (ex_.decision.outcome == admission::Outcome::shed) {
+        count_decision();
+        refuse(derived_level_wait());
+        return;
+      }
     }
     auto now = Clock::now();
-    if (delegate(now)) {
-      count_decision();
-      forward();
-      return;
-    }
-    decision_ = live_->gate.admit(lane_, level_, w_.rng());
-    if (decision_.outcome == admission::Outcome::shed) {
-      count_decision();
-      refuse(derived_level_wait());
-      return;
-    }
-    Seat::lane = lane_;
-    Seat::pinned = route_->pin;
-    if (!seat(now)) return;  // queued, or refused
+    if (!apply(admission::place(ask(), *this, ups_, micros(now), w_.rng()), now)) return;
     count_decision();
     forward();
   }
 
-  // Seats the request on its route's upstream or, when that refuses it now
-  // (closed, or full past what the lane may borrow), on an alternative that
-  // admits it now (seed 001 §8); a pinned route never moves. False when the
-  // request was queued or refused.
-  bool seat(Clock::time_point now) {
-    auto& rt = w_.runtime();
-    auto now_us = rt.micros(now);
-    const bool may_move = !route_->pin && !route_->alternatives.empty();
-    auto& gate = *rt.gates[upstream_];
-    auto verdict = gate.ask(now_us, [&] { return rt.running_on(upstream_, w_); });
-    if (verdict == admission::Verdict::probe) {
-      // The one request a closed upstream lets through per probe interval.
-      bulkhead().seat_probe(*this, now_us);
-      probe_ = true;
-      return true;
+  admission::Ask ask() const {
+    admission::Ask a;
+    a.lane = ex_.lane;
+    a.upstream = ex_.upstream;
+    a.alternatives = ex_.route->alternatives;
+    a.pinned = ex_.route->pin;
+    a.mode = ex_.live->gate.mode();
+    a.delegated = ex_.delegated;
+    return a;
+  }
+
+  // Applies a placement: true when the request goes on now; false when it
+  // waits in its lane's queue or was refused (the 503 is on its way).
+  bool apply(admission::Placement p, Clock::time_point now) {
+    if (p.fell_back) {
+      bump(st_.upstream[ex_.upstream].fallbacks[p.upstream][static_cast<std::size_t>(*p.fell_back)]);
+      if (ex_.fallback_from < 0) {
+        ex_.fallback_from = static_cast<int>(ex_.upstream);
+        ex_.fallback_why = *p.fell_back;
+      }
     }
-    bool wait_here = !may_move;
-    if (verdict == admission::Verdict::closed) {
-      if (may_move && move(now_us, Fallback::closed)) return true;
-      // No alternative admits it now: it waits for an open one, not for a closed upstream.
-      if (!may_move || !wait_on_alternative(Fallback::closed)) {
-        if (live_->gate.mode() == admission::Mode::observe) {
-          mark_would_shed(admission::Reason::pool_closed);
-          return true;
-        }
-        refuse_closed(now);
+    ex_.upstream = p.upstream;
+    ex_.lease = std::move(p.lease);
+    switch (p.how) {
+      case Placed::seated:
+      case Placed::stayed:
+        return true;
+      case Placed::unseated:
+        // Observe mode forwards everything: what would have waited or been refused goes now.
+        if (p.reason != admission::Reason::none &&
+            ex_.decision.outcome == admission::Outcome::admitted)
+          ex_.decision = {admission::Outcome::would_shed, p.reason};
+        return true;
+      case Placed::queued:
+        phase_ = Phase::queued;
+        ex_.queue_start = now;
+        deadline = now + std::chrono::duration_cast<Clock::duration>(
+                             ex_.live->lanes.queue_window[admission::index(ex_.lane)]);
+        self_ = shared_from_this();
         return false;
-      }
-      wait_here = true;
-    }
-    if (bulkhead().ask(*this, now_us, w_.rng(), nullptr, wait_here)) return true;
-    if (!wait_here) {
-      if (move(now_us, Fallback::full)) return true;
-      // No alternative admits it now: it waits for its own upstream.
-      if (bulkhead().ask(*this, now_us, w_.rng())) return true;
-    }
-    if (live_->gate.mode() == admission::Mode::observe) {
-      // Observe mode forwards everything: a request that would have waited
-      // goes now, unseated, and counts as would_shed.
-      bulkhead().cancel(*this, now_us);
-      mark_would_shed(admission::Reason::queue_timeout);
-      return true;
-    }
-    return wait_or_refuse(now);
-  }
-
-  // Not seated: it waits in its lane's queue until the window ends, or, with a
-  // zero window, it is refused now. False either way: it does not go on yet.
-  bool wait_or_refuse(Clock::time_point now) {
-    if (Seat::queued) {
-      phase_ = Phase::queued;
-      queue_start_ = now;
-      deadline = now + std::chrono::duration_cast<Clock::duration>(
-                           live_->lanes.queue_window[admission::index(lane_)]);
-      self_ = shared_from_this();
-      return false;
-    }
-    refuse_queue(now);
-    return false;
-  }
-
-  void mark_would_shed(admission::Reason why) {
-    if (decision_.outcome == admission::Outcome::admitted)
-      decision_ = {admission::Outcome::would_shed, why};
-  }
-
-  // Moves the request to one of its route's alternatives that admits it now:
-  // open, and its lane's rules allow it there. Among several, Thompson
-  // sampling picks (success counts and mean latency of this thread's bulkheads).
-  // Alternatives Thompson sampling picks among: what each thread's bulkhead
-  // knows of them (successes, failures, mean latency). No allocation.
-  struct Candidates {
-    static constexpr std::size_t kMax = 16;
-    std::array<std::size_t, kMax> ids{};
-    std::array<admission::Candidate, kMax> known{};
-    std::size_t n = 0;
-    bool full() const { return n == kMax; }
-    void add(std::size_t alt, const admission::Bulkhead& b) {
-      ids[n] = alt;
-      known[n++] = {b.successes(), b.failures(), b.mean_latency()};
-    }
-    std::size_t pick(admission::Rng& rng) const {
-      return admission::thompson_pick(std::span(known.data(), n), rng);
-    }
-    void drop(std::size_t i) {
-      ids[i] = ids[n - 1];
-      known[i] = known[--n];
-    }
-  };
-
-  bool move(admission::Micros now_us, Fallback why) {
-    auto& rt = w_.runtime();
-    Candidates c;
-    for (std::size_t alt : route_->alternatives) {
-      if (alt == upstream_ || c.full()) continue;
-      auto verdict = rt.gates[alt]->ask(now_us, [&] { return rt.running_on(alt, w_); });
-      if (verdict == admission::Verdict::probe) {
-        // A closed alternative's probe is due: this request is it.
-        w_.bulkhead(alt).seat_probe(*this, now_us);
-        probe_ = true;
-        moved_to(alt, why);
-        return true;
-      }
-      if (verdict == admission::Verdict::closed) continue;
-      auto& b = w_.bulkhead(alt);
-      if (admission::decide(b.lanes(), b.census(now_us), lane_, 0.0) == admission::Hold::none)
-        c.add(alt, b);
-    }
-    while (c.n > 0) {
-      auto i = c.pick(w_.rng());
-      if (w_.bulkhead(c.ids[i]).ask(*this, now_us, w_.rng(), nullptr, false)) {
-        moved_to(c.ids[i], why);
-        return true;
-      }
-      c.drop(i);
+      case Placed::refused:
+        ex_.decision = {admission::Outcome::shed, p.reason};
+        if (!ex_.forwarded) count_decision();  // else it was counted admitted, before its connect failed
+        refuse(p.retry_after);
+        return false;
     }
     return false;
   }
 
-  // The open alternative a request of a closed upstream waits on when none
-  // admits it now (Thompson sampling among them); false when all are closed.
-  bool wait_on_alternative(Fallback why) {
-    auto& rt = w_.runtime();
-    Candidates c;
-    for (std::size_t alt : route_->alternatives)
-      if (alt != upstream_ && !c.full() && !rt.gates[alt]->closed.load(std::memory_order_relaxed))
-        c.add(alt, w_.bulkhead(alt));
-    if (c.n == 0) return false;
-    moved_to(c.ids[c.pick(w_.rng())], why);
-    return true;
-  }
-
-  void moved_to(std::size_t alt, Fallback why) {
-    bump(st_.upstream[upstream_].fallbacks[alt][static_cast<std::size_t>(why)]);
-    if (fallback_from_ < 0) {
-      fallback_from_ = static_cast<int>(upstream_);
-      fallback_why_ = why;
-    }
-    upstream_ = alt;
-  }
-
-  // Before a request that went out moves on: its seat here goes back with what
-  // the upstream said (a heavy-cap unit stays with it), and a probe here failed.
-  void leave_upstream(admission::Micros now_us) {
-    if (probe_) {
-      w_.runtime().gates[upstream_]->probe_ended(false);
-      probe_ = false;
-    }
-    if (!Seat::seated) return;
-    if (bulkhead().release(*this, signal_, up_ttfb_, now_us, w_.rng(), /*keep_cap=*/true))
-      bump(st_.upstream[upstream_].exhausted[static_cast<std::size_t>(bulkhead().estimate().why())]);
-    signal_ = admission::Signal::none;
-    Seat::lane = lane_;
-  }
-
-  // Seats a request that already went out (counted, its lease open) on the
-  // upstream it moved to: a delegated one at once, any other by the lane
-  // rules, waiting within its lane's window; observe mode never waits.
-  // Returns false when it was refused (the 503 is written).
-  bool reseat(Clock::time_point now, admission::Micros now_us) {
-    if (delegated_) {
-      bulkhead().seat_delegated(*this, now_us);
-      return true;
-    }
-    if (live_->gate.mode() == admission::Mode::observe) return true;  // forwarded unseated
-    if (bulkhead().ask(*this, now_us, w_.rng())) return true;
-    return wait_or_refuse(now);
-  }
-
-  // A request for a closed upstream that may not move: 503 pool_closed, to come
-  // back when the next probe may have reopened it.
-  void refuse_closed(Clock::time_point now) {
-    decision_ = {admission::Outcome::shed, admission::Reason::pool_closed};
-    count_decision();
-    auto& rt = w_.runtime();
-    auto hint = rt.gates[upstream_]->reopen_hint(rt.micros(now));
-    refuse(std::chrono::ceil<admission::Millis>(hint));
-  }
-
-  // A request carrying the token of a live lease is part of that lease's work:
-  // seated at once on the parent's lane (refusing it could only stall the parent).
-  bool delegate(Clock::time_point now) {
-    if (!cfg_.admission.delegation) return false;
+  // The lane of a live lease whose token the request carries: part of that
+  // lease's work, seated at once (refusing it could only stall the parent).
+  std::optional<Lane> delegated_lane() const {
+    if (!cfg_.admission.delegation) return std::nullopt;
     auto& m = req_->get();
     auto it = m.find(kLeaseHeader);
-    if (it == m.end()) return false;
+    if (it == m.end()) return std::nullopt;
     auto& rt = w_.runtime();
     auto id = admission::parse_lease_token(rt.lease_key, it->value());
     if (!id || id->worker >= rt.workers.size() ||
         !rt.workers[id->worker]->leases().live(id->slot, id->generation))
-      return false;  // forged, from another instance, or its lease has ended: nothing earned
-    lane_ = id->lane;
-    Seat::lane = lane_;
-    bulkhead().seat_delegated(*this, rt.micros(now));
-    delegated_ = true;
-    bump(st_.lane[admission::index(lane_)].delegated);
-    return true;
+      return std::nullopt;  // forged, from another instance, or its lease has ended: nothing earned
+    return id->lane;
   }
 
   void count_decision() {
-    bump(st_.lane[admission::index(lane_)]
-             .decisions[static_cast<std::size_t>(decision_.outcome)]
-                       [static_cast<std::size_t>(decision_.reason)]);
+    bump(st_.lane[admission::index(ex_.lane)]
+             .decisions[static_cast<std::size_t>(ex_.decision.outcome)]
+                       [static_cast<std::size_t>(ex_.decision.reason)]);
   }
 
   // The upstream wait the controller reads: for a bulkhead slot, then for a
   // connection. A request refused at the end of its window waited all of it.
   void note_upstream_wait(Clock::time_point now, Clock::duration wait) {
-    st_.upstream[upstream_].wait.observe(std::chrono::duration<double>(wait).count());
-    w_.waits.add(now, wait, upstream_);
+    st_.upstream[ex_.upstream].wait.observe(std::chrono::duration<double>(wait).count());
+    w_.waits.add(now, wait, ex_.upstream);
   }
 
   void note_queue_wait(Clock::time_point now) {
-    queue_wait_ = now - queue_start_;
-    st_.lane[admission::index(lane_)].queue_wait.observe(
-        std::chrono::duration<double>(queue_wait_).count());
+    ex_.queue_wait = now - ex_.queue_start;
+    st_.lane[admission::index(ex_.lane)].queue_wait.observe(
+        std::chrono::duration<double>(ex_.queue_wait).count());
   }
 
-  admission::Bulkhead& bulkhead() { return w_.bulkhead(upstream_); }
-
-  // Admitted: counted in flight, given a lease token, and on to the upstream.
+  // Admitted: counted in flight, given a lease slot, and on to the upstream.
   void forward() {
-    forwarded_ = true;
-    auto& m = req_->get();
-    if (Seat::seated) {
-      if (lane_ == Lane::heavy) w_.note_heavy();
-      lease_open_ = cfg_.admission.delegation && w_.leases().open(lease_slot_, lease_gen_);
+    ex_.forwarded = true;
+    if (ex_.lease.seated()) {
+      if (ex_.lane == Lane::heavy) w_.note_heavy();
+      if (cfg_.admission.delegation) ex_.slot = LeaseSlot::open(w_.leases());
     }
-    bump(st_.lane[admission::index(lane_)].in_flight, std::int64_t{1});
-    lane_counted_ = true;
-
-    expect_continue_ = false;
+    ex_.in_flight = InFlight(st_.lane[admission::index(ex_.lane)].in_flight);
+    auto& m = req_->get();
     if (auto it = m.find(http::field::expect); it != m.end()) {
       if (!iequals(it->value(), "100-continue")) {
         respond_error(417, "expectation", true);
         return;
       }
-      expect_continue_ = !req_->is_done();  // Sluice answers it; Expect is not forwarded
+      ex_.expect_continue = !req_->is_done();  // Sluice answers it; Expect is not forwarded
     }
     acquire();
   }
 
-  // Request id: the client's when it sent a usable one, else a fresh one.
-  void take_request_id() {
-    auto& m = req_->get();
-    if (auto it = m.find("x-request-id"); it != m.end() && valid_request_id(it->value())) {
-      id_len_ = it->value().size();
-      std::memcpy(id_, it->value().data(), id_len_);
-    } else {
-      id_len_ = static_cast<std::size_t>(w_.request_id(id_) - id_);
-    }
-  }
-
   // A level refusal's Retry-After: when the controller expects the lane back.
   std::optional<admission::Millis> derived_level_wait() const {
-    auto readmit = w_.runtime().published.readmit_ms[admission::index(lane_)].load(
+    auto readmit = w_.runtime().published.readmit_ms[admission::index(ex_.lane)].load(
         std::memory_order_relaxed);
     if (readmit < 0) return std::nullopt;
     return admission::Millis(readmit);
   }
 
-  // No slot within the lane's window. Retry-After (seed 004): the larger of the
-  // window waited and the age of the lane's youngest live lease, the time
-  // since its capacity last turned over (heavy: across every thread).
+  // No slot within the lane's window (seed 004's Retry-After).
   void refuse_queue(Clock::time_point now) {
-    decision_ = {admission::Outcome::shed, admission::Reason::queue_timeout};
-    if (!forwarded_) count_decision();  // else it was counted admitted, before its connect failed
+    ex_.decision = {admission::Outcome::shed, admission::Reason::queue_timeout};
+    if (!ex_.forwarded) count_decision();  // else it was counted admitted, before its connect failed
+    auto waited = std::chrono::duration_cast<admission::Micros>(ex_.queue_wait);
+    refuse(admission::queue_retry_after(ups_, ex_.lane, ex_.upstream, waited, micros(now)));
+  }
+
+  // ---------------------------------------------------------------- upstream connection
+  void acquire() {
+    must_check = !is_idempotent(ex_.method);
+    phase_ = Phase::acquire;
+    deadline = Clock::now() + cfg_.response_timeout;
+    self_ = shared_from_this();
+    w_.pool(ex_.upstream).acquire(*this);
+  }
+
+  // A connect failed. When every host of the upstream refuses, the upstream
+  // closes. Nothing was sent, so the request may go on to another host, or to
+  // an alternative, whatever its method. True when it went on.
+  bool connect_failed(Clock::time_point now) {
     auto& rt = w_.runtime();
-    auto now_us = rt.micros(now);
-    std::optional<admission::Micros> youngest;
-    if (lane_ == Lane::heavy) {
-      for (auto& w : rt.workers) {
-        auto y = w.get() == &w_ ? -1 : w->youngest_heavy_us.load(std::memory_order_relaxed);
-        if (y >= 0 && (!youngest || admission::Micros(y) > *youngest)) youngest = admission::Micros(y);
-      }
-      for (std::size_t u = 0; u < cfg_.upstreams.size(); ++u)
-        if (auto y = w_.bulkhead(u).youngest(lane_); y && (!youngest || *y > *youngest)) youngest = y;
-    } else {
-      youngest = bulkhead().youngest(lane_);
+    bool all_down = w_.pool(ex_.upstream).all_hosts_ejected(now);
+    if (all_down) rt.gates[ex_.upstream]->close(micros(now), std::nullopt);
+    if (ex_.moves >= kMaxMoves) return false;
+    ++ex_.moves;
+    if (!all_down) {  // another host (still this upstream's probe, if it is one)
+      bump(st_.upstream[ex_.upstream].retries);
+      acquire();
+      return true;
     }
-    std::optional<admission::Micros> age;
-    if (youngest) age = std::max(admission::Micros{0}, now_us - *youngest);
-    auto waited = std::chrono::duration_cast<admission::Micros>(queue_wait_);
-    refuse(admission::lease_retry_after(waited, age));
+    if (!movable()) return false;
+    return go_elsewhere(now, admission::Fallback::connect_failed);
   }
 
-  // SPEC's refusal: 503, Retry-After derived from what was observed, clamped to
-  // the lane's band with jitter that only adds, X-Sluice-Reject, and a JSON body.
-  void refuse(std::optional<admission::Millis> derived) {
-    auto lane = admission::index(lane_);
-    retry_after_ = admission::retry_after_seconds(derived, live_->retry[lane], w_.rng());
-    auto& b = own_body_;
-    b.clear();
-    b += "{\"error\":\"admission_rejected\",\"reason\":\"";
-    b += admission::to_string(decision_.reason);
-    b += "\",\"lane\":\"";
-    b += admission::to_string(lane_);
-    b += "\",\"level\":";
-    append_number(b, static_cast<std::uint64_t>(level_));
-    b += ",\"retry_after_s\":";
-    append_number(b, static_cast<std::uint64_t>(retry_after_));
-    b += ",\"request_id\":\"";
-    append_json_escaped(b, std::string_view(id_, id_len_));
-    b += "\"}\n";
-    write_own_response(503, !req_->is_done());
+  bool movable() const {
+    return !ex_.route->pin && !ex_.route->alternatives.empty() && ex_.lease.seated();
   }
 
-  // The head Sluice sends upstream, written once into a reused string: the
-  // client's fields minus hop-by-hop ones (and those Connection names), the
-  // framing as Sluice read it, and the forwarding headers.
-  void build_request_head() {
-    auto& m = req_->get();
-    std::string& h = out_;
-    h.clear();
-    auto passed = append_upstream_head(h, *req_, close_both_);
-    if (!passed.has_host) append_field(h, "Host", cfg_.upstreams[upstream_].hosts.front().str());
-    h += "X-Forwarded-For: ";
-    if (passed.forwarded_for && !cfg_.forwarded_for_replace)  // replace: Sluice is the edge
-      for (const auto& f : m)
-        if (iequals(f.name_string(), "x-forwarded-for")) {
-          h += f.value();
-          h += ", ";
-        }
-    h += std::string_view(client_, client_len_);
-    h += "\r\nX-Real-IP: ";
-    h += std::string_view(client_, client_len_);
-    h += "\r\nX-Forwarded-Proto: http\r\n";
-    if (lease_open_) {
-      // This request's lease: a request the upstream makes back through
-      // Sluice with it is seated at once on this lane (delegation).
-      auto& rt = w_.runtime();
-      admission::LeaseId id{static_cast<std::uint32_t>(w_.index()), lease_slot_, lease_gen_, lane_};
-      char token[admission::kLeaseTokenMax];
-      h += kLeaseHeader;
-      h += ": ";
-      h.append(token, admission::format_lease_token(rt.lease_key, id, token));
-      h += "\r\n";
-    }
-    end_head(h);
-  }
-
-  // The upstream's response fields the client may see: not the hop-by-hop ones
-  // (keep_upgrade: Connection and Upgrade of a 101 do pass), nor X-Request-Id,
-  // which is Sluice's to state.
-  void append_upstream_fields(std::string& h, bool keep_upgrade) {
-    const auto& m = res_->get();
-    for (const auto& f : m) {
-      if (skip_field(m, f, keep_upgrade) || iequals(f.name_string(), "x-request-id")) continue;
-      append_field(h, f.name_string(), f.value());
-    }
-  }
-
-  // Every head Sluice writes ends with the request's id.
-  void end_head(std::string& h) const {
-    h += "X-Request-Id: ";
-    h += std::string_view(id_, id_len_);
-    h += "\r\n\r\n";
-  }
-
-  // "HTTP/1.x NNN reason\r\n"; the standard reason when none is given.
-  static void append_status_line(std::string& h, bool http11, int status, std::string_view reason) {
-    h += http11 ? "HTTP/1.1 " : "HTTP/1.0 ";
-    char code[4] = {static_cast<char>('0' + status / 100), static_cast<char>('0' + status / 10 % 10),
-                    static_cast<char>('0' + status % 10), ' '};
-    h.append(code, 4);
-    h += reason.empty() ? reason_phrase(status) : reason;
-    h += "\r\n";
-  }
-
-  static void append_number(std::string& h, std::uint64_t n) {
-    char tmp[24];
-    auto r = std::to_chars(tmp, tmp + sizeof tmp, n);
-    h.append(tmp, r.ptr);
-  }
-
-  static void append_number_field(std::string& h, std::string_view name, std::uint64_t n) {
-    h += name;
-    h += ": ";
-    append_number(h, n);
-    h += "\r\n";
-  }
-
-  // One gathered write: the head if it is still to go, then a body piece framed
-  // as the outgoing message needs (chunked: size line, data, CRLF; the last
-  // chunk after the last piece).
-  template <class Handler>
-  void write_piece(Socket& to, std::string& head, bool chunked, const char* data, std::size_t n,
-                   bool last, Handler&& handler) {
-    std::string_view tail;
-    std::size_t line = 0;
-    if (chunked) {
-      if (n > 0) {
-        auto r = std::to_chars(chunk_line_, chunk_line_ + 16, n, 16);
-        r.ptr[0] = '\r';
-        r.ptr[1] = '\n';
-        line = static_cast<std::size_t>(r.ptr + 2 - chunk_line_);
-        tail = last ? std::string_view("\r\n0\r\n\r\n") : std::string_view("\r\n");
-      } else if (last) {
-        tail = "0\r\n\r\n";
-      }
-    }
-    // The head moves to sending_, which holds it until the write is done (the
-    // previous write, if any, is done now); swapping moves no bytes.
-    sending_.clear();
-    sending_.swap(head);
-    std::array<net::const_buffer, 4> bufs{net::buffer(sending_), net::buffer(chunk_line_, line),
-                                          net::buffer(data, n), net::buffer(tail.data(), tail.size())};
-    std::size_t total = sending_.size() + line + n + tail.size();
-    if (total == 0) {  // nothing to say (a raw body's end): carry on without a write
-      handler(error_code{}, 0);
-      return;
-    }
-    net::async_write(to, bufs, std::forward<Handler>(handler));
+  // Moves a request that went out to an alternative (admission::relocate).
+  // False when none is open: it stays where it was, to end there.
+  bool go_elsewhere(Clock::time_point now, admission::Fallback why) {
+    auto from = ex_.upstream;
+    auto p = admission::relocate(ask(), *this, ex_.lease, ex_.signal, ex_.up_ttfb, why, ups_,
+                                 micros(now), w_.rng());
+    if (p.decreased) count_exhausted(from);
+    ex_.signal = admission::Signal::none;
+    bool stayed = p.how == Placed::stayed;
+    if (apply(std::move(p), now) && !stayed) acquire();
+    return !stayed;
   }
 
   // ---------------------------------------------------------------- request out
+  // The head Sluice sends upstream, written once into a reused string.
+  void build_request_head() {
+    out_.clear();
+    auto passed = append_upstream_head(out_, *req_, ex_.close_both);
+    Forwarding f;
+    f.default_host = cfg_.upstreams[ex_.upstream].hosts.front().str();
+    f.client = std::string_view(client_, client_len_);
+    f.replace_forwarded_for = cfg_.forwarded_for_replace;
+    f.request_id = ex_.request_id();
+    char token[admission::kLeaseTokenMax];
+    if (ex_.slot) {
+      // This request's lease: a request the upstream makes back through
+      // Sluice with it is seated at once on this lane (delegation).
+      admission::LeaseId id{static_cast<std::uint32_t>(w_.index()), ex_.slot.slot(),
+                            ex_.slot.generation(), ex_.lane};
+      f.lease_token = {token, admission::format_lease_token(w_.runtime().lease_key, id, token)};
+    }
+    append_forwarding(out_, req_->get(), passed, f);
+  }
+
   void send_request() {
     phase_ = Phase::send_upstream;
-    sent_at_ = Clock::now();
+    ex_.sent_at = Clock::now();
     build_request_head();
-    if (expect_continue_ && buf_.size() == 0) {
-      expect_continue_ = false;
+    if (ex_.expect_continue && buf_.size() == 0) {
+      ex_.expect_continue = false;
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       phase_ = Phase::write_client;
       deadline = Clock::now() + cfg_.send_timeout;
@@ -993,9 +764,8 @@ class Session : public Tracked,
   // Reads the next piece of the request body (or none) and writes it with the
   // head still unsent, so a small request leaves in one write.
   void request_body_step() {
-    if (prebuffered_ > 0) {  // read before admission: it leaves with the head
-      auto n = std::exchange(prebuffered_, 0);
-      write_upstream(n);
+    if (ex_.prebuffered > 0) {  // read before admission: it leaves with the head
+      write_upstream(std::exchange(ex_.prebuffered, 0));
       return;
     }
     if (req_->is_done()) {
@@ -1018,15 +788,15 @@ class Session : public Tracked,
       request_body_step();
       return;
     }
-    bytes_in_ += n;
+    ex_.bytes_in += n;
     write_upstream(n);
   }
 
   void write_upstream(std::size_t n) {
     phase_ = Phase::send_upstream;
     deadline = Clock::now() + cfg_.send_timeout;
-    request_sent_ = req_->is_done();
-    write_piece(up_->socket, out_, req_->chunked(), n ? block_.get() : nullptr, n, request_sent_,
+    ex_.request_sent = req_->is_done();
+    write_piece(ex_.up->socket, req_->chunked(), n, ex_.request_sent,
                 beast::bind_front_handler(&Session::on_upstream_written, shared_from_this()));
   }
 
@@ -1035,46 +805,66 @@ class Session : public Tracked,
       upstream_failed(ec, "upstream_write");
       return;
     }
-    if (!request_sent_) {
+    if (!ex_.request_sent) {
       request_body_step();
       return;
     }
     read_response_head();
   }
 
+  // One gathered write: out_ (a head still to go, or nothing), then n bytes of
+  // the block framed as the outgoing message needs (heads.hpp's frame_piece).
+  template <class Handler>
+  void write_piece(Socket& to, bool chunked, std::size_t n, bool last, Handler&& handler) {
+    frame_ = frame_piece(chunked, n, last);
+    // The head moves to sending_, which holds it until the write is done (the
+    // previous write, if any, is done now); swapping moves no bytes.
+    sending_.clear();
+    sending_.swap(out_);
+    auto line = frame_.size_line();
+    std::array<net::const_buffer, 4> bufs{net::buffer(sending_), net::buffer(line.data(), line.size()),
+                                          net::buffer(n ? block_.get() : nullptr, n),
+                                          net::buffer(frame_.tail.data(), frame_.tail.size())};
+    if (sending_.size() + line.size() + n + frame_.tail.size() == 0) {
+      handler(error_code{}, 0);  // nothing to say (a raw body's end): carry on without a write
+      return;
+    }
+    net::async_write(to, bufs, std::forward<Handler>(handler));
+  }
+
   // An upstream failed before any of its response reached the client.
   void upstream_failed(error_code ec, std::string_view what) {
-    bool timed_out = timed_out_;
-    std::size_t failed_host = up_ ? up_->host : SIZE_MAX;
-    release_upstream(false);
+    bool timed_out = ex_.timed_out;
+    std::size_t failed_host = ex_.up ? ex_.up->host : SIZE_MAX;
+    ex_.up.give_back(false);
     bool cut = ec == net::error::eof || ec == net::error::connection_reset ||
                ec == net::error::broken_pipe || ec == http::error::end_of_stream;
-    if (cut && failed_host != SIZE_MAX) w_.pool(upstream_).close_idle(failed_host);
+    if (cut && failed_host != SIZE_MAX) w_.pool(ex_.upstream).close_idle(failed_host);
     // The connection closed or reset before any response byte (a kept-alive
     // connection the upstream had already closed, or an upstream going down):
     // replay once, on a fresh connection (the pool's choice of host; an
     // alternative when every host then refuses), but only a request that is
     // idempotent and whose body (none) can be sent again. Nothing reached the
     // client yet.
-    if (!timed_out && !retried_ && is_idempotent(method_) && bytes_in_ == 0 && req_->is_done() &&
-        cut) {
-      retried_ = true;
+    if (!timed_out && !ex_.retried && is_idempotent(ex_.method) && ex_.bytes_in == 0 &&
+        req_->is_done() && cut) {
+      ex_.retried = true;
       fresh = true;
       avoid_host = failed_host;
-      bump(st_.upstream[upstream_].retries);
+      bump(st_.upstream[ex_.upstream].retries);
       // To another host, or, with one host, to an alternative when the route has one.
-      if (w_.pool(upstream_).host_count() == 1 && Seat::seated && !route_->pin &&
-          !route_->alternatives.empty() && go_elsewhere(Clock::now(), Fallback::replay))
+      if (w_.pool(ex_.upstream).host_count() == 1 && movable() &&
+          go_elsewhere(Clock::now(), admission::Fallback::replay))
         return;
       acquire();
       return;
     }
     if (timed_out) {
-      bump(st_.upstream[upstream_].timeouts);
-      signal_ = admission::Signal::timeout;
+      bump(st_.upstream[ex_.upstream].timeouts);
+      ex_.signal = admission::Signal::timeout;
       respond_error(504, "upstream_timeout", true);
     } else {
-      respond_error(502, what, !req_->is_done() || !client_keep_alive_);
+      respond_error(502, what, !req_->is_done() || !ex_.keep_alive);
     }
   }
 
@@ -1082,11 +872,11 @@ class Session : public Tracked,
   void read_response_head() {
     phase_ = Phase::response_head;
     deadline = Clock::now() + cfg_.response_timeout;
-    res_.emplace(std::piecewise_construct, std::make_tuple(), std::make_tuple(Alloc(&arena_)));
+    res_.emplace(std::piecewise_construct, std::make_tuple(), std::make_tuple(HeadAlloc(&arena_)));
     res_->header_limit(kMaxResponseHeader);
     res_->body_limit(boost::none);
-    if (method_ == http::verb::head) res_->skip(true);
-    http::async_read_header(up_->socket, up_->buffer, *res_,
+    if (ex_.method == http::verb::head) res_->skip(true);
+    http::async_read_header(ex_.up->socket, ex_.up->buffer, *res_,
                             beast::bind_front_handler(&Session::on_response_head, shared_from_this()));
   }
 
@@ -1102,12 +892,12 @@ class Session : public Tracked,
       return;
     }
     auto now = Clock::now();
-    ttfb_ = now - start_;
-    up_ttfb_ = std::chrono::duration_cast<admission::Micros>(now - sent_at_);
-    if (Seat::seated) signal_ = bulkhead().classify(status, up_ttfb_);
+    ex_.ttfb = now - ex_.start;
+    ex_.up_ttfb = std::chrono::duration_cast<admission::Micros>(now - ex_.sent_at);
+    if (ex_.lease.seated()) ex_.signal = bulkhead().classify(status, ex_.up_ttfb);
     read_quota(m, status, now);
     if (status == 101) {
-      if (!upgrade_) {
+      if (!ex_.upgrade) {
         upstream_failed(http::error::bad_status, "upstream_bad_response");
         return;
       }
@@ -1115,18 +905,27 @@ class Session : public Tracked,
       return;
     }
     if (auto ct = m.find(http::field::content_type); ct != m.end())
-      sse_ = ct->value().starts_with("text/event-stream");
-    upstream_keep_alive_ = res_->keep_alive();
-    build_response_head(status);
+      ex_.sse = ct->value().starts_with("text/event-stream");
+    ex_.upstream_keep_alive = res_->keep_alive();
+    std::optional<std::uint64_t> len;
+    if (auto l = res_->content_length()) len = *l;
+    auto framing = frame_response(
+        ex_.method == http::verb::head, status, len, ex_.version,
+        ex_.keep_alive && !w_.runtime().draining.load(std::memory_order_relaxed));
+    ex_.keep_alive = framing.keep_alive;
+    ex_.chunked_out = framing.chunked;
+    out_.clear();
+    append_response_head(out_, m, len, ex_.version, framing, ex_.request_id());
     response_body_step();
   }
+
+  admission::Bulkhead& bulkhead() { return w_.bulkhead(ex_.upstream); }
 
   // What the upstream says about its quota: RateLimit-Limit / -Remaining /
   // -Reset (or X-RateLimit-*) give this thread's bulkhead a budget reading; a
   // status in SLUICE_CLOSE_STATUSES closes the upstream until its Retry-After
   // or quota reset, else for SLUICE_CLOSE_FOR. One pass over the fields.
-  template <class Fields>
-  void read_quota(const Fields& m, int status, Clock::time_point now) {
+  void read_quota(const ResponseHead& m, int status, Clock::time_point now) {
     std::string_view limit, remaining, reset;
     for (const auto& f : m) {
       auto name = f.name_string();
@@ -1138,16 +937,15 @@ class Session : public Tracked,
       else if (iequals(what, "remaining")) remaining = f.value();
       else if (iequals(what, "reset")) reset = f.value();
     }
-    auto& rt = w_.runtime();
-    auto now_us = rt.micros(now);
+    auto now_us = micros(now);
     auto unix_now = std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch()).count();
     std::optional<admission::BudgetReading> budget;
     if (!limit.empty()) budget = admission::read_budget(limit, remaining, reset, now_us, unix_now);
     if (budget) bulkhead().note_budget(*budget);
-    const auto& closing = live_->close_statuses;
+    const auto& closing = ex_.live->close_statuses;
     if (std::find(closing.begin(), closing.end(), status) == closing.end()) return;
-    closing_status_ = true;
+    ex_.closing_status = true;
     std::optional<admission::Micros> until;
     if (auto it = m.find(http::field::retry_after); it != m.end()) {
       std::int64_t seconds = 0;
@@ -1157,46 +955,15 @@ class Session : public Tracked,
         until = now_us + admission::Micros(seconds * 1'000'000);
     }
     if (!until && budget) until = budget->until;
-    rt.gates[upstream_]->close(now_us, until);
-  }
-
-  // The head the client gets: the upstream's fields minus hop-by-hop ones, the
-  // framing this client can read, keep-alive as Sluice decides, X-Request-Id.
-  void build_response_head(int status) {
-    auto& m = res_->get();
-    bool body_possible = method_ != http::verb::head && status != 204 && status != 304;
-    bool keep = client_keep_alive_ && !w_.runtime().draining.load(std::memory_order_relaxed);
-    auto len = res_->content_length();
-    // Chunked out: the upstream's chunks, or a close-delimited body, to an HTTP/1.1
-    // client. An HTTP/1.0 client reads either until the connection closes.
-    res_chunked_out_ = false;
-    if (body_possible && !len) {
-      if (client_version_ >= 11)
-        res_chunked_out_ = true;
-      else
-        keep = false;
-    }
-    client_keep_alive_ = keep;
-    std::string& h = out_;
-    h.clear();
-    append_status_line(h, client_version_ >= 11, status, m.reason());
-    append_upstream_fields(h, false);
-    if (res_chunked_out_) {
-      h += "Transfer-Encoding: chunked\r\n";
-    } else if (len) {
-      append_number_field(h, "Content-Length", *len);  // a HEAD's length describes the GET
-    }
-    if (!keep && client_version_ >= 11) h += "Connection: close\r\n";
-    if (keep && client_version_ < 11) h += "Connection: keep-alive\r\n";
-    end_head(h);
+    w_.runtime().gates[ex_.upstream]->close(now_us, until);
   }
 
   void response_body_step() {
-    if (res_->is_done() || end_stream_) {
+    if (res_->is_done() || ex_.end_stream) {
       write_client(0, true);
       return;
     }
-    if (!header_sent_ && up_->buffer.size() == 0) {
+    if (!ex_.header_sent && ex_.up->buffer.size() == 0) {
       // No body bytes are here yet: send the head now so the client sees it at
       // once (an SSE stream's first event may be far off).
       write_client(0, false);
@@ -1207,22 +974,22 @@ class Session : public Tracked,
     body.data = block_.get();
     body.size = BlockPool::kBlockSize;
     phase_ = Phase::response_body;
-    deadline = Clock::now() + (sse_ ? cfg_.sse_idle_timeout : cfg_.response_timeout);
-    http::async_read_some(up_->socket, up_->buffer, *res_,
+    deadline = Clock::now() + (ex_.sse ? cfg_.sse_idle_timeout : cfg_.response_timeout);
+    http::async_read_some(ex_.up->socket, ex_.up->buffer, *res_,
                           beast::bind_front_handler(&Session::on_response_body, shared_from_this()));
   }
 
   void on_response_body(error_code ec, std::size_t) {
     if (ec == http::error::need_buffer) ec = {};
     if (ec) {
-      if (end_stream_ && ec == net::error::operation_aborted) {
+      if (ex_.end_stream && ec == net::error::operation_aborted) {
         response_body_step();  // draining: the stream ends cleanly here
         return;
       }
-      if (timed_out_) bump(st_.upstream[upstream_].timeouts);
+      if (ex_.timed_out) bump(st_.upstream[ex_.upstream].timeouts);
       // The head is out: the only honest signal left is a cut connection, so
       // the client never mistakes a truncated body for a complete one.
-      status_override_ = 502;
+      ex_.status_override = 502;
       abort();
       return;
     }
@@ -1236,244 +1003,181 @@ class Session : public Tracked,
 
   void write_client(std::size_t n, bool last) {
     phase_ = Phase::write_client;
-    write_started_ = Clock::now();
+    ex_.write_started = Clock::now();
     // A seated request looks again after kStalledWrite: a write still pending
     // then means a slow reader, whose slot release_stalled_seat() gives back.
-    deadline = write_started_ + (holds_stallable_seat() ? std::min<Clock::duration>(
-                                                             kStalledWrite, cfg_.send_timeout)
-                                                       : cfg_.send_timeout);
-    header_sent_ = true;
-    response_sent_ = last;
-    write_piece(sock_, out_, res_chunked_out_, n ? block_.get() : nullptr, n, last,
+    deadline = ex_.write_started + (holds_stallable_seat()
+                                        ? std::min<Clock::duration>(kStalledWrite, cfg_.send_timeout)
+                                        : cfg_.send_timeout);
+    ex_.header_sent = true;
+    ex_.response_sent = last;
+    write_piece(sock_, ex_.chunked_out, n, last,
                 beast::bind_front_handler(&Session::on_client_written, shared_from_this()));
   }
 
   void on_client_written(error_code ec, std::size_t n) {
-    bytes_out_ += n;
+    ex_.bytes_out += n;
     if (ec) {
       abort();
       return;
     }
-    if (!response_sent_) {
+    if (!ex_.response_sent) {
       response_body_step();
       return;
     }
-    finish(res_->get().result_int());
+    bool reusable = ex_.upstream_keep_alive && res_->is_done() && ex_.request_sent &&
+                    ex_.up->buffer.size() == 0 && !ex_.end_stream && !ex_.close_both;
+    ex_.up.give_back(reusable);
+    end_exchange(res_->get().result_int(), !ex_.keep_alive || ex_.end_stream);
   }
 
   // ---------------------------------------------------------------- tunnel
+  // The 101 goes to the client, then the connection is a Tunnel's; the lease
+  // lasts the tunnel's whole life, and the exchange is logged when it ends.
   void start_tunnel() {
     bump(st_.websocket_tunnels);
-    auto& m = res_->get();
-    std::string& h = out_;
-    h.clear();
-    append_status_line(h, true, 101, m.reason());
-    append_upstream_fields(h, true);  // Connection and Upgrade stay: the switch is agreed
-    end_head(h);
-    phase_ = Phase::tunnel;
+    out_.clear();
+    append_switch_head(out_, res_->get(), ex_.request_id());
+    phase_ = Phase::write_client;
     deadline = Clock::now() + cfg_.send_timeout;
-    header_sent_ = true;
+    ex_.header_sent = true;
     net::async_write(sock_, net::buffer(out_), [self = shared_from_this()](error_code ec, std::size_t n) {
-      self->bytes_out_ += n;
+      self->ex_.bytes_out += n;
       if (ec) return self->abort();
-      self->up_block_ = self->w_.blocks().get();
-      if (!self->block_) self->block_ = self->w_.blocks().get();
-      self->pump(true);
-      self->pump(false);
+      self->phase_ = Phase::tunnel;
+      self->deadline = Clock::time_point::max();
+      self->block_.reset();
+      Tunnel::start(self->w_, std::move(self->sock_), std::move(self->buf_), std::move(self->ex_.up),
+                    [self](std::uint64_t up, std::uint64_t down) {
+                      self->ex_.bytes_in += up;
+                      self->ex_.bytes_out += down;
+                      self->log(101);
+                      self->phase_ = Phase::closing;
+                    });
     });
-  }
-
-  // One direction of the tunnel: client->upstream (up == true) or back.
-  void pump(bool up) {
-    auto& from = up ? sock_ : up_->socket;
-    auto& left = up ? buf_ : up_->buffer;  // bytes read before the tunnel began
-    char* block = up ? block_.get() : up_block_.get();
-    deadline = Clock::now() + cfg_.sse_idle_timeout;
-    if (left.size() > 0) {
-      std::size_t n = net::buffer_copy(net::buffer(block, BlockPool::kBlockSize), left.data());
-      left.consume(n);
-      pump_write(up, n);
-      return;
-    }
-    from.async_read_some(net::buffer(block, BlockPool::kBlockSize),
-                         [self = shared_from_this(), up](error_code ec, std::size_t n) {
-                           if (ec) return self->pump_end(up, ec);
-                           self->pump_write(up, n);
-                         });
-  }
-
-  void pump_write(bool up, std::size_t n) {
-    auto& to = up ? up_->socket : sock_;
-    char* block = up ? block_.get() : up_block_.get();
-    (up ? bytes_in_ : bytes_out_) += n;
-    net::async_write(to, net::buffer(block, n), [self = shared_from_this(), up](error_code ec, std::size_t) {
-      if (ec) return self->pump_end(up, ec);
-      self->pump(up);
-    });
-  }
-
-  void pump_end(bool up, error_code ec) {
-    error_code ignored;
-    if (!ec || ec == net::error::eof) {
-      // Half close: pass the end on and let the other direction finish.
-      (up ? up_->socket : sock_).shutdown(tcp::socket::shutdown_send, ignored);
-    } else {
-      sock_.close(ignored);
-      up_->socket.close(ignored);
-    }
-    if (++tunnel_ends_ == 2) {
-      sock_.close(ignored);
-      release_upstream(false);
-      log(101);
-    }
   }
 
   // ---------------------------------------------------------------- endings
   void count_timeout(ClientTimeout t) { bump(st_.client_timeouts[static_cast<std::size_t>(t)]); }
 
+  void count_exhausted(std::size_t upstream) {
+    bump(st_.upstream[upstream]
+             .exhausted[static_cast<std::size_t>(w_.bulkhead(upstream).estimate().why())]);
+  }
+
   // A heavy lease lasts its whole response (an SSE stream included); any other
   // slot measures the upstream's concurrency, which a slow reader no longer uses.
-  bool holds_stallable_seat() const { return Seat::seated && lane_ != Lane::heavy; }
+  bool holds_stallable_seat() const { return ex_.lease.seated() && ex_.lane != Lane::heavy; }
 
   void release_stalled_seat() {
     if (!holds_stallable_seat()) return;
     bump(st_.stalled_writes);
-    release_bulkhead_seat();  // its lease stays open: the request is live until logged
+    complete_lease();  // its lease slot stays open: the request is live until logged
   }
 
-  void release_upstream(bool reusable) {
-    if (!up_) return;
-    w_.pool(upstream_).release(std::move(up_), reusable);
-  }
-
-  void finish(int status) {
-    bool reusable = upstream_keep_alive_ && res_->is_done() && request_sent_ &&
-                    up_->buffer.size() == 0 && !end_stream_ && !close_both_;
-    release_upstream(reusable);
-    end_exchange(status, !client_keep_alive_ || end_stream_);
-  }
-
-  // The lease ends with its response (an SSE stream's or a tunnel's included):
-  // the slot goes back, and what the upstream said teaches the estimate.
-  void release_seat() {
-    if (lease_open_) {
-      w_.leases().close(lease_slot_);
-      lease_open_ = false;
-    }
-    release_bulkhead_seat();
-  }
-
-  void release_bulkhead_seat() {
-    if (!Seat::seated) {  // queued, or refused after it left its first upstream
-      bulkhead().cancel(*this, w_.runtime().micros(Clock::now()));
-      return;
-    }
-    bool heavy = lane_ == Lane::heavy;
-    if (probe_) {
-      // A probe that ended cleanly reopens its upstream at once.
-      bool clean = !closing_status_ &&
-                   (signal_ == admission::Signal::clean || signal_ == admission::Signal::slow);
-      w_.runtime().gates[upstream_]->probe_ended(clean);
-      probe_ = false;
-    }
-    // A clean answer can end a queue window that decreases the estimate: count it by
-    // what the estimate says moved it.
-    if (bulkhead().release(*this, signal_, up_ttfb_, w_.runtime().micros(Clock::now()), w_.rng()))
-      bump(st_.upstream[upstream_].exhausted[static_cast<std::size_t>(bulkhead().estimate().why())]);
+  // The seat goes back with what the upstream said, which teaches the estimate.
+  void complete_lease() {
+    if (!ex_.lease) return;
+    bool heavy = ex_.lane == Lane::heavy && ex_.lease.seated();
+    auto u = ex_.lease.upstream();
+    if (ex_.lease.complete(ex_.signal, ex_.up_ttfb, micros(Clock::now()), w_.rng(),
+                           ex_.closing_status))
+      count_exhausted(u);
     if (heavy) w_.note_heavy();
   }
 
+  // The exchange is over: what it holds goes back, and its line is written.
   void log(int status) {
-    release_seat();
+    ex_.slot = LeaseSlot();
+    complete_lease();
+    ex_.in_flight = InFlight();
     auto now = Clock::now();
-    auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
-    double duration = std::chrono::duration<double>(now - start_).count();
-    std::size_t lane = admission::index(lane_);
-    if (route_) {
+    double duration = std::chrono::duration<double>(now - ex_.start).count();
+    std::size_t lane = admission::index(ex_.lane);
+    if (ex_.route) {
       bump(st_.lane[lane].requests[static_cast<std::size_t>(status) % kStatusSlots]);
       st_.lane[lane].duration.observe(duration);
     } else {
       bump(st_.client_errors[static_cast<std::size_t>(status) % kStatusSlots]);
     }
-    if (lane_counted_) {
-      bump(st_.lane[lane].in_flight, std::int64_t{-1});
-      lane_counted_ = false;
-    }
     AccessLog& log = w_.log();
     if (!log.enabled()) return;
     AccessRecord r;
-    r.ts = start_wall_;
-    r.request_id = std::string_view(id_, id_len_);
+    r.ts = ex_.start_wall;
+    r.request_id = ex_.request_id();
     if (req_ && req_->is_header_done()) r.method = req_->get().method_string();
-    r.path = path_;
+    r.path = ex_.path;
     r.status = status;
-    r.lane = route_ ? admission::to_string(lane_) : "";
-    r.route = route_ ? std::string_view(route_->name) : "";
-    r.upstream = route_ ? std::string_view(cfg_.upstreams[upstream_].name) : "";
-    if (fallback_from_ >= 0) {
-      r.fallback_from = cfg_.upstreams[static_cast<std::size_t>(fallback_from_)].name;
-      r.fallback_why = to_string(fallback_why_);
+    const bool routed = ex_.route != nullptr;
+    r.lane = routed ? admission::to_string(ex_.lane) : "";
+    r.route = routed ? std::string_view(ex_.route->name) : "";
+    r.upstream = routed ? std::string_view(cfg_.upstreams[ex_.upstream].name) : "";
+    if (ex_.fallback_from >= 0) {
+      r.fallback_from = cfg_.upstreams[static_cast<std::size_t>(ex_.fallback_from)].name;
+      r.fallback_why = admission::to_string(ex_.fallback_why);
     }
-    r.decision = route_ ? admission::to_string(decision_.outcome) : "";
-    r.reason = decision_.reason != admission::Reason::none ? admission::to_string(decision_.reason)
-                                                           : reason_;
-    r.level = static_cast<int>(level_);
-    r.retry_after_s = retry_after_;
+    r.decision = routed ? admission::to_string(ex_.decision.outcome) : "";
+    r.reason = ex_.decision.reason != admission::Reason::none
+                   ? admission::to_string(ex_.decision.reason)
+                   : ex_.reason;
+    r.level = static_cast<int>(ex_.level);
+    r.retry_after_s = ex_.retry_after;
     r.client = std::string_view(client_, client_len_);
-    r.queue_ms = ms(queue_wait_);
-    r.upstream_wait_ms = upstream_wait_.count() >= 0 ? ms(upstream_wait_) : -1;
-    r.ttfb_ms = ttfb_.count() >= 0 ? ms(ttfb_) : -1;
+    r.queue_ms = ms(ex_.queue_wait);
+    r.upstream_wait_ms = ex_.upstream_wait.count() >= 0 ? ms(ex_.upstream_wait) : -1;
+    r.ttfb_ms = ex_.ttfb.count() >= 0 ? ms(ex_.ttfb) : -1;
     r.duration_ms = duration * 1000.0;
-    r.bytes_in = bytes_in_;
-    r.bytes_out = bytes_out_;
+    r.bytes_in = ex_.bytes_in;
+    r.bytes_out = ex_.bytes_out;
     log.write(r);
   }
 
   // An error Sluice answers itself.
   void respond_error(int status, std::string_view reason, bool close_after) {
-    release_upstream(false);
-    if (header_sent_) {  // too late for a status: cut the connection
-      status_override_ = status;
+    ex_.up.give_back(false);
+    if (ex_.header_sent) {  // too late for a status: cut the connection
+      ex_.status_override = status;
       abort();
       return;
     }
-    if (id_len_ == 0) id_len_ = static_cast<std::size_t>(w_.request_id(id_) - id_);
-    reason_ = reason;
-    auto& b = own_body_;
-    b.clear();
-    b += "{\"error\":\"";
-    b += reason;
-    b += "\",\"status\":";
-    append_number(b, static_cast<std::uint64_t>(status));
-    b += ",\"request_id\":\"";
-    append_json_escaped(b, std::string_view(id_, id_len_));
-    b += "\"}\n";
-    write_own_response(status, close_after);
+    if (ex_.id_len == 0)
+      ex_.id_len = static_cast<std::size_t>(w_.request_id(ex_.id.data()) - ex_.id.data());
+    ex_.reason = reason;
+    OwnAnswer a;
+    a.status = status;
+    a.error = reason;
+    write_own_answer(a, close_after);
   }
 
-  // Writes a response Sluice makes itself (errors, refusals): own_body_ as JSON,
-  // and for a refusal (retry_after_ set) Retry-After and X-Sluice-Reject.
-  void write_own_response(int status, bool close_after) {
-    if (w_.runtime().draining.load(std::memory_order_relaxed)) close_after = true;
-    bool close = close_after || !client_keep_alive_;
-    std::string& h = out_;
-    h.clear();
-    append_status_line(h, true, status, {});
-    h += "Content-Type: application/json\r\n";
-    if (retry_after_ >= 0) {
-      append_number_field(h, "Retry-After", static_cast<std::uint64_t>(retry_after_));
-      append_field(h, "X-Sluice-Reject", admission::to_string(decision_.reason));
-    }
-    append_number_field(h, "Content-Length", own_body_.size());
-    if (close) h += "Connection: close\r\n";
-    end_head(h);
-    h += own_body_;
-    header_sent_ = true;
+  // SPEC's refusal: 503, Retry-After derived from what was observed, clamped to
+  // the lane's band with jitter that only adds, X-Sluice-Reject, and a JSON body.
+  void refuse(std::optional<admission::Millis> derived) {
+    ex_.retry_after = admission::retry_after_seconds(
+        derived, ex_.live->retry[admission::index(ex_.lane)], w_.rng());
+    OwnAnswer a;
+    a.status = 503;
+    a.error = admission::to_string(ex_.decision.reason);
+    a.refusal = true;
+    a.lane = admission::to_string(ex_.lane);
+    a.level = static_cast<int>(ex_.level);
+    a.retry_after_s = ex_.retry_after;
+    write_own_answer(a, !req_->is_done());
+  }
+
+  // Every answer Sluice makes itself goes out here (heads.hpp's append_own_answer).
+  void write_own_answer(OwnAnswer& a, bool close_after) {
+    a.request_id = ex_.request_id();
+    a.close = close_after || !ex_.keep_alive ||
+              w_.runtime().draining.load(std::memory_order_relaxed);
+    out_.clear();
+    append_own_answer(out_, own_body_, a);
+    ex_.header_sent = true;
     phase_ = Phase::write_client;
     deadline = Clock::now() + cfg_.send_timeout;
     net::async_write(sock_, net::buffer(out_),
-                     [self = shared_from_this(), status, close](error_code ec, std::size_t n) {
-                       self->bytes_out_ += n;
+                     [self = shared_from_this(), status = a.status, close = a.close](
+                         error_code ec, std::size_t n) {
+                       self->ex_.bytes_out += n;
                        self->end_exchange(status, close || ec);
                      });
   }
@@ -1494,10 +1198,10 @@ class Session : public Tracked,
   void abort() {
     error_code ec;
     sock_.close(ec);
-    release_upstream(false);
+    ex_.up.give_back(false);
     block_.reset();
-    up_block_.reset();
-    if (request_started_ && phase_ != Phase::closing) log(status_override_ ? status_override_ : 499);
+    if (ex_.started && phase_ != Phase::closing)
+      log(ex_.status_override ? ex_.status_override : 499);
     phase_ = Phase::closing;
   }
 
@@ -1517,6 +1221,7 @@ class Session : public Tracked,
   Worker& w_;
   const config::Config& cfg_;
   Shard& st_;
+  WorkerUpstreams ups_;
   Socket sock_;
   beast::flat_buffer buf_;
   // Both messages' fields live in a per-session arena, released between
@@ -1524,78 +1229,19 @@ class Session : public Tracked,
   alignas(std::max_align_t) std::array<char, 2048> arena_buf_;
   std::pmr::monotonic_buffer_resource arena_{arena_buf_.data(), arena_buf_.size(),
                                              std::pmr::new_delete_resource()};
-  std::optional<http::request_parser<http::buffer_body, Alloc>> req_;
-  std::optional<http::response_parser<http::buffer_body, Alloc>> res_;
-  std::unique_ptr<UpstreamConnection> up_;
+  std::optional<RequestParser> req_;
+  std::optional<ResponseParser> res_;
   BlockPool::Block block_{nullptr, BlockPool::Deleter{nullptr}};
-  BlockPool::Block up_block_{nullptr, BlockPool::Deleter{nullptr}};
-  std::shared_ptr<Session> self_;  // keeps the session alive while it waits for the pool
-  std::string out_;
+  std::shared_ptr<Session> self_;  // keeps the session alive while it waits for a slot or the pool
+  std::string out_;       // the next head to write
   std::string sending_;   // a head being written
-  std::string own_body_;  // the body of a response Sluice writes itself
+  std::string own_body_;  // scratch for the body of an answer Sluice writes itself
+  ChunkFrame frame_;      // the framing of the piece being written
   Phase phase_ = Phase::head;
-  bool first_ = true;
-  bool request_started_ = false;
-  bool timed_out_ = false;
-  bool retried_ = false;
-  bool client_keep_alive_ = true;
-  bool close_both_ = false;  // this exchange ends both connections (check_request_head)
-  bool upstream_keep_alive_ = false;
-  bool expect_continue_ = false;
-  bool upgrade_ = false;
-  bool sse_ = false;
-  bool end_stream_ = false;
-  bool header_sent_ = false;
-  bool lane_counted_ = false;
-  bool request_sent_ = false;     // the whole request is with the upstream
-  bool response_sent_ = false;    // the last piece of the response was written
-  bool res_chunked_out_ = false;  // the client's response is chunked by Sluice
-  char chunk_line_[20];
-  int tunnel_ends_ = 0;
-  int status_override_ = 0;
-  unsigned client_version_ = 11;
-  http::verb method_ = http::verb::get;
-
-  const Live* live_ = nullptr;
-  const routes::Route* route_ = nullptr;
-  Lane lane_ = Lane::standard;
-  admission::Level level_ = admission::Level::normal;
-  admission::GateDecision decision_{};
-  int retry_after_ = -1;
-  std::size_t upstream_ = 0;
-  std::string_view path_;
-  std::string_view reason_;
-  Clock::time_point start_{};
-  Clock::time_point head_deadline_{};
-  Clock::time_point write_started_{};  // when the pending write to the client began
-  std::size_t prebuffered_ = 0;       // body bytes read before admission, in block_
-  std::size_t body_stride_ = 0;       // body bytes since the budget was last renewed
-  Clock::duration body_budget_{};     // client time left for the rest of this stride
-  Clock::time_point body_read_start_{};
-  std::chrono::system_clock::time_point start_wall_{};
-  Clock::duration upstream_wait_{-1};
-  Clock::duration ttfb_{-1};
-  Clock::duration queue_wait_{0};
-  Clock::time_point queue_start_{};
-  Clock::time_point sent_at_{};
-  admission::Micros up_ttfb_{0};  // request sent to response head: what the estimate learns from
-  admission::Signal signal_ = admission::Signal::none;
-  bool probe_ = false;           // this request is its closed upstream's probe
-  bool closing_status_ = false;  // the upstream answered a status that closes it
-  int moves_ = 0;                // hosts or alternatives tried after a failed connect
-  static constexpr int kMaxMoves = 3;
-  int fallback_from_ = -1;       // the route's upstream, when the request moved off it
-  bool forwarded_ = false;       // counted in flight and on its way upstream
-  bool delegated_ = false;       // seated on a live parent lease's lane
-  Fallback fallback_why_ = Fallback::closed;
-  bool lease_open_ = false;
-  std::uint32_t lease_slot_ = 0;
-  std::uint64_t lease_gen_ = 0;
-  std::uint64_t bytes_in_ = 0, bytes_out_ = 0;
-  char id_[128];
-  std::size_t id_len_ = 0;
+  bool first_ = true;     // no request finished on this connection yet
   char client_[46];
   std::size_t client_len_ = 0;
+  Exchange ex_;  // last: what it holds goes back before the rest of the session goes
 };
 
 }  // namespace

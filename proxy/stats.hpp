@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "admission/lane.hpp"
+#include "admission/placement.hpp"
 
 namespace sluice::proxy {
 
@@ -47,18 +48,9 @@ using LagHistogram = Histogram<kLagBounds.size()>;
 
 inline constexpr int kStatusSlots = 600;
 
-// Why a request moved to an alternative upstream.
-enum class Fallback : std::uint8_t { closed, full, connect_failed, replay };
-inline constexpr std::size_t kFallbackWhys = 4;
-constexpr std::string_view to_string(Fallback f) {
-  switch (f) {
-    case Fallback::closed: return "closed";
-    case Fallback::full: return "full";
-    case Fallback::connect_failed: return "connect_failed";
-    case Fallback::replay: return "replay";
-  }
-  return "closed";
-}
+// Why a request moved to an alternative upstream (admission/placement.hpp).
+using admission::Fallback;
+using admission::kFallbackWhys;
 
 struct UpstreamStats {
   LatencyHistogram wait{kLatencyBounds};              // time to get a connection

@@ -266,3 +266,46 @@ TEST_CASE("upstream timeouts are evidence for level 2", "[e2e][admission][pressu
   CHECK(request(s.port, "GET", "/bulk/x").status == 503);
   CHECK(request(s.port, "GET", "/api").status == 200);  // standard is whole at level 2
 }
+
+TEST_CASE("every access-log line carries the level published when its request arrived, on a kept-alive connection too",
+          "[e2e][admission][pins]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, sluice::test::upstream_env(
+                        up, {{"SLUICE_ROUTES", R"([{"name":"api","prefix":"/api","lane":"standard"}])"},
+                             {"SLUICE_TICK", "100ms"}}));
+  auto pin = [&](int level) {
+    auto body = R"({"level":)" + std::to_string(level) + R"(,"ttl":"1m","reason":"test"})";
+    REQUIRE(request(s.admin, "POST", "/admin/pins", {}, body).status == 200);
+    REQUIRE(eventually([&] { return s.metric("sluice_admission_level") == level; }, 5s));
+  };
+  auto conn = sluice::test::Conn::open(s.port);
+  pin(2);
+  REQUIRE(conn.send("GET /api/x HTTP/1.1\r\nHost: t\r\n\r\n"));
+  auto first = conn.read_response();
+  REQUIRE(first);
+  CHECK(first->status == 200);
+  pin(0);
+  // No route: a 404 that never reaches admission, on the same connection.
+  REQUIRE(conn.send("GET /elsewhere HTTP/1.1\r\nHost: t\r\n\r\n"));
+  auto second = conn.read_response();
+  REQUIRE(second);
+  CHECK(second->status == 404);
+  // A malformed request after it: 400, still on the same connection.
+  pin(1);
+  REQUIRE(conn.send("GET /api/y HTTP/1.1\r\nHost: t\r\nHost: u\r\n\r\n"));
+  auto third = conn.read_response();
+  REQUIRE(third);
+  CHECK(third->status == 400);
+  std::map<int, int> level_by_status;  // the access-log lines, not the pins' audit lines
+  REQUIRE(eventually(
+      [&] {
+        for (auto& line : s.log_lines())
+          if (line.contains("request_id") && line.contains("status"))
+            level_by_status[line["status"]] = line["level"];
+        return level_by_status.size() == 3;
+      },
+      5s));
+  CHECK(level_by_status[200] == 2);
+  CHECK(level_by_status[404] == 0);
+  CHECK(level_by_status[400] == 1);
+}
