@@ -43,7 +43,7 @@ run() {
     if [ -d "$d" ]; then dirs+=("$d"); fi
   done
   # A head (and so a path) may be as long as SLUICE_MAX_HEADER_BYTES' default.
-  case "$t" in request_head | route_match) max_len=16384 ;; esac
+  case "$t" in request_head | response_head | route_match) max_len=16384 ;; esac
   mkdir -p "$out/corpus/$t" "$out/crashes/$t"
   UBSAN_OPTIONS=print_stacktrace=1 "$out/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=10 \
     -max_len="$max_len" -artifact_prefix="$out/crashes/$t/" -print_final_stats=1 "${dirs[@]}" \
