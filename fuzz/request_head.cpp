@@ -43,28 +43,10 @@ const sluice::routes::Table& table() {
   return t;
 }
 
-bool contains_ci(std::string_view hay, std::string_view needle) {
-  for (std::size_t i = 0; i + needle.size() <= hay.size(); ++i)
-    if (beast::iequals(hay.substr(i, needle.size()), needle)) return true;
-  return false;
-}
-
 // What Session::on_head hands the route table.
 const sluice::routes::Route* classify(const RequestParser& req) {
-  const auto& m = req.get();
-  sluice::routes::RequestView view;
-  view.method = m.method_string();
-  view.path = m.target().substr(0, m.target().find('?'));
-  view.ctx = &m;
-  view.header = [](const void* ctx, std::string_view name) -> std::string_view {
-    const auto& msg = *static_cast<const RequestHead*>(ctx);
-    auto it = msg.find(name);
-    return it == msg.end() ? std::string_view{} : std::string_view(it->value());
-  };
-  if (auto accept = m.find(http::field::accept); accept != m.end())
-    view.accepts_sse = contains_ci(accept->value(), "text/event-stream");
-  if (auto len = req.content_length()) view.body_bytes = *len;
-  return table().match(view);
+  auto target = req.get().target();
+  return sluice::proxy::route_of(table(), req, target.substr(0, target.find('?')));
 }
 
 // The head Session::build_request_head writes, for a client on 127.0.0.1.

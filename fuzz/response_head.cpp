@@ -93,7 +93,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   expect(!ec && client.is_done(), "the client's response parses");
   expect(used == wire.size() || !framing.keep_alive, "a kept-alive response ends where it says");
   const auto& c = client.get();
-  expect(c.result_int() == status, "the same status");
+  expect(static_cast<int>(c.result_int()) == status, "the same status");
   expect(head_request || c.body() == body, "the same body bytes");
   expect(c.count("X-Request-Id") == 1 && c["X-Request-Id"] == "sluice-id", "Sluice's request id");
   expect(c.count(http::field::content_length) + c.count(http::field::transfer_encoding) <= 1,

@@ -37,4 +37,38 @@ std::optional<admission::Micros> WorkerUpstreams::youngest(admission::Lane lane,
   return youngest;
 }
 
+AccessRecord access_record(const Exchange& ex, int status, std::string_view method,
+                           std::string_view client, const config::Config& cfg,
+                           Clock::time_point now) {
+  auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  AccessRecord r;
+  r.ts = ex.start_wall;
+  r.request_id = ex.request_id();
+  r.method = method;
+  r.path = ex.path;
+  r.status = status;
+  if (ex.route) {
+    r.lane = admission::to_string(ex.lane);
+    r.route = ex.route->name;
+    r.upstream = cfg.upstreams[ex.upstream].name;
+    r.decision = admission::to_string(ex.decision.outcome);
+  }
+  if (ex.fallback_from >= 0) {
+    r.fallback_from = cfg.upstreams[static_cast<std::size_t>(ex.fallback_from)].name;
+    r.fallback_why = admission::to_string(ex.fallback_why);
+  }
+  r.reason = ex.decision.reason != admission::Reason::none ? admission::to_string(ex.decision.reason)
+                                                           : ex.reason;
+  r.level = static_cast<int>(ex.level);
+  r.retry_after_s = ex.retry_after;
+  r.client = client;
+  r.queue_ms = ms(ex.queue_wait);
+  r.upstream_wait_ms = ex.upstream_wait.count() >= 0 ? ms(ex.upstream_wait) : -1;
+  r.ttfb_ms = ex.ttfb.count() >= 0 ? ms(ex.ttfb) : -1;
+  r.duration_ms = std::chrono::duration<double, std::milli>(now - ex.start).count();
+  r.bytes_in = ex.bytes_in;
+  r.bytes_out = ex.bytes_out;
+  return r;
+}
+
 }  // namespace sluice::proxy

@@ -9,6 +9,9 @@
 //   Checkout          the upstream connection it carries; dropped, the
 //                     connection goes back to its pool as not reusable
 //
+// Exchange: the rest of one exchange's state (timings, decisions, framing),
+// with those four; `ex = Exchange{}` starts the next request from nothing.
+//
 // Threading: the Worker's thread.
 #include <chrono>
 #include <cstdint>
@@ -16,6 +19,9 @@
 #include <optional>
 #include <string_view>
 #include <utility>
+
+#include <array>
+#include <boost/beast/http/verb.hpp>
 
 #include "admission/placement.hpp"
 #include "proxy/runtime.hpp"
@@ -121,5 +127,77 @@ class Checkout {
   UpstreamPool* pool_ = nullptr;
   std::unique_ptr<UpstreamConnection> c_;
 };
+
+// Everything one request and its response hold, reset by assignment.
+struct Exchange {
+  // The request.
+  bool started = false;  // a byte of it arrived
+  Clock::time_point start{}, head_deadline{};
+  std::chrono::system_clock::time_point start_wall{};
+  boost::beast::http::verb method = boost::beast::http::verb::get;
+  unsigned version = 11;
+  bool upgrade = false;
+  bool keep_alive = true;  // the client's connection stays open after it
+  bool close_both = false;  // this exchange ends both connections (check_request_head)
+  bool expect_continue = false;
+  std::string_view path;
+  std::array<char, 128> id{};
+  std::size_t id_len = 0;
+  std::string_view request_id() const { return {id.data(), id_len}; }
+
+  // Routing and admission.
+  const Live* live = nullptr;
+  const routes::Route* route = nullptr;
+  admission::Lane lane = admission::Lane::standard;
+  admission::Level level = admission::Level::normal;  // published when its head was read
+  admission::GateDecision decision{};
+  int retry_after = -1;
+  std::size_t upstream = 0;
+  int fallback_from = -1;  // the route's upstream, when it moved off it
+  admission::Fallback fallback_why = admission::Fallback::closed;
+  int moves = 0;
+  bool retried = false;
+  bool delegated = false;  // seated on a live parent lease's lane
+  bool forwarded = false;  // counted in flight and on its way upstream
+
+  // What it holds.
+  admission::Lease lease;
+  LeaseSlot slot;
+  InFlight in_flight;
+  Checkout up;
+
+  // The request body.
+  std::size_t prebuffered = 0;  // body bytes read before admission, in the block
+  std::size_t body_stride = 0;  // body bytes since the budget was last renewed
+  Clock::duration body_budget{};  // client time left for the rest of this stride
+  Clock::time_point body_read_start{};
+  bool request_sent = false;  // the whole request is with the upstream
+
+  // The upstream.
+  Clock::time_point queue_start{}, sent_at{};
+  Clock::duration queue_wait{0}, upstream_wait{-1}, ttfb{-1};
+  admission::Micros up_ttfb{0};  // request sent to response head: what the estimate learns from
+  admission::Signal signal = admission::Signal::none;
+  bool closing_status = false;  // the upstream answered a status that closes it
+  bool upstream_keep_alive = false;
+
+  // The response.
+  bool sse = false;
+  bool end_stream = false;  // draining: an SSE stream ends at its next event boundary
+  bool header_sent = false;
+  bool response_sent = false;  // the last piece of the response was written
+  bool chunked_out = false;    // the client's response is chunked by Sluice
+  Clock::time_point write_started{};  // when the pending write to the client began
+
+  bool timed_out = false;
+  int status_override = 0;
+  std::string_view reason;
+  std::uint64_t bytes_in = 0, bytes_out = 0;
+};
+
+// The access-log line of an exchange that ended with `status` at `now`.
+AccessRecord access_record(const Exchange& ex, int status, std::string_view method,
+                           std::string_view client, const config::Config& cfg,
+                           Clock::time_point now);
 
 }  // namespace sluice::proxy

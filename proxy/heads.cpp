@@ -3,6 +3,9 @@
 #include <boost/beast/http/status.hpp>
 #include <charconv>
 
+#include <algorithm>
+
+#include "admission/resilience.hpp"
 #include "proxy/access_log.hpp"
 
 namespace sluice::proxy {
@@ -96,6 +99,37 @@ void append_switch_head(std::string& h, const ResponseHead& m, std::string_view 
   append_status_line(h, true, 101, m.reason());
   append_response_fields(h, m, true);
   end_head(h, request_id);
+}
+
+QuotaSignal read_quota(const ResponseHead& m, int status, std::span<const int> closing,
+                       admission::Micros now, std::int64_t unix_now) {
+  std::string_view limit, remaining, reset;
+  for (const auto& f : m) {
+    auto name = f.name_string();
+    if (name.size() < 15) continue;
+    if (beast::iequals(name.substr(0, 2), "x-")) name.remove_prefix(2);
+    if (!beast::iequals(name.substr(0, 10), "ratelimit-")) continue;
+    auto what = name.substr(10);
+    if (beast::iequals(what, "limit"))
+      limit = f.value();
+    else if (beast::iequals(what, "remaining"))
+      remaining = f.value();
+    else if (beast::iequals(what, "reset"))
+      reset = f.value();
+  }
+  QuotaSignal q;
+  if (!limit.empty()) q.budget = admission::read_budget(limit, remaining, reset, now, unix_now);
+  if (std::find(closing.begin(), closing.end(), status) == closing.end()) return q;
+  q.closes = true;
+  if (auto it = m.find(http::field::retry_after); it != m.end()) {
+    std::int64_t seconds = 0;
+    auto v = it->value();
+    auto r = std::from_chars(v.data(), v.data() + v.size(), seconds);
+    if (r.ec == std::errc{} && r.ptr == v.data() + v.size() && seconds > 0)
+      q.until = now + admission::Micros(seconds * 1'000'000);
+  }
+  if (!q.until && q.budget) q.until = q.budget->until;
+  return q;
 }
 
 void append_own_answer(std::string& out, std::string& body, const OwnAnswer& a) {

@@ -12,6 +12,10 @@
 #include <string>
 #include <string_view>
 
+#include <span>
+#include <vector>
+
+#include "admission/bulkhead.hpp"
 #include "proxy/request_fields.hpp"
 
 namespace sluice::proxy {
@@ -59,6 +63,18 @@ void append_response_head(std::string& h, const ResponseHead& m,
                           const ResponseFraming& framing, std::string_view request_id);
 // The head of a 101: the switch is agreed, so Connection and Upgrade pass.
 void append_switch_head(std::string& h, const ResponseHead& m, std::string_view request_id);
+
+// What an upstream's response head says of its quota: RateLimit-Limit,
+// -Remaining and -Reset (or X-RateLimit-*) give a budget reading; a status in
+// `closing` (SLUICE_CLOSE_STATUSES) closes the upstream, until its Retry-After
+// (seconds) or the quota's reset when it states one. One pass over the fields.
+struct QuotaSignal {
+  std::optional<admission::BudgetReading> budget;
+  bool closes = false;
+  std::optional<admission::Micros> until;  // closes: until then (none: SLUICE_CLOSE_FOR)
+};
+QuotaSignal read_quota(const ResponseHead& m, int status, std::span<const int> closing,
+                       admission::Micros now, std::int64_t unix_now);
 
 // An answer Sluice makes itself: head and JSON body appended to `out`; `body`
 // is scratch space (both reused, so steady state allocates nothing).

@@ -13,7 +13,32 @@ namespace {
 
 bool iequals(std::string_view a, std::string_view b) { return beast::iequals(a, b); }
 
+bool contains_ci(std::string_view hay, std::string_view needle) {
+  if (needle.size() > hay.size()) return false;
+  for (std::size_t i = 0; i + needle.size() <= hay.size(); ++i)
+    if (iequals(hay.substr(i, needle.size()), needle)) return true;
+  return false;
+}
+
 }  // namespace
+
+const routes::Route* route_of(const routes::Table& table, const RequestParser& req,
+                              std::string_view path) {
+  const auto& m = req.get();
+  routes::RequestView view;
+  view.method = m.method_string();
+  view.path = path;
+  view.ctx = &m;
+  view.header = [](const void* ctx, std::string_view name) -> std::string_view {
+    const auto& msg = *static_cast<const RequestHead*>(ctx);
+    auto it = msg.find(name);
+    return it == msg.end() ? std::string_view{} : std::string_view(it->value());
+  };
+  if (auto accept = m.find(http::field::accept); accept != m.end())
+    view.accepts_sse = contains_ci(accept->value(), "text/event-stream");
+  if (auto len = req.content_length()) view.body_bytes = *len;
+  return table.match(view);
+}
 
 int check_target(RequestHead& m, std::string_view& why) {
   auto target = m.target();

@@ -14,6 +14,8 @@
 #include <string>
 #include <string_view>
 
+#include "routes/routes.hpp"
+
 namespace sluice::proxy {
 
 // Heads are parsed into a per-session arena; bodies are relayed, never kept.
@@ -22,6 +24,11 @@ using RequestParser = boost::beast::http::request_parser<boost::beast::http::buf
 using RequestHead = RequestParser::value_type;
 
 inline constexpr std::string_view kLeaseHeader = "X-Sluice-Lease";
+
+// The route a checked request takes (first match): its method, its path (the
+// target before any '?'), its fields, whether it accepts SSE, its body length.
+const routes::Route* route_of(const routes::Table& table, const RequestParser& req,
+                              std::string_view path);
 
 // The target's form (framing and bytes are check_request_head's): origin-form,
 // absolute-form (rewritten to origin-form, its authority as Host), or

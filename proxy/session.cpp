@@ -60,21 +60,12 @@ bool is_idempotent(http::verb v) {
 
 bool iequals(std::string_view a, std::string_view b) { return beast::iequals(a, b); }
 
-bool contains_ci(std::string_view hay, std::string_view needle) {
-  if (needle.size() > hay.size()) return false;
-  for (std::size_t i = 0; i + needle.size() <= hay.size(); ++i)
-    if (iequals(hay.substr(i, needle.size()), needle)) return true;
-  return false;
-}
-
 bool valid_request_id(std::string_view id) {
   if (id.empty() || id.size() > 128) return false;
   for (unsigned char c : id)
     if (c <= 0x20 || c >= 0x7f) return false;
   return true;
 }
-
-double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 enum class Phase : std::uint8_t {
   head,           // waiting for / reading a request head
@@ -87,73 +78,6 @@ enum class Phase : std::uint8_t {
   write_client,   // writing to the client
   tunnel,         // the connection is a Tunnel's now
   closing,
-};
-
-// Everything one request and its response hold, reset by assignment.
-struct Exchange {
-  // The request.
-  bool started = false;  // a byte of it arrived
-  Clock::time_point start{}, head_deadline{};
-  std::chrono::system_clock::time_point start_wall{};
-  http::verb method = http::verb::get;
-  unsigned version = 11;
-  bool upgrade = false;
-  bool keep_alive = true;  // the client's connection stays open after it
-  bool close_both = false;  // this exchange ends both connections (check_request_head)
-  bool expect_continue = false;
-  std::string_view path;
-  std::array<char, 128> id{};
-  std::size_t id_len = 0;
-  std::string_view request_id() const { return {id.data(), id_len}; }
-
-  // Routing and admission.
-  const Live* live = nullptr;
-  const routes::Route* route = nullptr;
-  Lane lane = Lane::standard;
-  admission::Level level = admission::Level::normal;  // published when its head was read
-  admission::GateDecision decision{};
-  int retry_after = -1;
-  std::size_t upstream = 0;
-  int fallback_from = -1;  // the route's upstream, when it moved off it
-  admission::Fallback fallback_why = admission::Fallback::closed;
-  int moves = 0;
-  bool retried = false;
-  bool delegated = false;  // seated on a live parent lease's lane
-  bool forwarded = false;  // counted in flight and on its way upstream
-
-  // What it holds.
-  admission::Lease lease;
-  LeaseSlot slot;
-  InFlight in_flight;
-  Checkout up;
-
-  // The request body.
-  std::size_t prebuffered = 0;  // body bytes read before admission, in the block
-  std::size_t body_stride = 0;  // body bytes since the budget was last renewed
-  Clock::duration body_budget{};  // client time left for the rest of this stride
-  Clock::time_point body_read_start{};
-  bool request_sent = false;  // the whole request is with the upstream
-
-  // The upstream.
-  Clock::time_point queue_start{}, sent_at{};
-  Clock::duration queue_wait{0}, upstream_wait{-1}, ttfb{-1};
-  admission::Micros up_ttfb{0};  // request sent to response head: what the estimate learns from
-  admission::Signal signal = admission::Signal::none;
-  bool closing_status = false;  // the upstream answered a status that closes it
-  bool upstream_keep_alive = false;
-
-  // The response.
-  bool sse = false;
-  bool end_stream = false;  // draining: an SSE stream ends at its next event boundary
-  bool header_sent = false;
-  bool response_sent = false;  // the last piece of the response was written
-  bool chunked_out = false;    // the client's response is chunked by Sluice
-  Clock::time_point write_started{};  // when the pending write to the client began
-
-  bool timed_out = false;
-  int status_override = 0;
-  std::string_view reason;
-  std::uint64_t bytes_in = 0, bytes_out = 0;
 };
 
 class Session : public Tracked,
@@ -432,20 +356,8 @@ class Session : public Tracked,
     take_request_id();
 
     // Route: every request gets its route, lane and upstream before anything is forwarded.
-    routes::RequestView view;
-    view.method = m.method_string();
-    view.path = ex_.path;
-    view.ctx = &m;
-    view.header = [](const void* ctx, std::string_view name) -> std::string_view {
-      auto& msg = *static_cast<const RequestHead*>(ctx);
-      auto it = msg.find(name);
-      return it == msg.end() ? std::string_view{} : std::string_view(it->value());
-    };
-    if (auto accept = m.find(http::field::accept); accept != m.end())
-      view.accepts_sse = contains_ci(accept->value(), "text/event-stream");
-    if (auto len = req_->content_length()) view.body_bytes = *len;
     ex_.live = &w_.live();  // this request's settings, whatever a reload does meanwhile
-    ex_.route = ex_.live->routes.match(view);
+    ex_.route = route_of(ex_.live->routes, *req_, ex_.path);
     if (!ex_.route) {
       respond_error(404, "no_route", !req_->is_done());
       return;
@@ -921,41 +833,16 @@ class Session : public Tracked,
 
   admission::Bulkhead& bulkhead() { return w_.bulkhead(ex_.upstream); }
 
-  // What the upstream says about its quota: RateLimit-Limit / -Remaining /
-  // -Reset (or X-RateLimit-*) give this thread's bulkhead a budget reading; a
-  // status in SLUICE_CLOSE_STATUSES closes the upstream until its Retry-After
-  // or quota reset, else for SLUICE_CLOSE_FOR. One pass over the fields.
+  // What the upstream's head says of its quota and whether it closes it
+  // (heads.hpp's read_quota): a budget reading for this thread's bulkhead, a closure.
   void read_quota(const ResponseHead& m, int status, Clock::time_point now) {
-    std::string_view limit, remaining, reset;
-    for (const auto& f : m) {
-      auto name = f.name_string();
-      if (name.size() < 15) continue;
-      if (iequals(name.substr(0, 2), "x-")) name.remove_prefix(2);
-      if (!iequals(name.substr(0, 10), "ratelimit-")) continue;
-      auto what = name.substr(10);
-      if (iequals(what, "limit")) limit = f.value();
-      else if (iequals(what, "remaining")) remaining = f.value();
-      else if (iequals(what, "reset")) reset = f.value();
-    }
-    auto now_us = micros(now);
     auto unix_now = std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch()).count();
-    std::optional<admission::BudgetReading> budget;
-    if (!limit.empty()) budget = admission::read_budget(limit, remaining, reset, now_us, unix_now);
-    if (budget) bulkhead().note_budget(*budget);
-    const auto& closing = ex_.live->close_statuses;
-    if (std::find(closing.begin(), closing.end(), status) == closing.end()) return;
+    auto q = proxy::read_quota(m, status, ex_.live->close_statuses, micros(now), unix_now);
+    if (q.budget) bulkhead().note_budget(*q.budget);
+    if (!q.closes) return;
     ex_.closing_status = true;
-    std::optional<admission::Micros> until;
-    if (auto it = m.find(http::field::retry_after); it != m.end()) {
-      std::int64_t seconds = 0;
-      auto v = it->value();
-      auto r = std::from_chars(v.data(), v.data() + v.size(), seconds);
-      if (r.ec == std::errc{} && r.ptr == v.data() + v.size() && seconds > 0)
-        until = now_us + admission::Micros(seconds * 1'000'000);
-    }
-    if (!until && budget) until = budget->until;
-    w_.runtime().gates[ex_.upstream]->close(now_us, until);
+    w_.runtime().gates[ex_.upstream]->close(micros(now), q.until);
   }
 
   void response_body_step() {
@@ -1102,34 +989,9 @@ class Session : public Tracked,
     }
     AccessLog& log = w_.log();
     if (!log.enabled()) return;
-    AccessRecord r;
-    r.ts = ex_.start_wall;
-    r.request_id = ex_.request_id();
-    if (req_ && req_->is_header_done()) r.method = req_->get().method_string();
-    r.path = ex_.path;
-    r.status = status;
-    const bool routed = ex_.route != nullptr;
-    r.lane = routed ? admission::to_string(ex_.lane) : "";
-    r.route = routed ? std::string_view(ex_.route->name) : "";
-    r.upstream = routed ? std::string_view(cfg_.upstreams[ex_.upstream].name) : "";
-    if (ex_.fallback_from >= 0) {
-      r.fallback_from = cfg_.upstreams[static_cast<std::size_t>(ex_.fallback_from)].name;
-      r.fallback_why = admission::to_string(ex_.fallback_why);
-    }
-    r.decision = routed ? admission::to_string(ex_.decision.outcome) : "";
-    r.reason = ex_.decision.reason != admission::Reason::none
-                   ? admission::to_string(ex_.decision.reason)
-                   : ex_.reason;
-    r.level = static_cast<int>(ex_.level);
-    r.retry_after_s = ex_.retry_after;
-    r.client = std::string_view(client_, client_len_);
-    r.queue_ms = ms(ex_.queue_wait);
-    r.upstream_wait_ms = ex_.upstream_wait.count() >= 0 ? ms(ex_.upstream_wait) : -1;
-    r.ttfb_ms = ex_.ttfb.count() >= 0 ? ms(ex_.ttfb) : -1;
-    r.duration_ms = duration * 1000.0;
-    r.bytes_in = ex_.bytes_in;
-    r.bytes_out = ex_.bytes_out;
-    log.write(r);
+    std::string_view method;
+    if (req_ && req_->is_header_done()) method = req_->get().method_string();
+    log.write(access_record(ex_, status, method, std::string_view(client_, client_len_), cfg_, now));
   }
 
   // An error Sluice answers itself.
