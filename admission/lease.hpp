@@ -87,7 +87,10 @@ class Lease {
     probe_ = std::exchange(o.probe_, false);
   }
   void end_probe(bool clean);
-  void drop();
+  void drop() {
+    if (seat_) abandon();
+  }
+  void abandon();
 
   Upstreams* ups_ = nullptr;
   std::size_t upstream_ = 0;

@@ -51,8 +51,7 @@ void Lease::cancel(Micros now) {
   end_probe(false);
 }
 
-void Lease::drop() {
-  if (!seat_) return;
+void Lease::abandon() {
   Seat& s = *std::exchange(seat_, nullptr);
   ups_->bulkhead(upstream_).abandon(s);
   end_probe(false);

@@ -43,7 +43,7 @@ AccessRecord access_record(const Exchange& ex, int status, std::string_view meth
   auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   AccessRecord r;
   r.ts = ex.start_wall;
-  r.request_id = ex.request_id();
+  r.request_id = ex.request_id;
   r.method = method;
   r.path = ex.path;
   r.status = status;

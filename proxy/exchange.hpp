@@ -141,9 +141,7 @@ struct Exchange {
   bool close_both = false;  // this exchange ends both connections (check_request_head)
   bool expect_continue = false;
   std::string_view path;
-  std::array<char, 128> id{};
-  std::size_t id_len = 0;
-  std::string_view request_id() const { return {id.data(), id_len}; }
+  std::string_view request_id;  // the client's or a fresh one, in the session's buffer
 
   // Routing and admission.
   const Live* live = nullptr;

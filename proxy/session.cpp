@@ -375,11 +375,15 @@ class Session : public Tracked,
   void take_request_id() {
     auto& m = req_->get();
     if (auto it = m.find("x-request-id"); it != m.end() && valid_request_id(it->value())) {
-      ex_.id_len = it->value().size();
-      std::memcpy(ex_.id.data(), it->value().data(), ex_.id_len);
+      std::memcpy(id_.data(), it->value().data(), it->value().size());
+      ex_.request_id = {id_.data(), it->value().size()};
     } else {
-      ex_.id_len = static_cast<std::size_t>(w_.request_id(ex_.id.data()) - ex_.id.data());
+      fresh_request_id();
     }
+  }
+
+  void fresh_request_id() {
+    ex_.request_id = {id_.data(), static_cast<std::size_t>(w_.request_id(id_.data()) - id_.data())};
   }
 
   // Reads the body's first block (all of a small body) before admission, so a
@@ -639,10 +643,11 @@ class Session : public Tracked,
     out_.clear();
     auto passed = append_upstream_head(out_, *req_, ex_.close_both);
     Forwarding f;
-    f.default_host = cfg_.upstreams[ex_.upstream].hosts.front().str();
+    std::string host;  // rare: a client that sent no Host (HTTP/1.0)
+    if (!passed.has_host) f.default_host = host = cfg_.upstreams[ex_.upstream].hosts.front().str();
     f.client = std::string_view(client_, client_len_);
     f.replace_forwarded_for = cfg_.forwarded_for_replace;
-    f.request_id = ex_.request_id();
+    f.request_id = ex_.request_id;
     char token[admission::kLeaseTokenMax];
     if (ex_.slot) {
       // This request's lease: a request the upstream makes back through
@@ -827,7 +832,7 @@ class Session : public Tracked,
     ex_.keep_alive = framing.keep_alive;
     ex_.chunked_out = framing.chunked;
     out_.clear();
-    append_response_head(out_, m, len, ex_.version, framing, ex_.request_id());
+    append_response_head(out_, m, len, ex_.version, framing, ex_.request_id);
     response_body_step();
   }
 
@@ -924,7 +929,7 @@ class Session : public Tracked,
   void start_tunnel() {
     bump(st_.websocket_tunnels);
     out_.clear();
-    append_switch_head(out_, res_->get(), ex_.request_id());
+    append_switch_head(out_, res_->get(), ex_.request_id);
     phase_ = Phase::write_client;
     deadline = Clock::now() + cfg_.send_timeout;
     ex_.header_sent = true;
@@ -1002,8 +1007,7 @@ class Session : public Tracked,
       abort();
       return;
     }
-    if (ex_.id_len == 0)
-      ex_.id_len = static_cast<std::size_t>(w_.request_id(ex_.id.data()) - ex_.id.data());
+    if (ex_.request_id.empty()) fresh_request_id();
     ex_.reason = reason;
     OwnAnswer a;
     a.status = status;
@@ -1028,7 +1032,7 @@ class Session : public Tracked,
 
   // Every answer Sluice makes itself goes out here (heads.hpp's append_own_answer).
   void write_own_answer(OwnAnswer& a, bool close_after) {
-    a.request_id = ex_.request_id();
+    a.request_id = ex_.request_id;
     a.close = close_after || !ex_.keep_alive ||
               w_.runtime().draining.load(std::memory_order_relaxed);
     out_.clear();
@@ -1103,6 +1107,7 @@ class Session : public Tracked,
   bool first_ = true;     // no request finished on this connection yet
   char client_[46];
   std::size_t client_len_ = 0;
+  std::array<char, 128> id_;  // the request id's bytes (ex_.request_id)
   Exchange ex_;  // last: what it holds goes back before the rest of the session goes
 };
 
