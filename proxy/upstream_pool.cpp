@@ -25,11 +25,9 @@ UpstreamPool::UpstreamPool(Worker& worker, std::size_t index, std::vector<tcp::e
                            std::chrono::milliseconds eject_max)
     : worker_(worker),
       index_(index),
-      max_(max_connections),
-      eject_base_(eject_base),
-      eject_max_(std::max(eject_base, eject_max)) {
-  hosts_.reserve(hosts.size());
-  for (auto& e : hosts) hosts_.push_back(Host{e});
+      endpoints_(std::move(hosts)),
+      hosts_(endpoints_.size(), eject_base, eject_max),
+      max_(max_connections) {
   idle_.reserve(max_);
 }
 
@@ -48,43 +46,10 @@ bool still_open(Socket& s) {
 }
 }  // namespace
 
-std::size_t UpstreamPool::choose(Clock::time_point now, std::size_t avoid) {
-  const std::size_t n = hosts_.size();
-  if (n == 1) return 0;
-  // A replay avoids the host that just failed it, while another is eligible.
-  auto ok = [&](std::size_t i) { return hosts_[i].ejected_until <= now && i != avoid; };
-  std::size_t eligible = 0;
-  for (std::size_t i = 0; i < n; ++i) eligible += ok(i);
-  if (eligible == 0 && avoid < n) return choose(now, kNoHost);
-  if (eligible == 0) {
-    // Every host is ejected: the one back soonest gets the attempt.
-    std::size_t best = 0;
-    for (std::size_t i = 1; i < n; ++i)
-      if (hosts_[i].ejected_until < hosts_[best].ejected_until) best = i;
-    return best;
-  }
-  // The k-th eligible host (k < eligible).
-  auto nth = [&](std::size_t k) {
-    if (eligible == n) return k;
-    for (std::size_t i = 0;; ++i)
-      if (ok(i) && k-- == 0) return i;
-  };
-  if (eligible == 1) return nth(0);
-  // Two distinct eligible hosts, drawn as an ordered pair: a is uniform, so
-  // keeping a on a tie breaks ties at random.
-  auto r = worker_.rng().next();
-  std::size_t a = static_cast<std::size_t>(r & 0xFFFFFFFFu) % eligible;
-  std::size_t b = static_cast<std::size_t>(r >> 32) % (eligible - 1);
-  if (b >= a) ++b;
-  a = nth(a);
-  b = nth(b);
-  return hosts_[b].in_flight < hosts_[a].in_flight ? b : a;
-}
-
 void UpstreamPool::acquire(PoolWaiter& w) {
   auto now = Clock::now();
   w.wait_start = now;
-  const std::size_t host = choose(now, w.avoid_host);
+  const std::size_t host = hosts_.choose(now, worker_.rng(), w.avoid_host);
   // The chosen host's newest idle connection (with one host: the newest, at the back).
   for (std::size_t i = w.fresh ? 0 : idle_.size(); i-- > 0;) {
     if (idle_[i]->host != host) continue;
@@ -94,7 +59,7 @@ void UpstreamPool::acquire(PoolWaiter& w) {
       closed(1);
       continue;
     }
-    ++hosts_[host].in_flight;
+    hosts_.bind(host);
     w.on_connection(std::move(c), {});  // the caller is w itself: no need to go round the queue
     return;
   }
@@ -149,27 +114,26 @@ void UpstreamPool::hand(PoolWaiter& w, std::unique_ptr<UpstreamConnection> c,
   });
 }
 
-void UpstreamPool::connect_for(PoolWaiter& w) { connect_to(w, choose(Clock::now())); }
+void UpstreamPool::connect_for(PoolWaiter& w) {
+  connect_to(w, hosts_.choose(Clock::now(), worker_.rng()));
+}
 
 void UpstreamPool::connect_to(PoolWaiter& w, std::size_t host) {
   ++open_;
   bump(worker_.stats().upstream[index_].connections, std::int64_t{1});
-  auto& h = hosts_[host];
-  ++h.in_flight;  // the request is bound to the host from now on
+  hosts_.bind(host);  // the request is bound to the host from now on
   auto c = std::make_unique<UpstreamConnection>(worker_.ioc(), host);
-  c->eject_epoch = h.ejections;
+  c->eject_epoch = hosts_.epoch(host);
   c->deadline = Clock::now() + worker_.config().connect_timeout;
   worker_.track(*c);
   auto* raw = c.get();
   raw->socket.async_connect(
-      h.endpoint, [this, &w, c = std::move(c)](boost::system::error_code ec) mutable {
+      endpoints_[host], [this, &w, c = std::move(c)](boost::system::error_code ec) mutable {
         c->unlink();
         c->deadline = Clock::time_point::max();
         const bool connected = !ec;
         if (connected) {
-          auto& host = hosts_[c->host];
-          host.failures = 0;
-          host.ejected_until = {};
+          hosts_.connected(c->host);
           c->socket.set_option(tcp::no_delay(true), ec);
           if (!ec) {
             w.on_connection(std::move(c), {});
@@ -178,26 +142,14 @@ void UpstreamPool::connect_to(PoolWaiter& w, std::size_t host) {
         }
         if (c->connect_timed_out) ec = net::error::timed_out;
         bump(worker_.stats().upstream[index_].connect_failures);
-        --hosts_[c->host].in_flight;
-        if (!connected) connect_failed(c->host, c->eject_epoch);
+        hosts_.unbind(c->host);
+        if (!connected && hosts_.connect_failed(c->host, c->eject_epoch, Clock::now()))
+          bump(worker_.stats().upstream[index_].host_ejections);
         c.reset();
         closed(1);
         w.on_connection(nullptr, ec);
         serve_next();  // the slot freed here may serve someone queued behind
       });
-}
-
-void UpstreamPool::connect_failed(std::size_t host, std::uint32_t epoch) {
-  auto& h = hosts_[host];
-  if (epoch != h.ejections) return;  // begun before the host's latest ejection: counted already
-  ++h.failures;
-  auto backoff = eject_base_;
-  for (std::uint32_t i = 1; i < h.failures && backoff < eject_max_ && backoff.count() > 0; ++i)
-    backoff *= 2;
-  backoff = std::min(backoff, eject_max_);
-  h.ejected_until = Clock::now() + backoff;
-  ++h.ejections;
-  bump(worker_.stats().upstream[index_].host_ejections);
 }
 
 void UpstreamPool::release(std::unique_ptr<UpstreamConnection> c, bool reusable) {
@@ -211,34 +163,34 @@ void UpstreamPool::release(std::unique_ptr<UpstreamConnection> c, bool reusable)
       return;
     }
     if (waiters_.empty()) {
-      --hosts_[c->host].in_flight;
+      hosts_.unbind(c->host);
       c->idle_since = Clock::now();
       idle_.push_back(std::move(c));
       return;
     }
     // The next waiter wants a new connection: this one makes room for it.
   }
-  --hosts_[c->host].in_flight;
+  hosts_.unbind(c->host);
   c.reset();
   closed(1);
   serve_next();
 }
 
 bool UpstreamPool::all_hosts_ejected(Clock::time_point now) const {
-  for (const auto& h : hosts_)
-    if (h.ejected_until <= now) return false;
-  return true;
+  return hosts_.all_ejected(now);
 }
 
 std::vector<UpstreamPool::HostView> UpstreamPool::hosts_view(Clock::time_point now) const {
   std::vector<HostView> out;
   out.reserve(hosts_.size());
-  for (const auto& h : hosts_) {
-    const auto& addr = h.endpoint.address();
+  for (std::size_t i = 0; i < endpoints_.size(); ++i) {
+    const auto& endpoint = endpoints_[i];
+    const auto& h = hosts_[i];
+    const auto& addr = endpoint.address();
     std::string address = addr.is_v6() ? "[" + addr.to_string() + "]" : addr.to_string();
     address += ':';
-    address += std::to_string(h.endpoint.port());
-    const bool ejected = now < h.ejected_until;
+    address += std::to_string(endpoint.port());
+    const bool ejected = hosts_.ejected(i, now);
     out.push_back(HostView{std::move(address), static_cast<int>(h.in_flight), ejected,
                            ejected ? std::chrono::duration<double>(h.ejected_until - now).count()
                                    : 0.0,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "proxy/deadlines.hpp"
+#include "proxy/host_set.hpp"
 #include "proxy/net.hpp"
 
 namespace sluice::proxy {
@@ -52,23 +53,14 @@ struct PoolWaiter {
 // A Worker's bounded pool of connections to one upstream (its share of
 // SLUICE_UPSTREAM_MAX_CONNECTIONS), over the upstream's hosts.
 //
-// Host choice, per request: the power of two choices on requests in flight.
-// Two distinct hosts that are not ejected are drawn at random and the one with
-// fewer requests in flight wins (a tie: either, at random). The request then
-// reuses that host's newest idle connection, else connects a new one to it
-// (when the pool is full, the oldest idle connection of another host is closed
-// to make room), else waits, oldest first; a connection released while
-// requests wait goes to the oldest of them, whatever its host. With one host
-// there is no choice to make.
-//
-// Ejection: a connect to a host that is refused or times out (any connect
-// error) ejects the host from the choice for a backoff of base x 2^(n-1),
-// capped at max, n being its consecutive failures; a successful connect resets
-// n and ends the ejection. An ejected host is eligible again when its backoff is
-// over: the next choice may pick it, and a failure ejects it for twice as long.
-// When every host is ejected, the one whose ejection ends first is chosen (the
-// connect decides). Connects that were already under way when a host was
-// ejected and fail too are not counted again.
+// Per request, the host is the HostSet's choice (proxy/host_set.hpp: the power
+// of two choices on requests in flight, among the hosts not ejected after a
+// failed connect). The request then reuses that host's newest idle connection,
+// else connects a new one to it (when the pool is full, the oldest idle
+// connection of another host is closed to make room), else waits, oldest
+// first; a connection released while requests wait goes to the oldest of them,
+// whatever its host. A connect that is refused or times out (any connect
+// error) tells the HostSet, which may eject the host.
 //
 // Everything here is per Worker and touched only by its thread.
 class UpstreamPool {
@@ -93,7 +85,7 @@ class UpstreamPool {
   // likely as dead (an upstream going down), are closed rather than tried.
   void close_idle(std::size_t host);
   std::size_t index() const { return index_; }
-  std::size_t host_count() const { return hosts_.size(); }
+  std::size_t host_count() const { return endpoints_.size(); }
 
   // One host as the admin view shows it (worker thread only).
   struct HostView {
@@ -108,29 +100,17 @@ class UpstreamPool {
   std::vector<HostView> hosts_view(Clock::time_point now) const;
 
  private:
-  struct Host {
-    tcp::endpoint endpoint;
-    std::int64_t in_flight = 0;
-    std::uint32_t failures = 0;         // consecutive failed connects
-    std::uint32_t ejections = 0;        // ejections so far (UpstreamConnection::eject_epoch)
-    Clock::time_point ejected_until{};  // ejected while now < ejected_until
-  };
-  static constexpr std::size_t kNoHost = SIZE_MAX;
-  // The host for a new request, `avoid` left out while another is eligible.
-  std::size_t choose(Clock::time_point now, std::size_t avoid = kNoHost);
   void connect_for(PoolWaiter& w);            // chooses a host and connects to it
   void connect_to(PoolWaiter& w, std::size_t host);
-  void connect_failed(std::size_t host, std::uint32_t epoch);
   void note_oldest();  // publishes when the oldest queued request started waiting
   void closed(std::size_t n);  // n of this pool's connections are gone
   void serve_next();           // a slot is free: connect for the oldest waiter, if any
   void hand(PoolWaiter& w, std::unique_ptr<UpstreamConnection> c, boost::system::error_code ec);
   Worker& worker_;
   std::size_t index_;
-  std::vector<Host> hosts_;
+  std::vector<tcp::endpoint> endpoints_;  // by host
+  HostSet hosts_;
   std::size_t max_;
-  std::chrono::milliseconds eject_base_;
-  std::chrono::milliseconds eject_max_;
   std::size_t open_ = 0;  // idle + busy + connecting
   std::vector<std::unique_ptr<UpstreamConnection>> idle_;  // back = most recently used
   boost::intrusive::list<
