@@ -1,15 +1,13 @@
 #include "proxy/ticker.hpp"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 namespace sluice::proxy {
 
@@ -17,27 +15,15 @@ using admission::Level;
 using admission::Millis;
 using Json = nlohmann::json;
 
-namespace {
-// p95 of the samples: the value at rank ceil(0.95 n).
-double p95(std::vector<std::uint32_t>& v) {
-  auto rank = (v.size() * 95 + 99) / 100;
-  auto k = rank == 0 ? 0 : rank - 1;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
-  return v[k];
-}
-}  // namespace
-
 Ticker::Ticker(Runtime& rt, Watchdog& watchdog, net::io_context& ioc, int log_fd)
     : rt_(rt),
-      watchdog_(watchdog),
       timer_(ioc),
       start_(Clock::now()),
+      audit_(log_fd >= 0 ? log_fd : STDERR_FILENO),
+      reloader_(rt, audit_),
       controller_(rt.config.admission.controller),
-      live_(rt.generations.back().get()),
-      current_(rt.config),
-      audit_(log_fd >= 0 ? log_fd : STDERR_FILENO) {
-  config_file_key_ = file_state(current_.config_file).key;
-  routes_file_key_ = file_state(current_.routes_file).key;
+      sampler_(rt, watchdog),
+      pins_file_(rt.config.admission.pins_file) {
   const auto& path = rt.config.admission.tick_log;
   if (!path.empty()) {
     tick_log_fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
@@ -60,7 +46,7 @@ Millis Ticker::now() const {
 
 void Ticker::start() {
   read_pins_file();
-  next_ = Clock::now() + current_.admission.tick;
+  next_ = Clock::now() + in_force().admission.tick;
   arm();
 }
 
@@ -71,95 +57,11 @@ void Ticker::arm() {
   });
 }
 
-admission::Reading Ticker::sample(Millis t) {
-  admission::Reading r;
-  r.t = t;
-  const auto tick = current_.admission.tick;
-  auto now = Clock::now();
-
-  // Lag: the largest probe lateness of the tick that just ended, from the
-  // loops that took a sample in it. None took one: the last value, marked stale.
-  auto epoch = rt_.tick_epoch.fetch_add(1, std::memory_order_relaxed) & 0xFFFF;
-  std::optional<double> lag;
-  for (auto& w : rt_.workers) {
-    auto packed = w->lag_epoch_max.load(std::memory_order_relaxed);
-    if (Worker::lag_epoch(packed) != epoch) continue;
-    double ms = static_cast<double>(Worker::lag_us(packed)) / 1000.0;
-    lag = std::max(lag.value_or(0.0), ms);
-  }
-  if (lag) {
-    last_lag_ms_ = *lag;
-    have_lag_ = true;
-    r.lag_ms = *lag;
-  } else if (have_lag_) {
-    r.lag_ms = last_lag_ms_;
-    r.lag_fresh = false;
-  }
-
-  // Upstream wait: p95 per upstream over the last 1.5 ticks (seed 000: a wait
-  // is read on at most two ticks, fewer than the rise gate needs), the worst upstream.
-  auto since = to_ns(now) - std::chrono::duration_cast<std::chrono::nanoseconds>(tick).count() * 3 / 2;
-  std::vector<std::vector<std::uint32_t>> waits(rt_.config.upstreams.size());
-  for (auto& w : rt_.workers)
-    w->waits.for_each_since(since, [&](std::uint16_t u, std::uint32_t us) {
-      if (u < waits.size()) waits[u].push_back(us);
-    });
-  for (auto& v : waits)
-    if (!v.empty()) r.upstream_wait_ms = std::max(r.upstream_wait_ms.value_or(0.0), p95(v) / 1000.0);
-  // A request still queued has waited at least this long already: evidence now,
-  // not only once a connection frees up (with a slow upstream, grants come in
-  // bursts and a tick can pass with none).
-  for (auto& w : rt_.workers)
-    for (auto& u : w->stats().upstream) {
-      auto since = u.oldest_waiting_since_ns.load(std::memory_order_relaxed);
-      if (since == 0) continue;
-      double ms = static_cast<double>(to_ns(now) - since) / 1e6;
-      r.upstream_wait_ms = std::max(r.upstream_wait_ms.value_or(0.0), ms);
-    }
-  // The same for requests queued for a bulkhead slot (as of each thread's last heartbeat).
-  for (auto& w : rt_.workers)
-    for (const auto& v : w->views())
-      for (const auto& lane : v.lanes)
-        if (lane.oldest_waiting_since) {
-          double ms = static_cast<double>((rt_.micros(now) - *lane.oldest_waiting_since).count()) / 1e3;
-          r.upstream_wait_ms = std::max(r.upstream_wait_ms.value_or(0.0), ms);
-        }
-
-  // Upstream timeouts since the last tick.
-  std::uint64_t timeouts = 0;
-  for (auto& w : rt_.workers)
-    for (auto& u : w->stats().upstream) timeouts += u.timeouts.load(std::memory_order_relaxed);
-  r.upstream_timeout = timeouts > last_timeouts_;
-  last_timeouts_ = timeouts;
-
-  // A stall seen by the watchdog since the last tick, or still going on.
-  auto stall_ns = watchdog_.take_max_stall_ns();
-  for (std::size_t i = 0; i < rt_.workers.size(); ++i)
-    stall_ns = std::max(stall_ns, static_cast<std::int64_t>(watchdog_.stall_seconds(i) * 1e9));
-  if (stall_ns > 0) r.stall_ms = static_cast<double>(stall_ns) / 1e6;
-
-  // The watchdog itself has not looked for a while: its stall reading cannot be trusted.
-  auto watchdog_age = to_ns(now) - watchdog_.heartbeat_ns();
-  auto interval_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(rt_.config.lag_probe_interval).count();
-  r.ok = watchdog_age < std::max<std::int64_t>(10 * interval_ns, 500'000'000);
-
-  // Arrivals per lane in this tick, for the tick log (replay applies the gate to them).
-  for (auto lane : admission::kLanes) {
-    std::uint64_t n = 0;
-    for (auto& w : rt_.workers)
-      for (auto& outcome : w->stats().lane[admission::index(lane)].decisions)
-        for (auto& c : outcome) n += c.load(std::memory_order_relaxed);
-    arrivals_[admission::index(lane)] = n - last_arrivals_[admission::index(lane)];
-    last_arrivals_[admission::index(lane)] = n;
-  }
-  return r;
-}
-
 void Ticker::on_tick() {
-  watch_config_files();
+  if (reloader_.files_changed()) reload("file changed");
   read_pins_file();
   auto t = now();
-  auto reading = sample(t);
+  auto reading = sampler_.sample(t, in_force().admission.tick);
   last_reading_ = reading;
   auto before_pin = controller_.pin_state();
   auto decision = controller_.step(reading);
@@ -176,7 +78,7 @@ void Ticker::on_tick() {
     }
     extras.pin = logged_pin_ ? &*logged_pin_ : nullptr;
     extras.unpin = logged_unpin_;
-    std::string line = replay::tick_log_line(reading, &arrivals_, decision, extras);
+    std::string line = replay::tick_log_line(reading, &sampler_.arrivals(), decision, extras);
     line += '\n';
     if (::write(tick_log_fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
       ++tick_log_errors_;
@@ -184,7 +86,7 @@ void Ticker::on_tick() {
   logged_pin_.reset();
   logged_unpin_ = false;
   // Ticks keep their cadence: a late tick does not shift the ones after it.
-  next_ += current_.admission.tick;
+  next_ += in_force().admission.tick;
   auto current = Clock::now();
   if (next_ < current) next_ = current;
   arm();
@@ -195,7 +97,7 @@ void Ticker::publish() {
   rt_.published.level.store(static_cast<std::uint8_t>(controller_.level()),
                             std::memory_order_relaxed);
   for (auto lane : admission::kLanes) {
-    auto wait = admission::level_wait(controller_, live_->gate, lane, t);
+    auto wait = admission::level_wait(controller_, live().gate, lane, t);
     rt_.published.readmit_ms[admission::index(lane)].store(wait ? wait->count() : -1,
                                                            std::memory_order_relaxed);
   }
@@ -248,51 +150,17 @@ void Ticker::audit(std::string_view what, Level from, Level to, const std::strin
 }
 
 void Ticker::read_pins_file() {
-  const auto& path = rt_.config.admission.pins_file;
-  if (path.empty()) return;
-  auto file = file_state(path);
-  if (file.key == pins_file_key_) return;  // unchanged (a missing file is reported once)
-  pins_file_key_ = file.key;
-  Json pin = Json::object();
-  if (file.changed) {
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    try {
-      auto body = text.str();
-      pin = body.find_first_not_of(" \t\r\n") == std::string::npos ? Json::object() : Json::parse(body);
-      if (!pin.is_object()) throw std::invalid_argument("not a JSON object");
-    } catch (const std::exception& e) {
-      // An unreadable pin acts as absent (seed 003), loudly.
-      std::fprintf(stderr, "sluice: pins file %s: %s; acting as no pin\n", path.c_str(), e.what());
-      pin = Json::object();
-    }
-  } else {
-    std::fprintf(stderr, "sluice: pins file %s: cannot read it; acting as no pin\n", path.c_str());
-  }
-
+  auto read = pins_file_.read(std::chrono::system_clock::now());
+  if (!read.changed) return;
   auto current = controller_.pin_state();
   bool ours = current && current->who == "pins-file";
-  if (!pin.contains("level")) {
+  if (!read.pin) {
     if (ours) unpin("pins-file");
     return;
   }
+  const auto& path = pins_file_.path();
   try {
-    int level = pin.at("level").get<int>();
-    std::optional<Millis> ttl;
-    if (pin.contains("ttl")) {
-      // The TTL runs from the file's change, so a restart does not extend it.
-      auto total = config::parse_duration(pin.at("ttl").get<std::string>());
-      auto left = total - std::chrono::duration_cast<Millis>(std::chrono::system_clock::now() -
-                                                             *file.changed);
-      if (left <= Millis{0}) {
-        if (ours) unpin("pins-file");
-        return;
-      }
-      ttl = left;
-    }
-    std::string reason = pin.value("reason", std::string("pins file"));
-    auto result = this->pin(level, ttl, reason, "pins-file");
+    auto result = this->pin(read.pin->level, read.pin->ttl, read.pin->reason, "pins-file");
     if (!result.ok)
       std::fprintf(stderr, "sluice: pins file %s: %s; acting as no pin\n", path.c_str(),
                    result.error.c_str());
@@ -302,95 +170,10 @@ void Ticker::read_pins_file() {
   }
 }
 
-Ticker::FileState Ticker::file_state(const std::string& path) {
-  if (path.empty()) return {};
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return {"missing", std::nullopt};
-  return {std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
-              std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec),
-          std::chrono::system_clock::time_point(std::chrono::seconds(st.st_mtim.tv_sec) +
-                                                std::chrono::nanoseconds(st.st_mtim.tv_nsec))};
-}
-
-void Ticker::watch_config_files() {
-  auto config_key = file_state(current_.config_file).key;
-  auto routes_key = file_state(current_.routes_file).key;
-  if (config_key == config_file_key_ && routes_key == routes_file_key_) return;
-  config_file_key_ = config_key;
-  routes_file_key_ = routes_key;
-  reload("file changed");
-}
-
 bool Ticker::reload(std::string_view why) {
-  config::Config next;
-  Json audit_line;
-  audit_line["audit"] = "reload";
-  audit_line["why"] = why;
-  try {
-    next = config::load(config::sluice_environment(environ));
-  } catch (const std::exception& e) {
-    ++reloads_[0];
-    std::fprintf(stderr, "sluice: reload refused, the running configuration stays: %s\n", e.what());
-    audit_line["ok"] = false;
-    audit_line["error"] = e.what();
-    audit_.write_line(audit_line.dump());
-    audit_.flush();
-    return false;
-  }
-  // Compare what each configuration shows: the live parts change now, the
-  // rest waits for a restart (listeners, threads, pools, limits).
-  static constexpr std::string_view kLive[] = {
-      "routes", "admission_mode", "admission_profile", "tick", "admission_lag_ms",
-      "admission_upstream_wait_ms", "admission_rise_ticks", "admission_emergency_ms",
-      "admission_hold", "admission_exit_ratio", "admission_spacing", "admission_emergency_dwell",
-      "admission_timeout_pin", "lane_factors", "retry_after", "lane_floors", "lane_weights",
-      "queue_window", "starved_after", "budget_reserve", "close_statuses", "close_for",
-      "probe_every"};
-  auto before = Json::parse(config::to_json(current_));
-  auto after = Json::parse(config::to_json(next));
-  Json changed = Json::array(), needs_restart = Json::array();
-  for (auto& [key, value] : after.items()) {
-    if (before.contains(key) && before[key] == value) continue;
-    bool live = std::find(std::begin(kLive), std::end(kLive), key) != std::end(kLive);
-    (live ? changed : needs_restart).push_back(key);
-  }
-  // The secrets show only as "(set)": a changed one is noticed by value, reported by name.
-  if (next.admin_token != current_.admin_token && !next.admin_token.empty() &&
-      !current_.admin_token.empty())
-    needs_restart.push_back("admin_token");
-  if (next.admission.lease_key != current_.admission.lease_key &&
-      !next.admission.lease_key.empty() && !current_.admission.lease_key.empty())
-    needs_restart.push_back("lease_key");
-  for (auto& key : needs_restart)
-    std::fprintf(stderr, "sluice: reload: %s changed; it takes effect on restart\n",
-                 key.get<std::string>().c_str());
-  // Routes name upstreams by position: a changed upstream list needs a restart.
-  if (after["upstreams"] != before["upstreams"]) {
-    ++reloads_[0];
-    std::fprintf(stderr, "sluice: reload refused: SLUICE_UPSTREAMS changed; restart to change upstreams\n");
-    audit_line["ok"] = false;
-    audit_line["error"] = "SLUICE_UPSTREAMS changed; restart to change upstreams";
-    audit_.write_line(audit_line.dump());
-    audit_.flush();
-    return false;
-  }
-  rt_.generations.push_back(std::make_unique<Live>(make_live(next)));
-  live_ = rt_.generations.back().get();
-  for (auto& w : rt_.workers)
-    net::post(w->ioc(), [w = w.get(), live = live_] { w->set_live(live); });
-  controller_.reconfigure(next.admission.controller);
-  for (auto& gate : rt_.gates) gate->set_policy(next.admission.closure);
-  // Kept until the next reload: what later reloads compare against. Listeners,
-  // pools and limits keep the values they started with.
-  current_ = std::move(next);
+  if (!reloader_.reload(why)) return false;
+  controller_.reconfigure(in_force().admission.controller);
   publish();
-  ++reloads_[1];
-  audit_line["ok"] = true;
-  audit_line["changed"] = changed;
-  audit_line["needs_restart"] = needs_restart;
-  audit_.write_line(audit_line.dump());
-  audit_.flush();
-  std::fprintf(stderr, "sluice: reloaded (%s): %s\n", std::string(why).c_str(), changed.dump().c_str());
   return true;
 }
 
@@ -398,14 +181,14 @@ std::string Ticker::state_json() const {
   Json j;
   auto t = now();
   const auto& c = controller_;
-  j["mode"] = std::string(admission::to_string(live_->gate.mode()));
+  j["mode"] = std::string(admission::to_string(live().gate.mode()));
   j["level"] = static_cast<int>(c.level());
   j["level_name"] = std::string(admission::to_string(c.level()));
   j["trigger"] = std::string(admission::to_string(c.trigger()));
   j["streak"] = c.streak();
   j["last_change_ms_ago"] = (t - c.last_change()).count();
-  j["tick_ms"] = current_.admission.tick.count();
-  j["reloads"] = {{"ok", reloads_[1]}, {"failed", reloads_[0]}};
+  j["tick_ms"] = in_force().admission.tick.count();
+  j["reloads"] = {{"ok", reloads(true)}, {"failed", reloads(false)}};
   {
     // The last tick's reading: what the level was decided on.
     const auto& r = last_reading_;
@@ -459,12 +242,12 @@ std::string Ticker::state_json() const {
     l["admitted"] = outcomes[0];
     l["shed"] = outcomes[1];
     l["would_shed"] = outcomes[2];
-    l["factor"] = live_->gate.factors()[i][static_cast<std::size_t>(c.level())];
+    l["factor"] = live().gate.factors()[i][static_cast<std::size_t>(c.level())];
     auto readmit = rt_.published.readmit_ms[i].load(std::memory_order_relaxed);
     l["readmit_in_s"] = readmit >= 0 ? Json(static_cast<double>(readmit) / 1000.0) : Json(nullptr);
-    l["floor"] = live_->lanes.floors[i];
-    l["weight"] = live_->lanes.weights[i];
-    l["queue_window_s"] = static_cast<double>(live_->lanes.queue_window[i].count()) / 1e6;
+    l["floor"] = live().lanes.floors[i];
+    l["weight"] = live().lanes.weights[i];
+    l["queue_window_s"] = static_cast<double>(live().lanes.queue_window[i].count()) / 1e6;
     lanes[std::string(admission::to_string(lane))] = l;
   }
   j["lanes"] = lanes;

@@ -1,8 +1,10 @@
 #pragma once
-// The ticker: once per SLUICE_TICK, on the admin thread, it turns the proxy's
-// probes into one reading (the sampler), steps the admission controller,
-// publishes the level and the per-lane re-admission times for the request path
-// to load, writes the tick log, and applies pins (admin API and pins file).
+// The ticker: once per SLUICE_TICK, on the admin thread, it looks for changed
+// configuration files (the reloader) and a changed pins file, turns the
+// proxy's probes into one reading (the sampler), steps the admission
+// controller, publishes the level and the per-lane re-admission times for the
+// request path to load, writes the tick log, and applies pins (admin API and
+// pins file), each in the audit log.
 //
 // Threading: everything here runs on the admin thread, the controller's only
 // owner. The I/O threads only load Runtime::published.
@@ -13,7 +15,10 @@
 
 #include "admission/controller.hpp"
 #include "proxy/admin.hpp"
+#include "proxy/pins_file.hpp"
+#include "proxy/reloader.hpp"
 #include "proxy/runtime.hpp"
+#include "proxy/sampler.hpp"
 #include "replay/trace.hpp"
 
 namespace sluice::proxy {
@@ -24,9 +29,6 @@ class Ticker {
   ~Ticker();
   void start();
 
-  // One reading from the probes (advances the lag epoch; call once per tick).
-  admission::Reading sample(admission::Millis t);
-
   struct PinResult {
     bool ok;
     std::string error;  // when !ok
@@ -35,12 +37,10 @@ class Ticker {
                 std::string who);
   void unpin(std::string who);
 
-  // Live reload (SIGHUP, or a change of SLUICE_CONFIG_FILE / SLUICE_ROUTES_FILE):
-  // re-reads the configuration; an invalid one is refused and the old one stays.
-  // Routes, the controller's thresholds and timings, the mode, factors and bands
-  // change; the level, the pin and every connection carry on.
+  // Live reload (proxy/reloader.hpp), then the controller's new thresholds and
+  // timings; false when the new configuration was refused.
   bool reload(std::string_view why);
-  std::uint64_t reloads(bool ok) const { return reloads_[ok ? 1 : 0]; }
+  std::uint64_t reloads(bool ok) const { return reloader_.reloads(ok); }
 
   std::string state_json() const;
   const admission::Controller& controller() const { return controller_; }
@@ -54,42 +54,26 @@ class Ticker {
              const std::string& who, const std::string& reason,
              std::optional<admission::Millis> ttl);
   void read_pins_file();
-  void watch_config_files();
-  // What identifies a version of a file (inode, size, mtime; "missing"), and
-  // when it last changed.
-  struct FileState {
-    std::string key;
-    std::optional<std::chrono::system_clock::time_point> changed;
-  };
-  static FileState file_state(const std::string& path);
+  const Live& live() const { return reloader_.live(); }  // the current generation
+  const config::Config& in_force() const { return reloader_.config(); }  // the configuration
   admission::Millis now() const;
 
   Runtime& rt_;
-  Watchdog& watchdog_;
   net::steady_timer timer_;
   Clock::time_point start_;
   Clock::time_point next_;
-  admission::Controller controller_;
-  const Live* live_;                 // the current generation
-  config::Config current_;           // the configuration in force (reloads compare to it)
-  std::array<std::uint64_t, 2> reloads_{};  // [failed, ok]
-  std::string config_file_key_, routes_file_key_;
   AccessLog audit_;
+  Reloader reloader_;  // writes to audit_
+  admission::Controller controller_;
+  Sampler sampler_;
+  PinsFile pins_file_;
   int tick_log_fd_ = -1;
   std::uint64_t tick_log_errors_ = 0;
   admission::Reading last_reading_{};  // shown by /admin/state
-  // sampler state
-  double last_lag_ms_ = 0;
-  bool have_lag_ = false;
-  std::uint64_t last_timeouts_ = 0;
-  std::array<std::uint64_t, admission::kLaneCount> last_arrivals_{};
-  replay::Requests arrivals_{};  // in the last tick
   // Pins set or removed since the last tick, for the tick log (replay applies them at t).
   std::optional<replay::PinRequest> logged_pin_;
   std::optional<admission::Millis> logged_pin_expires_;
   bool logged_unpin_ = false;
-  // pins file state
-  std::string pins_file_key_;  // mtime/size/inode of the version applied
 };
 
 }  // namespace sluice::proxy

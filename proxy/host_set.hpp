@@ -1,0 +1,76 @@
+#pragma once
+// The hosts of one upstream as the connection pool chooses among them.
+//
+// Choice, per request: the power of two choices on requests in flight. Two
+// distinct hosts that are not ejected are drawn at random and the one with
+// fewer requests in flight wins (a tie: either, at random). A replay's failed
+// host (`avoid`) is left out while another is eligible. With one host there is
+// no choice to make.
+//
+// Ejection: a connect to a host that is refused or times out (any connect
+// error) ejects the host from the choice for a backoff of base x 2^(n-1),
+// capped at max, n being its consecutive failures; a successful connect resets
+// n and ends the ejection. An ejected host is eligible again when its backoff is
+// over: the next choice may pick it, and a failure ejects it for twice as long.
+// When every host is ejected, the one whose ejection ends first is chosen (the
+// connect decides). Connects that were already under way when a host was
+// ejected and fail too are not counted again: each connect carries the host's
+// ejection count from when it began (its epoch).
+//
+// Plain C++: no sockets and no clock read (the time comes in), randomness from
+// the caller's Rng. Threading: one per upstream per Worker, touched only by its
+// thread.
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "admission/gate.hpp"
+#include "proxy/clock.hpp"
+
+namespace sluice::proxy {
+
+class HostSet {
+ public:
+  static constexpr std::size_t kNoHost = SIZE_MAX;
+  struct Host {
+    std::int64_t in_flight = 0;         // requests bound to the host: connecting or holding a connection
+    std::uint32_t failures = 0;         // consecutive failed connects
+    std::uint32_t ejections = 0;        // ejections so far: the epoch of a connect begun now
+    Clock::time_point ejected_until{};  // ejected while now < ejected_until
+  };
+
+  HostSet(std::size_t hosts, std::chrono::milliseconds eject_base,
+          std::chrono::milliseconds eject_max);
+  std::size_t size() const { return hosts_.size(); }
+  const Host& operator[](std::size_t host) const { return hosts_[host]; }
+
+  // The host for a new request, `avoid` left out while another is eligible.
+  std::size_t choose(Clock::time_point now, admission::Rng& rng, std::size_t avoid = kNoHost) const;
+
+  // A request is bound to the host (connecting or holding a connection), or no longer.
+  void bind(std::size_t host) { ++hosts_[host].in_flight; }
+  void unbind(std::size_t host) { --hosts_[host].in_flight; }
+
+  // The epoch of a connect to `host` that begins now.
+  std::uint32_t epoch(std::size_t host) const { return hosts_[host].ejections; }
+  void connected(std::size_t host);  // resets the failures, ends an ejection
+  // A connect begun at `epoch` failed at `now`. True when this ejected the
+  // host; false when the failure belongs to an ejection already counted.
+  bool connect_failed(std::size_t host, std::uint32_t epoch, Clock::time_point now);
+  // How long the n-th consecutive failure ejects a host (n >= 1).
+  std::chrono::milliseconds backoff(std::uint32_t failures) const;
+
+  bool ejected(std::size_t host, Clock::time_point now) const {
+    return now < hosts_[host].ejected_until;
+  }
+  // True when no host is eligible for a new connection at `now`.
+  bool all_ejected(Clock::time_point now) const;
+
+ private:
+  std::vector<Host> hosts_;
+  std::chrono::milliseconds eject_base_;
+  std::chrono::milliseconds eject_max_;
+};
+
+}  // namespace sluice::proxy

@@ -1,0 +1,45 @@
+#pragma once
+// Live reload (SIGHUP, or a change of SLUICE_CONFIG_FILE / SLUICE_ROUTES_FILE,
+// looked for once per tick): re-reads the configuration; an invalid one is
+// refused and the old one stays. Routes, the mode, factors and bands (a new
+// Live generation, posted to every worker) and the closure policy change here;
+// the ticker gives its controller the new thresholds and timings. The level,
+// the pin and every connection carry on; listeners, threads, pools and limits
+// keep what they started with (a change to them is reported as needing a restart).
+//
+// Threading: the admin thread only (the ticker's).
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "config/config.hpp"
+
+namespace sluice::proxy {
+
+struct Live;
+struct Runtime;
+class AccessLog;
+
+class Reloader {
+ public:
+  // Reload outcomes go to `audit` as JSON lines.
+  Reloader(Runtime& rt, AccessLog& audit);
+  const config::Config& config() const { return current_; }  // the configuration in force
+  const Live& live() const { return *live_; }                 // the current generation
+  // True when the config file or the routes file changed since the last look.
+  bool files_changed();
+  // True when the new configuration is in force.
+  bool reload(std::string_view why);
+  std::uint64_t reloads(bool ok) const { return reloads_[ok ? 1 : 0]; }
+
+ private:
+  Runtime& rt_;
+  AccessLog& audit_;
+  const Live* live_;
+  config::Config current_;  // the configuration in force (reloads compare to it)
+  std::array<std::uint64_t, 2> reloads_{};  // [failed, ok]
+  std::string config_file_key_, routes_file_key_;
+};
+
+}  // namespace sluice::proxy

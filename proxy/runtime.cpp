@@ -1,0 +1,52 @@
+#include <charconv>
+#include <random>
+
+#include "proxy/runtime.hpp"
+
+namespace sluice::proxy {
+
+Live make_live(const config::Config& c) {
+  return Live{c.routes, admission::Gate(c.admission.mode, c.admission.factors), c.admission.retry,
+              c.admission.lanes, c.admission.close_statuses};
+}
+
+Runtime::Runtime(const config::Config& c) : config(c) {
+  generations.push_back(std::make_unique<Live>(make_live(c)));
+  for (std::size_t u = 0; u < c.upstreams.size(); ++u)
+    gates.push_back(std::make_unique<UpstreamGate>(c.admission.closure));
+  if (c.admission.heavy_max_in_flight)
+    heavy_cap = std::make_unique<HeavyCap>(static_cast<std::int64_t>(*c.admission.heavy_max_in_flight));
+  std::random_device rd;
+  auto random64 = [&rd] { return (std::uint64_t{rd()} << 32) ^ rd(); };
+  instance = random64();
+  const auto& hex = c.admission.lease_key;  // validated: 32 hex digits, or empty
+  admission::LeaseKey key{};
+  for (std::size_t i = 0; i < key.size(); ++i) {
+    if (hex.size() == 2 * key.size()) {
+      std::from_chars(hex.data() + 2 * i, hex.data() + 2 * i + 2, key[i], 16);
+    } else {
+      key[i] = static_cast<std::uint8_t>(rd());
+    }
+  }
+  lease_key = admission::instance_key(key, instance);
+}
+
+int Runtime::running_on(std::size_t upstream, const Worker& self) const {
+  int running = 0;
+  for (const auto& w : workers)
+    running += w.get() == &self ? self.bulkhead(upstream).census().total_running()
+                                : w->views()[upstream].running;
+  return running;
+}
+
+std::vector<admission::BulkheadView> Runtime::bulkhead_views() const {
+  std::vector<admission::BulkheadView> total(config.upstreams.size());
+  for (auto& w : workers) {
+    auto views = w->views();
+    for (std::size_t u = 0; u < views.size() && u < total.size(); ++u)
+      admission::merge_view(total[u], views[u]);
+  }
+  return total;
+}
+
+}  // namespace sluice::proxy

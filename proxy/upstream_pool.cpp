@@ -1,0 +1,223 @@
+#include "proxy/upstream_pool.hpp"
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/post.hpp>
+#include <sys/socket.h>
+
+#include <cerrno>
+
+#include "proxy/runtime.hpp"
+
+namespace sluice::proxy {
+
+// ---- UpstreamConnection ----
+
+void UpstreamConnection::on_deadline() {
+  connect_timed_out = true;
+  boost::system::error_code ignored;
+  socket.close(ignored);
+}
+
+// ---- UpstreamPool ----
+
+UpstreamPool::UpstreamPool(Worker& worker, std::size_t index, std::vector<tcp::endpoint> hosts,
+                           std::size_t max_connections, std::chrono::milliseconds eject_base,
+                           std::chrono::milliseconds eject_max)
+    : worker_(worker),
+      index_(index),
+      endpoints_(std::move(hosts)),
+      hosts_(endpoints_.size(), eject_base, eject_max),
+      max_(max_connections) {
+  idle_.reserve(max_);
+}
+
+UpstreamPool::~UpstreamPool() { waiters_.clear(); }
+
+namespace {
+// A connection idle this long may have been closed by the upstream meanwhile;
+// one peek (a system call only for such connections, never under steady load)
+// finds out before a request is written into it.
+constexpr auto kCheckIdleAfter = std::chrono::milliseconds(500);
+
+bool still_open(Socket& s) {
+  char c;
+  ssize_t n = ::recv(s.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);  // open, and nothing unasked-for
+}
+}  // namespace
+
+void UpstreamPool::acquire(PoolWaiter& w) {
+  auto now = Clock::now();
+  w.wait_start = now;
+  const std::size_t host = hosts_.choose(now, worker_.rng(), w.avoid_host);
+  // The chosen host's newest idle connection (with one host: the newest, at the back).
+  for (std::size_t i = w.fresh ? 0 : idle_.size(); i-- > 0;) {
+    if (idle_[i]->host != host) continue;
+    auto c = std::move(idle_[i]);
+    idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(i));
+    if ((w.must_check || now - c->idle_since >= kCheckIdleAfter) && !still_open(c->socket)) {
+      closed(1);
+      continue;
+    }
+    hosts_.bind(host);
+    w.on_connection(std::move(c), {});  // the caller is w itself: no need to go round the queue
+    return;
+  }
+  if (open_ >= max_ && !idle_.empty()) {
+    // The pool is full and the chosen host has nothing idle: the oldest idle
+    // connection (another host's) makes room, or connections placed while a
+    // host was ejected would keep the traffic away from it for good.
+    idle_.erase(idle_.begin());
+    closed(1);
+  }
+  if (open_ < max_) {
+    connect_to(w, host);
+    return;
+  }
+  waiters_.push_back(w);
+  bump(worker_.stats().upstream[index_].waiting, std::int64_t{1});
+  note_oldest();
+}
+
+void UpstreamPool::closed(std::size_t n) {
+  open_ -= n;
+  bump(worker_.stats().upstream[index_].connections, -static_cast<std::int64_t>(n));
+}
+
+void UpstreamPool::serve_next() {
+  if (waiters_.empty() || open_ >= max_) return;
+  auto& w = waiters_.front();
+  cancel(w);
+  connect_for(w);
+}
+
+void UpstreamPool::note_oldest() {
+  std::int64_t since = 0;
+  if (!waiters_.empty()) since = to_ns(waiters_.front().wait_start);
+  worker_.stats().upstream[index_].oldest_waiting_since_ns.store(since, std::memory_order_relaxed);
+}
+
+bool UpstreamPool::cancel(PoolWaiter& w) {
+  if (!w.wait_hook.is_linked()) return false;
+  w.wait_hook.unlink();
+  bump(worker_.stats().upstream[index_].waiting, std::int64_t{-1});
+  note_oldest();
+  return true;
+}
+
+void UpstreamPool::hand(PoolWaiter& w, std::unique_ptr<UpstreamConnection> c,
+                        boost::system::error_code ec) {
+  // Always through the queue: the waiter's continuation never runs inside the
+  // caller's handler, whichever session that is.
+  net::post(worker_.ioc(), [&w, c = std::move(c), ec]() mutable {
+    w.on_connection(std::move(c), ec);
+  });
+}
+
+void UpstreamPool::connect_for(PoolWaiter& w) {
+  connect_to(w, hosts_.choose(Clock::now(), worker_.rng()));
+}
+
+void UpstreamPool::connect_to(PoolWaiter& w, std::size_t host) {
+  ++open_;
+  bump(worker_.stats().upstream[index_].connections, std::int64_t{1});
+  hosts_.bind(host);  // the request is bound to the host from now on
+  auto c = std::make_unique<UpstreamConnection>(worker_.ioc(), host);
+  c->eject_epoch = hosts_.epoch(host);
+  c->deadline = Clock::now() + worker_.config().connect_timeout;
+  worker_.track(*c);
+  auto* raw = c.get();
+  raw->socket.async_connect(
+      endpoints_[host], [this, &w, c = std::move(c)](boost::system::error_code ec) mutable {
+        c->unlink();
+        c->deadline = Clock::time_point::max();
+        const bool connected = !ec;
+        if (connected) {
+          hosts_.connected(c->host);
+          c->socket.set_option(tcp::no_delay(true), ec);
+          if (!ec) {
+            w.on_connection(std::move(c), {});
+            return;
+          }
+        }
+        if (c->connect_timed_out) ec = net::error::timed_out;
+        bump(worker_.stats().upstream[index_].connect_failures);
+        hosts_.unbind(c->host);
+        if (!connected && hosts_.connect_failed(c->host, c->eject_epoch, Clock::now()))
+          bump(worker_.stats().upstream[index_].host_ejections);
+        c.reset();
+        closed(1);
+        w.on_connection(nullptr, ec);
+        serve_next();  // the slot freed here may serve someone queued behind
+      });
+}
+
+void UpstreamPool::release(std::unique_ptr<UpstreamConnection> c, bool reusable) {
+  if (reusable && !worker_.runtime().draining.load(std::memory_order_relaxed)) {
+    ++c->uses;
+    if (!waiters_.empty() && !waiters_.front().fresh) {
+      // Handed on at once: the host keeps this request's place in flight.
+      auto& w = waiters_.front();
+      cancel(w);
+      hand(w, std::move(c), {});
+      return;
+    }
+    if (waiters_.empty()) {
+      hosts_.unbind(c->host);
+      c->idle_since = Clock::now();
+      idle_.push_back(std::move(c));
+      return;
+    }
+    // The next waiter wants a new connection: this one makes room for it.
+  }
+  hosts_.unbind(c->host);
+  c.reset();
+  closed(1);
+  serve_next();
+}
+
+bool UpstreamPool::all_hosts_ejected(Clock::time_point now) const {
+  return hosts_.all_ejected(now);
+}
+
+std::vector<UpstreamPool::HostView> UpstreamPool::hosts_view(Clock::time_point now) const {
+  std::vector<HostView> out;
+  out.reserve(hosts_.size());
+  for (std::size_t i = 0; i < endpoints_.size(); ++i) {
+    const auto& endpoint = endpoints_[i];
+    const auto& h = hosts_[i];
+    const auto& addr = endpoint.address();
+    std::string address = addr.is_v6() ? "[" + addr.to_string() + "]" : addr.to_string();
+    address += ':';
+    address += std::to_string(endpoint.port());
+    const bool ejected = hosts_.ejected(i, now);
+    out.push_back(HostView{std::move(address), static_cast<int>(h.in_flight), ejected,
+                           ejected ? std::chrono::duration<double>(h.ejected_until - now).count()
+                                   : 0.0,
+                           h.failures});
+  }
+  return out;
+}
+
+void UpstreamPool::sweep(Clock::time_point now) {
+  // idle_ is ordered by idle_since: the oldest are at the front.
+  auto limit = worker_.config().upstream_idle_timeout;
+  std::size_t n = 0;
+  while (n < idle_.size() && now - idle_[n]->idle_since >= limit) ++n;
+  if (n == 0) return;
+  idle_.erase(idle_.begin(), idle_.begin() + static_cast<std::ptrdiff_t>(n));
+  closed(n);
+}
+
+void UpstreamPool::close_idle() {
+  closed(idle_.size());
+  idle_.clear();
+}
+
+void UpstreamPool::close_idle(std::size_t host) {
+  auto dead = std::remove_if(idle_.begin(), idle_.end(), [host](const auto& c) { return c->host == host; });
+  closed(static_cast<std::size_t>(idle_.end() - dead));
+  idle_.erase(dead, idle_.end());
+}
+
+}  // namespace sluice::proxy

@@ -1,0 +1,124 @@
+#pragma once
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/intrusive/list.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "proxy/deadlines.hpp"
+#include "proxy/host_set.hpp"
+#include "proxy/net.hpp"
+
+namespace sluice::proxy {
+
+class Worker;
+struct UpstreamConnection;
+
+// A pooled keep-alive connection to one host of an upstream.
+struct UpstreamConnection : Tracked {
+  UpstreamConnection(net::io_context& ioc, std::size_t host_index)
+      : socket(ioc.get_executor()), host(host_index) {}
+  void on_deadline() override;  // connect timed out
+  Socket socket;
+  boost::beast::flat_buffer buffer;  // bytes read from this connection, not yet parsed
+  std::size_t host;
+  Clock::time_point idle_since{};
+  std::uint32_t uses = 0;  // requests served; > 0 means a reused connection
+  // The host's ejection count when this connect began: a failure of a connect
+  // begun before the host's latest ejection belongs to the outage already counted.
+  std::uint32_t eject_epoch = 0;
+  bool connect_timed_out = false;
+};
+
+// Someone waiting for a connection from an UpstreamPool.
+struct PoolWaiter {
+  boost::intrusive::list_member_hook<boost::intrusive::link_mode<boost::intrusive::auto_unlink>>
+      wait_hook;
+  Clock::time_point wait_start{};
+  // A replay: it gets a new connection, never an idle one (those may be as
+  // dead as the one that just failed).
+  bool fresh = false;
+  std::size_t avoid_host = SIZE_MAX;  // a replay's failed host, left out while another is eligible
+  // A request that cannot be replayed: an idle connection is checked (one
+  // MSG_PEEK) before it carries it, however briefly it was idle.
+  bool must_check = false;
+  virtual ~PoolWaiter() = default;
+  // Exactly one call per acquire() that did not get cancel()ed first.
+  virtual void on_connection(std::unique_ptr<UpstreamConnection> c,
+                             boost::system::error_code ec) = 0;
+};
+
+// A Worker's bounded pool of connections to one upstream (its share of
+// SLUICE_UPSTREAM_MAX_CONNECTIONS), over the upstream's hosts.
+//
+// Per request, the host is the HostSet's choice (proxy/host_set.hpp: the power
+// of two choices on requests in flight, among the hosts not ejected after a
+// failed connect). The request then reuses that host's newest idle connection,
+// else connects a new one to it (when the pool is full, the oldest idle
+// connection of another host is closed to make room), else waits, oldest
+// first; a connection released while requests wait goes to the oldest of them,
+// whatever its host. A connect that is refused or times out (any connect
+// error) tells the HostSet, which may eject the host.
+//
+// Everything here is per Worker and touched only by its thread.
+class UpstreamPool {
+ public:
+  static constexpr std::chrono::milliseconds kEjectBase{1000};
+  static constexpr std::chrono::milliseconds kEjectMax{30000};
+  UpstreamPool(Worker& worker, std::size_t index, std::vector<tcp::endpoint> hosts,
+               std::size_t max_connections, std::chrono::milliseconds eject_base = kEjectBase,
+               std::chrono::milliseconds eject_max = kEjectMax);
+  ~UpstreamPool();
+  // Hands a connection to w: at once (inside this call) when one is idle, else
+  // later. w must stay alive until then or cancel().
+  void acquire(PoolWaiter& w);
+  // Takes w out of the queue; false when w is not queued (its connect is under
+  // way and will still call back).
+  bool cancel(PoolWaiter& w);
+  // Returns a connection after a request: kept for reuse if reusable.
+  void release(std::unique_ptr<UpstreamConnection> c, bool reusable);
+  void sweep(Clock::time_point now);  // closes connections idle for too long
+  void close_idle();                  // drain: idle connections are closed
+  // A connection to `host` died before its response: the host's idle ones,
+  // likely as dead (an upstream going down), are closed rather than tried.
+  void close_idle(std::size_t host);
+  std::size_t index() const { return index_; }
+  std::size_t host_count() const { return endpoints_.size(); }
+
+  // One host as the admin view shows it (worker thread only).
+  struct HostView {
+    std::string address;     // host:port ([v6]:port)
+    int in_flight;           // requests bound to the host: connecting or holding a connection
+    bool ejected;
+    double ejected_for_s;    // seconds of ejection left (0 when not ejected)
+    std::uint32_t failures;  // consecutive failed connects
+  };
+  // True when no host is eligible for a new connection at `now`.
+  bool all_hosts_ejected(Clock::time_point now) const;
+  std::vector<HostView> hosts_view(Clock::time_point now) const;
+
+ private:
+  void connect_for(PoolWaiter& w);            // chooses a host and connects to it
+  void connect_to(PoolWaiter& w, std::size_t host);
+  void note_oldest();  // publishes when the oldest queued request started waiting
+  void closed(std::size_t n);  // n of this pool's connections are gone
+  void serve_next();           // a slot is free: connect for the oldest waiter, if any
+  void hand(PoolWaiter& w, std::unique_ptr<UpstreamConnection> c, boost::system::error_code ec);
+  Worker& worker_;
+  std::size_t index_;
+  std::vector<tcp::endpoint> endpoints_;  // by host
+  HostSet hosts_;
+  std::size_t max_;
+  std::size_t open_ = 0;  // idle + busy + connecting
+  std::vector<std::unique_ptr<UpstreamConnection>> idle_;  // back = most recently used
+  boost::intrusive::list<
+      PoolWaiter,
+      boost::intrusive::member_hook<PoolWaiter, decltype(PoolWaiter::wait_hook),
+                                    &PoolWaiter::wait_hook>,
+      boost::intrusive::constant_time_size<false>>
+      waiters_;
+};
+
+}  // namespace sluice::proxy
