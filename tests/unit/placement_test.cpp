@@ -216,6 +216,23 @@ TEST_CASE("a closed upstream sends a movable request to an alternative that seat
   CHECK(pb.fell_back == Fallback::closed);
 }
 
+TEST_CASE("a closed upstream's request becomes a closed alternative's due probe",
+          "[admission][placement]") {
+  TestUpstreams ups(2);
+  Rng rng(1);
+  ups.closures[0].close(0us);
+  ups.closures[1].close(0us);  // both probe every 10 s
+  TestSeat s;
+  auto ask = ask_for(0, kOne);
+  ask.pinned = false;
+  REQUIRE(ups.closures[0].ask(10s, 0) == Verdict::probe);  // its own probe is taken already
+  auto p = place(ask, s, ups, 10s, rng);
+  CHECK(p.how == Placed::seated);
+  CHECK(p.upstream == 1);
+  CHECK(p.lease.probe());
+  CHECK(p.fell_back == Fallback::closed);
+}
+
 TEST_CASE("when every alternative is closed too the request is refused pool_closed",
           "[admission][placement]") {
   TestUpstreams ups(2);
@@ -285,6 +302,24 @@ TEST_CASE("a heavy-cap unit stays with a request that moves on and goes back wit
   CHECK(ups.cap.taken == 0);
 }
 
+TEST_CASE("a heavy request that moves on keeps its heavy-cap unit while it waits there",
+          "[admission][placement][lease]") {
+  TestUpstreams ups(2, 1.0);
+  Rng rng(1);
+  TestSeat s(Lane::heavy), other(Lane::heavy);
+  auto p = place(ask_for(0, kOne, Lane::heavy), s, ups, 0us, rng);
+  auto o = place(ask_for(1, {}, Lane::heavy), other, ups, 0us, rng);  // the alternative is full
+  REQUIRE(ups.cap.taken == 2);
+  ups.closures[0].close(0us);
+  auto q = relocate(ask_for(0, kOne, Lane::heavy), s, p.lease, Signal::none, 0us,
+                    Fallback::connect_failed, ups, 1s, rng);
+  REQUIRE(q.how == Placed::queued);
+  CHECK(q.upstream == 1);
+  CHECK(ups.cap.taken == 2);  // its unit stayed with it
+  q.lease.cancel(2s);
+  CHECK(ups.cap.taken == 1);
+}
+
 TEST_CASE("a lease dropped without its outcome gives everything back and teaches nothing",
           "[admission][lease]") {
   TestUpstreams ups(1, 1.0);
@@ -324,4 +359,17 @@ TEST_CASE("a lease completes once: a moved-from or completed lease gives nothing
   moved = Lease();
   CHECK(ups.running(0) == 1);
   CHECK(ups.bulkheads[0].successes() == 1);
+}
+
+TEST_CASE("a completed lease left behind never touches its seat's next lease", "[admission][lease]") {
+  TestUpstreams ups(1, 2.0);
+  Rng rng(1);
+  TestSeat s;
+  auto first = place(ask_for(0), s, ups, 0us, rng);
+  first.lease.complete(Signal::clean, 1ms, 1ms, rng);
+  auto second = place(ask_for(0), s, ups, 2ms, rng);  // the same request's next exchange
+  REQUIRE(second.lease.seated());
+  first.lease = Lease();
+  CHECK(second.lease.seated());
+  CHECK(ups.running(0) == 1);
 }
