@@ -17,6 +17,7 @@
 #include <boost/asio/post.hpp>
 #include <charconv>
 #include <optional>
+#include <span>
 #include <sstream>
 
 namespace sluice::proxy {
@@ -484,12 +485,29 @@ namespace {
 constexpr std::uint32_t kAdminHeaderLimit = 8 * 1024;
 constexpr std::uint64_t kAdminBodyLimit = 8 * 1024;
 
+std::string_view method_name(http::verb v) {
+  auto name = http::to_string(v);
+  return {name.data(), name.size()};
+}
+
 class AdminSession : public std::enable_shared_from_this<AdminSession> {
  public:
   AdminSession(tcp::socket s, Runtime& rt, const Watchdog& wd, Ticker& ticker)
       : sock_(std::move(s)), rt_(rt), wd_(wd), ticker_(ticker), timer_(sock_.get_executor()) {}
 
   void run() { read(); }
+
+  // One admin route: its row of the table (admin.hpp) and the handler that answers it.
+  struct Route {
+    http::verb method = http::verb::get;
+    std::string_view path;
+    bool prefix = false;
+    bool mutating = false;
+    bool debug = false;
+    void (AdminSession::*handle)(std::string_view target) = nullptr;
+  };
+  // The table, in the router's order.
+  static std::span<const Route> routes();
 
  private:
   void read() {
@@ -530,6 +548,9 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
     write();
   }
 
+  // The route table decides, for every path alike: an unknown path is 404, a
+  // known one with another method 405 with Allow, a mutating route without the
+  // token 401 (before its handler sees anything); then the route's handler.
   void handle() {
     res_ = {};
     res_.version(11);
@@ -537,46 +558,97 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
     res_.set(http::field::content_type, "text/plain; charset=utf-8");
     auto target = req_.target();
     auto path = target.substr(0, target.find('?'));
-    bool get = req_.method() == http::verb::get || req_.method() == http::verb::head;
-    if (path == "/metrics" || path == "/healthz" || path == "/readyz" || path == "/") {
-      if (!get) {
-        res_.result(http::status::method_not_allowed);
-        res_.set(http::field::allow, "GET, HEAD");
-        res_.body() = "method not allowed\n";
-        return;
+    // A HEAD is answered as its GET, without the body (write() drops it).
+    auto method = req_.method() == http::verb::head ? http::verb::get : req_.method();
+    const Route* route = nullptr;
+    bool known = false;
+    for (const auto& r : routes()) {
+      if (!serves(r, path)) continue;
+      known = true;
+      if (r.method == method) {
+        route = &r;
+        break;
       }
     }
-    if (path.starts_with("/admin/")) {
-      handle_admin(path, target);
-      return;
-    }
-    if (path == "/metrics") {
-      res_.result(http::status::ok);
-      res_.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-      res_.body() = render_metrics(rt_, wd_, ticker_);
-    } else if (path == "/healthz") {
-      res_.result(http::status::ok);
-      res_.body() = "ok\n";
-    } else if (path == "/") {
-      // The status page (proxy/status.html): it reads /admin/state from the browser.
-      res_.result(http::status::ok);
-      res_.set(http::field::content_type, kStatusPageContentType);
-      res_.set(http::field::cache_control, "no-store");
-      res_.set("Content-Security-Policy", kStatusPageCsp);
-      res_.body() = status_page_html();  // a HEAD answer drops it in write()
-    } else if (path == "/readyz") {
-      // Never fails because Sluice is shedding: only a draining instance is unready.
-      bool draining = rt_.draining.load();
-      res_.result(draining ? http::status::service_unavailable : http::status::ok);
-      res_.body() = draining ? "draining\n" : "ready\n";
-    } else {
-      res_.result(http::status::not_found);
-      res_.body() = "not found\n";
-    }
+    if (!route) return known ? method_not_allowed(path) : not_found(path);
+    if (route->mutating && !authorized()) return unauthorized();
+    (this->*route->handle)(target);
   }
 
-  // Mutating calls (POST and DELETE /admin/pins, POST /admin/debug/block) need
-  // the bearer token when one is set, compared in constant time (admin_token.hpp).
+  bool serves(const Route& r, std::string_view path) const {
+    if (r.debug && !rt_.config.debug_endpoints) return false;
+    return r.prefix ? path.starts_with(r.path) : path == r.path;
+  }
+
+  // /admin/... answers in JSON, the rest in plain text.
+  static bool json_path(std::string_view path) { return path.starts_with("/admin/"); }
+
+  void not_found(std::string_view path) {
+    if (json_path(path)) return reply(http::status::not_found, R"({"error":"not_found"})");
+    res_.result(http::status::not_found);
+    res_.body() = "not found\n";
+  }
+
+  void method_not_allowed(std::string_view path) {
+    std::string allow;
+    for (const auto& r : routes()) {
+      if (!serves(r, path)) continue;
+      if (!allow.empty()) allow += ", ";
+      allow += method_name(r.method);
+      if (r.method == http::verb::get) allow += ", HEAD";
+    }
+    res_.set(http::field::allow, allow);
+    if (json_path(path))
+      return reply(http::status::method_not_allowed, R"({"error":"method_not_allowed"})");
+    res_.result(http::status::method_not_allowed);
+    res_.body() = "method not allowed\n";
+  }
+
+  void get_metrics(std::string_view) {
+    res_.result(http::status::ok);
+    res_.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+    res_.body() = render_metrics(rt_, wd_, ticker_);
+  }
+
+  void get_healthz(std::string_view) {
+    res_.result(http::status::ok);
+    res_.body() = "ok\n";
+  }
+
+  // The status page (proxy/status.html): it reads /admin/state from the browser.
+  void get_status_page(std::string_view) {
+    res_.result(http::status::ok);
+    res_.set(http::field::content_type, kStatusPageContentType);
+    res_.set(http::field::cache_control, "no-store");
+    res_.set("Content-Security-Policy", kStatusPageCsp);
+    res_.body() = status_page_html();  // a HEAD answer drops it in write()
+  }
+
+  // Never fails because Sluice is shedding: only a draining instance is unready.
+  void get_readyz(std::string_view) {
+    bool draining = rt_.draining.load();
+    res_.result(draining ? http::status::service_unavailable : http::status::ok);
+    res_.body() = draining ? "draining\n" : "ready\n";
+  }
+
+  // The routes this instance serves, from the table the router applies.
+  void get_routes(std::string_view) {
+    using nlohmann::json;
+    json rows = json::array();
+    for (const auto& r : admin_routes()) {
+      if (r.debug && !rt_.config.debug_endpoints) continue;
+      rows.push_back({{"method", std::string(r.method)},
+                      {"path", std::string(r.path)},
+                      {"prefix", r.prefix},
+                      {"mutating", r.mutating}});
+    }
+    reply(http::status::ok, json{{"routes", std::move(rows)}}.dump());
+  }
+
+  void get_state(std::string_view) { reply(http::status::ok, ticker_.state_json()); }
+
+  // Whether the request may make a mutating call: the bearer token when one is
+  // set, compared in constant time (admin_token.hpp).
   bool authorized() const {
     return admin_authorized(rt_.config.admin_token, req_[http::field::authorization]);
   }
@@ -626,12 +698,8 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
   // GET /admin/plan?lane=L&upstream=U&wanted=N (seed 001 §11): how many of N
   // requests of lane L to upstream U would start now with certainty, by every
   // thread's bulkhead as of its last heartbeat. Seats nothing.
-  void handle_plan(std::string_view target) {
+  void get_plan(std::string_view target) {
     using nlohmann::json;
-    if (req_.method() != http::verb::get) {
-      res_.set(http::field::allow, "GET");
-      return reply(http::status::method_not_allowed, R"({"error":"method_not_allowed"})");
-    }
     auto lane = admission::lane_from_string(query_value(target, "lane").value_or(""));
     const auto& ups = rt_.config.upstreams;
     auto name = query_value(target, "upstream").value_or(ups.front().name);
@@ -673,55 +741,34 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
     res_.body() = std::move(body);
   }
 
-  void handle_admin(std::string_view path, std::string_view target) {
-    if (path == "/admin/debug/block" && rt_.config.debug_endpoints) {
-      if (req_.method() != http::verb::post) {
-        res_.set(http::field::allow, "POST");
-        return reply(http::status::method_not_allowed, R"({"error":"method_not_allowed"})");
-      }
-      if (!authorized()) return unauthorized();
-      if (refuse_body()) return;
-      auto thread = query_number(target, "thread").value_or(0);
-      auto ms = query_number(target, "ms");
-      if (!ms || *ms <= 0 || *ms > 60'000 || thread < 0 ||
-          thread >= static_cast<long>(rt_.workers.size()))
-        return reply(http::status::bad_request,
-                     R"({"error":"bad_request","valid":"thread=0..threads-1&ms=1..60000"})");
-      // Fault injection: the loop runs a handler that blocks it, as a slow
-      // callback would in production.
-      net::post(rt_.workers[static_cast<std::size_t>(thread)]->ioc(), [ms = *ms] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-      });
-      return reply(http::status::accepted, "{\"blocked_thread\":" + std::to_string(thread) +
-                                               ",\"ms\":" + std::to_string(*ms) + "}");
-    }
-    if (path == "/admin/state") {
-      if (req_.method() != http::verb::get) {
-        res_.set(http::field::allow, "GET");
-        return reply(http::status::method_not_allowed, R"({"error":"method_not_allowed"})");
-      }
-      return reply(http::status::ok, ticker_.state_json());
-    }
-    if (path == "/admin/pins") return handle_pins();
-    if (path == "/admin/plan") return handle_plan(target);
-    reply(http::status::not_found, R"({"error":"not_found"})");
+  // POST /admin/debug/block?thread=N&ms=M: fault injection, the loop runs a
+  // handler that blocks it, as a slow callback would in production.
+  void post_debug_block(std::string_view target) {
+    if (refuse_body()) return;
+    auto thread = query_number(target, "thread").value_or(0);
+    auto ms = query_number(target, "ms");
+    if (!ms || *ms <= 0 || *ms > 60'000 || thread < 0 ||
+        thread >= static_cast<long>(rt_.workers.size()))
+      return reply(http::status::bad_request,
+                   R"({"error":"bad_request","valid":"thread=0..threads-1&ms=1..60000"})");
+    net::post(rt_.workers[static_cast<std::size_t>(thread)]->ioc(), [ms = *ms] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    });
+    reply(http::status::accepted, "{\"blocked_thread\":" + std::to_string(thread) +
+                                      ",\"ms\":" + std::to_string(*ms) + "}");
   }
 
-  // POST {"level":N,"ttl":"10m","reason":"...","who":"..."} pins; DELETE removes the pin.
-  void handle_pins() {
+  // DELETE /admin/pins removes the pin.
+  void delete_pin(std::string_view) {
+    if (refuse_body()) return;
+    ticker_.unpin("admin@" + peer());
+    reply(http::status::ok, ticker_.state_json());
+  }
+
+  // POST /admin/pins {"level":N,"ttl":"10m","reason":"...","who":"..."} pins.
+  void post_pin(std::string_view) {
     using nlohmann::json;
-    if (req_.method() == http::verb::get) return reply(http::status::ok, ticker_.state_json());
-    if (req_.method() != http::verb::post && req_.method() != http::verb::delete_) {
-      res_.set(http::field::allow, "GET, POST, DELETE");
-      return reply(http::status::method_not_allowed, R"({"error":"method_not_allowed"})");
-    }
-    if (!authorized()) return unauthorized();
     std::string who = "admin@" + peer();
-    if (req_.method() == http::verb::delete_) {
-      if (refuse_body()) return;
-      ticker_.unpin(who);
-      return reply(http::status::ok, ticker_.state_json());
-    }
     // Every check names the field and what would be valid.
     static constexpr std::string_view kExample = R"(; e.g. {"level":2,"ttl":"10m","reason":"incident 42"})";
     json body = json::parse(req_.body(), nullptr, false);
@@ -832,6 +879,27 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
   http::response<http::string_body> res_;
 };
 
+std::span<const AdminSession::Route> AdminSession::routes() {
+  using http::verb;
+  static const Route kRoutes[] = {
+      {.path = "/", .handle = &AdminSession::get_status_page},
+      {.path = "/metrics", .handle = &AdminSession::get_metrics},
+      {.path = "/healthz", .handle = &AdminSession::get_healthz},
+      {.path = "/readyz", .handle = &AdminSession::get_readyz},
+      {.path = "/admin/routes", .handle = &AdminSession::get_routes},
+      {.path = "/admin/state", .handle = &AdminSession::get_state},
+      {.path = "/admin/pins", .handle = &AdminSession::get_state},
+      {.method = verb::post, .path = "/admin/pins", .mutating = true,
+       .handle = &AdminSession::post_pin},
+      {.method = verb::delete_, .path = "/admin/pins", .mutating = true,
+       .handle = &AdminSession::delete_pin},
+      {.path = "/admin/plan", .handle = &AdminSession::get_plan},
+      {.method = verb::post, .path = "/admin/debug/block", .mutating = true, .debug = true,
+       .handle = &AdminSession::post_debug_block},
+  };
+  return kRoutes;
+}
+
 void do_accept(tcp::acceptor& acceptor, Runtime& rt, const Watchdog& wd, Ticker& ticker) {
   acceptor.async_accept([&acceptor, &rt, &wd, &ticker](error_code ec, tcp::socket s) {
     if (ec == net::error::operation_aborted) return;
@@ -841,6 +909,13 @@ void do_accept(tcp::acceptor& acceptor, Runtime& rt, const Watchdog& wd, Ticker&
 }
 
 }  // namespace
+
+std::vector<AdminRouteRow> admin_routes() {
+  std::vector<AdminRouteRow> rows;
+  for (const auto& r : AdminSession::routes())
+    rows.push_back({method_name(r.method), r.path, r.prefix, r.mutating, r.debug});
+  return rows;
+}
 
 void start_admin(tcp::acceptor& acceptor, Runtime& rt, const Watchdog& watchdog, Ticker& ticker) {
   do_accept(acceptor, rt, watchdog, ticker);

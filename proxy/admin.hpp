@@ -1,10 +1,12 @@
 #pragma once
-// The admin listener: /metrics, /healthz, /readyz. It runs on its own thread,
-// apart from the I/O threads, so it answers (and the watchdog's view of a
-// stalled loop is visible) while a loop is stalled.
+// The admin listener: /metrics, /healthz, /readyz, /admin/... It runs on its
+// own thread, apart from the I/O threads, so it answers (and the watchdog's
+// view of a stalled loop is visible) while a loop is stalled.
 #include <atomic>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "proxy/runtime.hpp"
 
@@ -44,6 +46,22 @@ class Ticker;
 
 // Prometheus text of everything Sluice measures.
 std::string render_metrics(Runtime& rt, const Watchdog& watchdog, const Ticker& ticker);
+
+// One row of the admin listener's route table. The router finds the row by
+// path and method (a GET row answers HEAD too): an unknown path is 404, a
+// known path with another method 405 with Allow, and a mutating row needs the
+// bearer token when SLUICE_ADMIN_TOKEN is set (401 otherwise), before its handler runs.
+struct AdminRouteRow {
+  std::string_view method;  // "GET", "POST", "DELETE"
+  std::string_view path;
+  bool prefix = false;    // path is a prefix: every path that starts with it
+  bool mutating = false;  // changes something: needs the token
+  bool debug = false;     // served only with SLUICE_DEBUG_ENDPOINTS=true
+};
+
+// Every row of the table, in the router's order (GET /admin/routes lists
+// those the running instance serves).
+std::vector<AdminRouteRow> admin_routes();
 
 // Serves the admin endpoints on acceptor's io_context.
 void start_admin(tcp::acceptor& acceptor, Runtime& rt, const Watchdog& watchdog, Ticker& ticker);
