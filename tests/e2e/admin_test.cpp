@@ -1,5 +1,6 @@
 // The admin listener, end to end: its route table as the running binary lists
-// it (GET /admin/routes), the token on every mutating route, 404 and 405.
+// it (GET /admin/routes), the token on every mutating route, 404 and 405, and
+// the series /metrics exports at 0 before anything has happened.
 #include <catch2/catch.hpp>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -44,6 +45,21 @@ bool listed(const std::vector<Row>& rows, std::string_view method, std::string_v
   for (const auto& r : rows)
     if (r.method == method && r.path == path && r.mutating == mutating) return true;
   return false;
+}
+
+// The samples of one family in a /metrics text: canonical labels -> value.
+std::map<std::string, double> samples(const std::string& text, const std::string& family) {
+  std::map<std::string, double> out;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with(family + "{")) continue;
+    auto close = line.find("} ");
+    REQUIRE(close != std::string::npos);
+    // Labels as the serializer writes them: name="value",... in a fixed order.
+    out[line.substr(family.size() + 1, close - family.size() - 1)] =
+        std::stod(line.substr(close + 2));
+  }
+  return out;
 }
 
 }  // namespace
@@ -136,4 +152,61 @@ TEST_CASE(
   CHECK(post.status == 405);
   CHECK(post.header("Allow") == "GET, HEAD");
   CHECK(post.body == "method not allowed\n");
+}
+
+TEST_CASE(
+    "a fresh instance exports every known label set of level changes, suppressed rises, "
+    "client errors and fallbacks at 0",
+    "[e2e][admin][metrics]") {
+  Upstream api(kUpstream);
+  Upstream spare(kUpstream);
+  Sluice s(
+      kSluice,
+      {{"SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(api.port) +
+                                ";spare=127.0.0.1:" + std::to_string(spare.port)},
+       {"SLUICE_ROUTES",
+        R"([{"prefix":"/v1","alternatives":["spare"]},{"prefix":"/s","upstream":"spare"},{"prefix":"/","lane":"standard"}])"}});
+  auto text = s.metrics();  // before any request
+
+  const std::vector<std::string> raise{"lag", "upstream_wait", "upstream_timeout", "stall"};
+  const std::vector<std::string> lower{"decay", "signal_loss"};
+  const std::vector<std::string> either{"pin", "unpin"};
+  std::set<std::string> changes, suppressed;
+  for (int from = 0; from < 4; ++from)
+    for (int to = 0; to < 4; ++to) {
+      if (from == to) continue;
+      auto add = [&](const std::vector<std::string>& triggers) {
+        for (const auto& t : triggers)
+          changes.insert("from=\"" + std::to_string(from) + "\",to=\"" + std::to_string(to) +
+                         "\",trigger=\"" + t + "\"");
+      };
+      add(to > from ? raise : lower);
+      add(either);
+    }
+  for (int to = 1; to < 4; ++to)
+    for (const auto& t : raise)
+      suppressed.insert("to=\"" + std::to_string(to) + "\",trigger=\"" + t + "\"");
+  std::set<std::string> client_errors;
+  for (int code : {400, 404, 408, 413, 431, 505})
+    client_errors.insert("code=\"" + std::to_string(code) + "\"");
+  // One route moves api's requests to spare; nothing moves requests to api.
+  std::set<std::string> fallbacks;
+  for (auto why : {"closed", "full", "connect_failed", "replay"})
+    fallbacks.insert(std::string(R"(from="api",to="spare",why=")") + why + "\"");
+
+  for (const auto& [family, expected] : std::vector<std::pair<std::string, std::set<std::string>>>{
+           {"sluice_admission_level_changes_total", changes},
+           {"sluice_admission_rise_suppressed_total", suppressed},
+           {"sluice_client_errors_total", client_errors},
+           {"sluice_upstream_fallbacks_total", fallbacks}}) {
+    INFO(family);
+    auto got = samples(text, family);
+    std::set<std::string> labels;
+    for (const auto& [l, value] : got) {
+      INFO(l);
+      CHECK(value == 0);
+      labels.insert(l);
+    }
+    CHECK(labels == expected);
+  }
 }
