@@ -15,9 +15,14 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 #include <boost/asio/post.hpp>
+#include <algorithm>
 #include <charconv>
+#include <initializer_list>
 #include <optional>
+#include <span>
 #include <sstream>
+#include <type_traits>
+#include <utility>
 
 namespace sluice::proxy {
 
@@ -71,40 +76,112 @@ void Watchdog::loop() {
 
 namespace {
 
-prom::MetricFamily family(std::string name, std::string help, prom::MetricType type) {
-  prom::MetricFamily f;
-  f.name = std::move(name);
-  f.help = std::move(help);
-  f.type = type;
-  return f;
+// Which way a trigger can move the level.
+enum class Moves { up, down, either, never };
+constexpr Moves moves(admission::Trigger t) {
+  using admission::Trigger;
+  switch (t) {
+    case Trigger::lag:
+    case Trigger::upstream_wait:
+    case Trigger::upstream_timeout:
+    case Trigger::stall: return Moves::up;
+    case Trigger::decay:
+    case Trigger::signal_loss: return Moves::down;
+    case Trigger::pin:
+    case Trigger::unpin: return Moves::either;
+    case Trigger::none: return Moves::never;
+  }
+  return Moves::never;
 }
 
-prom::ClientMetric with_labels(std::vector<prom::ClientMetric::Label> labels) {
-  prom::ClientMetric m;
-  m.label = std::move(labels);
-  return m;
+}  // namespace
+
+bool level_change_known(std::size_t from, std::size_t to, admission::Trigger trigger) {
+  switch (moves(trigger)) {
+    case Moves::up: return to > from;
+    case Moves::down: return to < from;
+    case Moves::either: return to != from;
+    case Moves::never: return false;
+  }
+  return false;
 }
 
-// A family with one unlabelled sample.
-void add_scalar(std::vector<prom::MetricFamily>& out, std::string name, std::string help,
-                prom::MetricType type, double value) {
-  auto f = family(std::move(name), std::move(help), type);
-  prom::ClientMetric m;
-  (type == prom::MetricType::Counter ? m.counter.value : m.gauge.value) = value;
-  f.metric.push_back(std::move(m));
-  out.push_back(std::move(f));
+bool rise_suppressed_known(std::size_t to, admission::Trigger trigger) {
+  return to > 0 && moves(trigger) == Moves::up;
 }
 
-template <std::size_t N, class Get>
+namespace {
+
+constexpr std::array<std::string_view, admission::kLevelCount> kLevelLabels{"0", "1", "2", "3"};
+
+// What one scrape reads besides the shards: the bulkheads' views are copied
+// under each worker's mutex, so they are taken once for every family.
+struct Scrape {
+  Runtime& rt;
+  const Watchdog& watchdog;
+  const Ticker& ticker;
+  std::vector<admission::BulkheadView> views;
+  admission::Micros now_us;
+  // [from * upstreams + to]: a route may move requests from `from` to `to`.
+  std::vector<bool> fallback_known;
+};
+
+using Label = std::pair<std::string_view, std::string_view>;
+
+// The samples of one family, as its entry's read function adds them.
+class Samples {
+ public:
+  explicit Samples(prom::MetricFamily& f) : f_(f) {}
+
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  void add(T value, std::initializer_list<Label> labels = {}) {
+    auto& m = push(labels);
+    (f_.type == prom::MetricType::Counter ? m.counter.value : m.gauge.value) =
+        static_cast<double>(value);
+  }
+  void add(prom::ClientMetric::Histogram h, std::initializer_list<Label> labels = {}) {
+    push(labels).histogram = std::move(h);
+  }
+
+ private:
+  prom::ClientMetric& push(std::initializer_list<Label> labels) {
+    auto& m = f_.metric.emplace_back();
+    m.label.reserve(labels.size());
+    for (auto [name, value] : labels) m.label.push_back({std::string(name), std::string(value)});
+    return m;
+  }
+  prom::MetricFamily& f_;
+};
+
+// One metric family: its name, help and type, and how its samples are read.
+struct FamilySpec {
+  std::string_view name;
+  std::string_view help;
+  prom::MetricType type;
+  void (*read)(const Scrape&, Samples&);
+};
+
+// The sum over the I/O threads of one counter or gauge of their shards.
+template <class Get>
+auto sum_workers(Runtime& rt, Get get) {
+  decltype(get(rt.workers.front()->stats()).load()) total{};
+  for (auto& w : rt.workers) total += get(w->stats()).load(std::memory_order_relaxed);
+  return total;
+}
+
+// The sum over the I/O threads of one histogram of their shards.
+template <class Get>
 prom::ClientMetric::Histogram sum_histograms(Runtime& rt, Get get) {
+  const auto& first = get(rt.workers.front()->stats());
+  constexpr std::size_t N = std::tuple_size_v<decltype(first.counts)> - 1;
   std::array<std::uint64_t, N + 1> counts{};
   double sum = 0;
   for (auto& w : rt.workers) {
-    const Histogram<N>& h = get(w->stats());
+    const auto& h = get(w->stats());
     for (std::size_t i = 0; i <= N; ++i) counts[i] += h.counts[i].load(std::memory_order_relaxed);
     sum += h.sum.load(std::memory_order_relaxed);
   }
-  const Histogram<N>& first = get(rt.workers.front()->stats());
   prom::ClientMetric::Histogram out;
   std::uint64_t cumulative = 0;
   for (std::size_t i = 0; i < N; ++i) {
@@ -118,359 +195,369 @@ prom::ClientMetric::Histogram sum_histograms(Runtime& rt, Get get) {
   return out;
 }
 
-template <class T, class Get>
-T sum_workers(Runtime& rt, Get get) {
-  T total{};
-  for (auto& w : rt.workers) total += get(w->stats()).load(std::memory_order_relaxed);
-  return total;
+// One sample per lane (label `lane`) of value(lane index).
+template <class Value>
+void per_lane(Samples& out, Value value) {
+  for (auto lane : admission::kLanes)
+    out.add(value(admission::index(lane)), {{"lane", admission::to_string(lane)}});
 }
+
+// One sample per upstream (label `upstream`) of value(upstream index).
+template <class Value>
+void per_upstream(const Scrape& s, Samples& out, Value value) {
+  const auto& ups = s.rt.config.upstreams;
+  for (std::size_t u = 0; u < ups.size(); ++u) out.add(value(u), {{"upstream", ups[u].name}});
+}
+
+// Every move a route can make, under any generation of the routes (a counter
+// that a reload leaves without a route keeps its series).
+std::vector<bool> known_fallbacks(const Runtime& rt) {
+  auto n = rt.config.upstreams.size();
+  std::vector<bool> known(n * n, false);
+  for (const auto& live : rt.generations)
+    for (const auto& route : live->routes.routes())
+      for (std::size_t to : route.alternatives) {
+        // From the route's upstream, or from an alternative it already moved to.
+        if (to != route.upstream) known[route.upstream * n + to] = true;
+        for (std::size_t from : route.alternatives)
+          if (from != to) known[from * n + to] = true;
+      }
+  return known;
+}
+
+using admission::Trigger;
+using prom::MetricType;
+
+// Every family /metrics serves, in the order it serves them.
+const FamilySpec kFamilies[] = {
+    {"sluice_admission_level", "The admission level: 0 normal .. 3 emergency.", MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       out.add(static_cast<int>(s.ticker.controller().level()));
+     }},
+    {"sluice_admission_level_changes_total", "Level changes, by from, to and trigger.",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       const auto& st = s.ticker.controller().stats();
+       for (std::size_t from = 0; from < admission::kLevelCount; ++from)
+         for (std::size_t to = 0; to < admission::kLevelCount; ++to)
+           for (std::size_t t = 0; t < admission::kTriggerCount; ++t) {
+             auto trigger = static_cast<Trigger>(t);
+             if (auto n = st.changes[from][to][t]; n || level_change_known(from, to, trigger))
+               out.add(n, {{"from", kLevelLabels[from]},
+                           {"to", kLevelLabels[to]},
+                           {"trigger", admission::to_string(trigger)}});
+           }
+     }},
+    {"sluice_admission_rise_suppressed_total",
+     "Ticks whose evidence would have raised the level but the rise gate held it back, by the "
+     "level it would have entered and trigger.",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       const auto& st = s.ticker.controller().stats();
+       for (std::size_t to = 0; to < admission::kLevelCount; ++to)
+         for (std::size_t t = 0; t < admission::kTriggerCount; ++t) {
+           auto trigger = static_cast<Trigger>(t);
+           if (auto n = st.suppressed[to][t]; n || rise_suppressed_known(to, trigger))
+             out.add(n, {{"to", kLevelLabels[to]}, {"trigger", admission::to_string(trigger)}});
+         }
+     }},
+    {"sluice_config_reloads_total", "Live reloads of the configuration, by result (ok, failed).",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       out.add(s.ticker.reloads(true), {{"result", "ok"}});
+       out.add(s.ticker.reloads(false), {{"result", "failed"}});
+     }},
+    {"sluice_admission_pinned", "1 while a pin holds the level.", MetricType::Gauge,
+     [](const Scrape& s, Samples& out) { out.add(s.ticker.controller().pin_state() ? 1 : 0); }},
+    {"sluice_admission_decisions_total", "Admission decisions, by lane, outcome and reason.",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       for (auto lane : admission::kLanes)
+         for (std::size_t o = 0; o < kOutcomes; ++o)
+           for (std::size_t r = 0; r < kReasons; ++r) {
+             auto n = sum_workers(s.rt, [&](Shard& sh) -> auto& {
+               return sh.lane[admission::index(lane)].decisions[o][r];
+             });
+             // Admissions always show (a dashboard's denominator); refusals once they happen.
+             if (n == 0 && o != 0) continue;
+             if (o == 0 && r != 0) continue;
+             out.add(n, {{"lane", to_string(lane)},
+                         {"outcome", admission::to_string(static_cast<admission::Outcome>(o))},
+                         {"reason", admission::to_string(static_cast<admission::Reason>(r))}});
+           }
+     }},
+    {"sluice_requests_total", "Requests answered, by lane and status code.", MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       for (auto lane : admission::kLanes)
+         for (int code = 100; code < kStatusSlots; ++code) {
+           auto n = sum_workers(s.rt, [&](Shard& sh) -> auto& {
+             return sh.lane[admission::index(lane)].requests[static_cast<std::size_t>(code)];
+           });
+           if (n != 0) out.add(n, {{"code", std::to_string(code)}, {"lane", to_string(lane)}});
+         }
+     }},
+    {"sluice_request_duration_seconds",
+     "Time from the first byte of a request to the end of its response, by lane.",
+     MetricType::Histogram,
+     [](const Scrape& s, Samples& out) {
+       per_lane(out, [&](std::size_t l) {
+         return sum_histograms(s.rt, [&](Shard& sh) -> auto& { return sh.lane[l].duration; });
+       });
+     }},
+    {"sluice_lane_in_flight", "Requests admitted and not yet answered, by lane.", MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       per_lane(out, [&](std::size_t l) {
+         return sum_workers(s.rt, [&](Shard& sh) -> auto& { return sh.lane[l].in_flight; });
+       });
+     }},
+    // The bulkheads, summed over the I/O threads (each estimates its own share).
+    {"sluice_upstream_capacity_estimate",
+     "The measured concurrency the upstream serves now (K-hat), all threads.", MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       per_upstream(s, out, [&](std::size_t u) { return s.views[u].estimate; });
+     }},
+    {"sluice_upstream_carrying_capacity",
+     "The load at which the upstream last said too much (K; 0: never), all threads.",
+     MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       per_upstream(s, out, [&](std::size_t u) { return s.views[u].carrying; });
+     }},
+    {"sluice_upstream_exhausted_total",
+     "Decreases of the capacity estimate, by upstream and what said too much.", MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       const auto& ups = s.rt.config.upstreams;
+       for (std::size_t u = 0; u < ups.size(); ++u)
+         for (auto why :
+              {admission::Signal::refused, admission::Signal::timeout, admission::Signal::slow})
+           out.add(sum_workers(s.rt, [&](Shard& sh) -> auto& {
+                     return sh.upstream[u].exhausted[static_cast<std::size_t>(why)];
+                   }),
+                   {{"upstream", ups[u].name}, {"why", admission::to_string(why)}});
+     }},
+    {"sluice_lane_queue_depth", "Requests waiting for a bulkhead slot, by lane.", MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       per_lane(out, [&](std::size_t l) {
+         double waiting = 0;
+         for (const auto& v : s.views) waiting += v.lanes[l].waiting;
+         return waiting;
+       });
+     }},
+    {"sluice_lane_queue_wait_seconds",
+     "Time an admitted or timed-out request waited for a bulkhead slot, by lane.",
+     MetricType::Histogram,
+     [](const Scrape& s, Samples& out) {
+       per_lane(out, [&](std::size_t l) {
+         return sum_histograms(s.rt, [&](Shard& sh) -> auto& { return sh.lane[l].queue_wait; });
+       });
+     }},
+    {"sluice_lane_starvation_total",
+     "Times a lane below its floor, or hard-pinned requests, had work waiting longer than "
+     "SLUICE_STARVED_AFTER.",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       per_lane(out, [&](std::size_t l) {
+         return sum_workers(s.rt, [&](Shard& sh) -> auto& { return sh.lane[l].starved; });
+       });
+     }},
+    {"sluice_lane_delegated_total",
+     "Requests seated at once on a live parent lease's lane (delegation).", MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       per_lane(out, [&](std::size_t l) {
+         return sum_workers(s.rt, [&](Shard& sh) -> auto& { return sh.lane[l].delegated; });
+       });
+     }},
+    // Closures, probes, budgets and fallbacks (seed 001 §8, §9).
+    {"sluice_upstream_closed", "1 while the upstream is closed (a refusal no load change cures).",
+     MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       per_upstream(s, out, [&](std::size_t u) {
+         return s.rt.gates[u]->closed.load(std::memory_order_relaxed) ? 1 : 0;
+       });
+     }},
+    {"sluice_upstream_closures_total", "Times the upstream was closed.", MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       per_upstream(s, out, [&](std::size_t u) {
+         return s.rt.gates[u]->closures.load(std::memory_order_relaxed);
+       });
+     }},
+    {"sluice_upstream_probes_total",
+     "Probe requests to a closed upstream, by result (ok reopened it).", MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       const auto& ups = s.rt.config.upstreams;
+       for (std::size_t u = 0; u < ups.size(); ++u) {
+         const auto& gate = *s.rt.gates[u];
+         out.add(gate.probes_ok.load(std::memory_order_relaxed),
+                 {{"upstream", ups[u].name}, {"result", "ok"}});
+         out.add(gate.probes_failed.load(std::memory_order_relaxed),
+                 {{"upstream", ups[u].name}, {"result", "failed"}});
+       }
+     }},
+    {"sluice_upstream_budget_remaining",
+     "The share of the upstream's quota left, from its RateLimit headers (1: no reading this "
+     "window).",
+     MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       per_upstream(s, out, [&](std::size_t u) {
+         const auto& reading = s.views[u].budget;
+         return reading && s.now_us < reading->until ? reading->remaining : 1.0;
+       });
+     }},
+    {"sluice_upstream_fallbacks_total",
+     "Requests that moved off their route's upstream to an alternative, by from, to and why.",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       const auto& ups = s.rt.config.upstreams;
+       for (std::size_t from = 0; from < ups.size(); ++from)
+         for (std::size_t to = 0; to < ups.size(); ++to)
+           for (std::size_t why = 0; why < kFallbackWhys; ++why) {
+             auto n = sum_workers(s.rt, [&](Shard& sh) -> auto& {
+               return sh.upstream[from].fallbacks[to][why];
+             });
+             if (n != 0 || s.fallback_known[from * ups.size() + to])
+               out.add(n, {{"from", ups[from].name},
+                           {"to", ups[to].name},
+                           {"why", to_string(static_cast<Fallback>(why))}});
+           }
+     }},
+    {"sluice_heavy_leases",
+     "Live heavy leases (a heavy request holds one for its whole response, an SSE stream "
+     "included).",
+     MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       double heavy = 0;
+       for (const auto& v : s.views)
+         heavy += v.lanes[admission::index(admission::Lane::heavy)].running;
+       out.add(heavy);
+     }},
+    {"sluice_client_errors_total",
+     "Requests answered before routing (malformed, too large, too slow, no route), by status "
+     "code.",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       for (int code = 100; code < kStatusSlots; ++code) {
+         auto n = sum_workers(s.rt, [&](Shard& sh) -> auto& {
+           return sh.client_errors[static_cast<std::size_t>(code)];
+         });
+         if (n != 0 || std::ranges::find(kClientErrorCodes, code) != kClientErrorCodes.end())
+           out.add(n, {{"code", std::to_string(code)}});
+       }
+     }},
+    {"sluice_event_loop_lag_seconds", "Lateness of each I/O thread's probe timer (all threads).",
+     MetricType::Histogram,
+     [](const Scrape& s, Samples& out) {
+       out.add(sum_histograms(s.rt, [](Shard& sh) -> auto& { return sh.lag; }));
+     }},
+    {"sluice_event_loop_stall_seconds",
+     "How long each I/O thread's loop has been stalled right now, seen by the watchdog.",
+     MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       for (std::size_t i = 0; i < s.rt.workers.size(); ++i)
+         out.add(s.watchdog.stall_seconds(i), {{"thread", std::to_string(i)}});
+     }},
+    {"sluice_event_loop_stalls_total",
+     "Stalls of at least 250ms seen by the watchdog while they lasted.", MetricType::Counter,
+     [](const Scrape& s, Samples& out) { out.add(s.watchdog.stalls_total()); }},
+    {"sluice_upstream_wait_seconds",
+     "Time an admitted request waited for its upstream: for a bulkhead slot, then for a "
+     "connection (pooled, new or queued).",
+     MetricType::Histogram,
+     [](const Scrape& s, Samples& out) {
+       per_upstream(s, out, [&](std::size_t u) {
+         return sum_histograms(s.rt, [&](Shard& sh) -> auto& { return sh.upstream[u].wait; });
+       });
+     }},
+    {"sluice_upstream_timeouts_total",
+     "Upstream response timeouts (no response head, or a stalled body).", MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       per_upstream(s, out, [&](std::size_t u) {
+         return sum_workers(s.rt, [&](Shard& sh) -> auto& { return sh.upstream[u].timeouts; });
+       });
+     }},
+    {"sluice_upstream_connect_failures_total", "Upstream connects refused or timed out.",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       per_upstream(s, out, [&](std::size_t u) {
+         return sum_workers(s.rt,
+                            [&](Shard& sh) -> auto& { return sh.upstream[u].connect_failures; });
+       });
+     }},
+    {"sluice_upstream_retries_total", "Idempotent requests replayed once on a fresh connection.",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       per_upstream(s, out, [&](std::size_t u) {
+         return sum_workers(s.rt, [&](Shard& sh) -> auto& { return sh.upstream[u].retries; });
+       });
+     }},
+    {"sluice_upstream_host_ejections_total",
+     "Upstream hosts ejected from the choice for a backoff after a refused or timed-out connect "
+     "(each I/O thread ejects on its own).",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       per_upstream(s, out, [&](std::size_t u) {
+         return sum_workers(s.rt,
+                            [&](Shard& sh) -> auto& { return sh.upstream[u].host_ejections; });
+       });
+     }},
+    {"sluice_upstream_connections", "Open upstream connections.", MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       per_upstream(s, out, [&](std::size_t u) {
+         return sum_workers(s.rt, [&](Shard& sh) -> auto& { return sh.upstream[u].connections; });
+       });
+     }},
+    {"sluice_upstream_waiting", "Requests queued for an upstream connection.", MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       per_upstream(s, out, [&](std::size_t u) {
+         return sum_workers(s.rt, [&](Shard& sh) -> auto& { return sh.upstream[u].waiting; });
+       });
+     }},
+    {"sluice_client_connections", "Open client connections.", MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       out.add(sum_workers(s.rt, [](Shard& sh) -> auto& { return sh.client_connections; }));
+     }},
+    {"sluice_client_connections_refused_total",
+     "Client connections closed at once because SLUICE_MAX_CONNECTIONS were open.",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       out.add(sum_workers(s.rt, [](Shard& sh) -> auto& { return sh.connections_refused; }));
+     }},
+    {"sluice_client_timeouts_total",
+     "Client connections cut at a deadline, by phase: header (SLUICE_HEADER_TIMEOUT), body "
+     "(SLUICE_BODY_TIMEOUT), send (SLUICE_SEND_TIMEOUT), idle (SLUICE_IDLE_TIMEOUT).",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       for (std::size_t t = 0; t < kClientTimeouts; ++t)
+         out.add(sum_workers(s.rt, [&](Shard& sh) -> auto& { return sh.client_timeouts[t]; }),
+                 {{"phase", to_string(static_cast<ClientTimeout>(t))}});
+     }},
+    {"sluice_client_stalled_writes_total",
+     "Responses whose write to the client was still pending after 250 ms: a slow reader; its "
+     "bulkhead slot was given back then (heavy leases excepted).",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       out.add(sum_workers(s.rt, [](Shard& sh) -> auto& { return sh.stalled_writes; }));
+     }},
+    {"sluice_websocket_tunnels_total", "Upgraded connections tunnelled.", MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       out.add(sum_workers(s.rt, [](Shard& sh) -> auto& { return sh.websocket_tunnels; }));
+     }},
+    {"sluice_draining", "1 while the instance drains after SIGTERM.", MetricType::Gauge,
+     [](const Scrape& s, Samples& out) { out.add(s.rt.draining.load() ? 1 : 0); }},
+};
 
 }  // namespace
 
 std::string render_metrics(Runtime& rt, const Watchdog& watchdog, const Ticker& ticker) {
-  using admission::kLanes;
-  const auto& cfg = rt.config;
-  std::vector<prom::MetricFamily> out;
-
-  {
-    const auto& c = ticker.controller();
-    add_scalar(out, "sluice_admission_level", "The admission level: 0 normal .. 3 emergency.",
-               prom::MetricType::Gauge, static_cast<double>(c.level()));
-
-    auto changes = family("sluice_admission_level_changes_total",
-                          "Level changes, by from, to and trigger.", prom::MetricType::Counter);
-    auto suppressed = family("sluice_admission_rise_suppressed_total",
-                             "Ticks whose evidence would have raised the level but the rise gate "
-                             "held it back, by the level it would have entered and trigger.",
-                             prom::MetricType::Counter);
-    const auto& st = c.stats();
-    for (std::size_t from = 0; from < admission::kLevelCount; ++from)
-      for (std::size_t to = 0; to < admission::kLevelCount; ++to)
-        for (std::size_t t = 0; t < admission::kTriggerCount; ++t)
-          if (auto n = st.changes[from][to][t]) {
-            auto m = with_labels({{"from", std::to_string(from)},
-                                  {"to", std::to_string(to)},
-                                  {"trigger", std::string(admission::to_string(
-                                                  static_cast<admission::Trigger>(t)))}});
-            m.counter.value = static_cast<double>(n);
-            changes.metric.push_back(std::move(m));
-          }
-    for (std::size_t to = 0; to < admission::kLevelCount; ++to)
-      for (std::size_t t = 0; t < admission::kTriggerCount; ++t)
-        if (auto n = st.suppressed[to][t]) {
-          auto m = with_labels(
-              {{"to", std::to_string(to)},
-               {"trigger", std::string(admission::to_string(static_cast<admission::Trigger>(t)))}});
-          m.counter.value = static_cast<double>(n);
-          suppressed.metric.push_back(std::move(m));
-        }
-    out.push_back(std::move(changes));
-    out.push_back(std::move(suppressed));
-
-    auto reloads = family("sluice_config_reloads_total",
-                          "Live reloads of the configuration, by result (ok, failed).",
-                          prom::MetricType::Counter);
-    for (bool ok : {true, false}) {
-      auto m = with_labels({{"result", ok ? "ok" : "failed"}});
-      m.counter.value = static_cast<double>(ticker.reloads(ok));
-      reloads.metric.push_back(std::move(m));
-    }
-    out.push_back(std::move(reloads));
-
-    add_scalar(out, "sluice_admission_pinned", "1 while a pin holds the level.",
-               prom::MetricType::Gauge, c.pin_state() ? 1 : 0);
-
-    auto decisions = family("sluice_admission_decisions_total",
-                            "Admission decisions, by lane, outcome and reason.",
-                            prom::MetricType::Counter);
-    for (auto lane : kLanes)
-      for (std::size_t o = 0; o < kOutcomes; ++o)
-        for (std::size_t r = 0; r < kReasons; ++r) {
-          auto n = sum_workers<std::uint64_t>(rt, [&](Shard& s) -> auto& {
-            return s.lane[admission::index(lane)].decisions[o][r];
-          });
-          // Admissions always show (a dashboard's denominator); refusals once they happen.
-          if (n == 0 && o != 0) continue;
-          if (o == 0 && r != 0) continue;
-          auto m = with_labels(
-              {{"lane", std::string(to_string(lane))},
-               {"outcome", std::string(admission::to_string(static_cast<admission::Outcome>(o)))},
-               {"reason", std::string(admission::to_string(static_cast<admission::Reason>(r)))}});
-          m.counter.value = static_cast<double>(n);
-          decisions.metric.push_back(std::move(m));
-        }
-    out.push_back(std::move(decisions));
+  Scrape scrape{rt, watchdog, ticker, rt.bulkhead_views(), rt.micros(Clock::now()),
+                known_fallbacks(rt)};
+  std::vector<prom::MetricFamily> out(std::size(kFamilies));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const auto& spec = kFamilies[i];
+    out[i].name = spec.name;
+    out[i].help = spec.help;
+    out[i].type = spec.type;
+    Samples samples(out[i]);
+    spec.read(scrape, samples);
   }
-
-  {
-    auto f = family("sluice_requests_total", "Requests answered, by lane and status code.",
-                    prom::MetricType::Counter);
-    for (auto lane : kLanes) {
-      for (int code = 100; code < kStatusSlots; ++code) {
-        auto n = sum_workers<std::uint64_t>(rt, [&](Shard& s) -> auto& {
-          return s.lane[admission::index(lane)].requests[static_cast<std::size_t>(code)];
-        });
-        if (n == 0) continue;
-        auto m = with_labels({{"code", std::to_string(code)}, {"lane", std::string(to_string(lane))}});
-        m.counter.value = static_cast<double>(n);
-        f.metric.push_back(std::move(m));
-      }
-    }
-    out.push_back(std::move(f));
-  }
-  {
-    auto f = family("sluice_request_duration_seconds",
-                    "Time from the first byte of a request to the end of its response, by lane.",
-                    prom::MetricType::Histogram);
-    for (auto lane : kLanes) {
-      auto m = with_labels({{"lane", std::string(to_string(lane))}});
-      m.histogram = sum_histograms<kLatencyBounds.size()>(
-          rt, [&](Shard& s) -> auto& { return s.lane[admission::index(lane)].duration; });
-      f.metric.push_back(std::move(m));
-    }
-    out.push_back(std::move(f));
-  }
-  {
-    auto f = family("sluice_lane_in_flight", "Requests admitted and not yet answered, by lane.",
-                    prom::MetricType::Gauge);
-    for (auto lane : kLanes) {
-      auto m = with_labels({{"lane", std::string(to_string(lane))}});
-      m.gauge.value = static_cast<double>(sum_workers<std::int64_t>(
-          rt, [&](Shard& s) -> auto& { return s.lane[admission::index(lane)].in_flight; }));
-      f.metric.push_back(std::move(m));
-    }
-    out.push_back(std::move(f));
-  }
-  {
-    // The bulkheads, summed over the I/O threads (each estimates its own share).
-    auto views = rt.bulkhead_views();
-    auto estimate = family("sluice_upstream_capacity_estimate",
-                           "The measured concurrency the upstream serves now (K-hat), all threads.",
-                           prom::MetricType::Gauge);
-    auto carrying = family("sluice_upstream_carrying_capacity",
-                           "The load at which the upstream last said too much (K; 0: never), all threads.",
-                           prom::MetricType::Gauge);
-    auto exhausted = family("sluice_upstream_exhausted_total",
-                            "Decreases of the capacity estimate, by upstream and what said too much.",
-                            prom::MetricType::Counter);
-    for (std::size_t u = 0; u < cfg.upstreams.size(); ++u) {
-      const auto& name = cfg.upstreams[u].name;
-      auto m = with_labels({{"upstream", name}});
-      m.gauge.value = views[u].estimate;
-      estimate.metric.push_back(m);
-      m.gauge.value = views[u].carrying;
-      carrying.metric.push_back(m);
-      for (auto why : {admission::Signal::refused, admission::Signal::timeout, admission::Signal::slow}) {
-        auto mm = with_labels({{"upstream", name}, {"why", std::string(admission::to_string(why))}});
-        mm.counter.value = static_cast<double>(sum_workers<std::uint64_t>(rt, [&](Shard& s) -> auto& {
-          return s.upstream[u].exhausted[static_cast<std::size_t>(why)];
-        }));
-        exhausted.metric.push_back(std::move(mm));
-      }
-    }
-    auto depth = family("sluice_lane_queue_depth", "Requests waiting for a bulkhead slot, by lane.",
-                        prom::MetricType::Gauge);
-    auto wait = family("sluice_lane_queue_wait_seconds",
-                       "Time an admitted or timed-out request waited for a bulkhead slot, by lane.",
-                       prom::MetricType::Histogram);
-    auto starved = family("sluice_lane_starvation_total",
-                          "Times a lane below its floor, or hard-pinned requests, had work waiting longer than SLUICE_STARVED_AFTER.",
-                          prom::MetricType::Counter);
-    auto delegated = family("sluice_lane_delegated_total",
-                            "Requests seated at once on a live parent lease's lane (delegation).",
-                            prom::MetricType::Counter);
-    for (auto lane : kLanes) {
-      auto l = admission::index(lane);
-      std::vector<prom::ClientMetric::Label> labels{{"lane", std::string(to_string(lane))}};
-      auto m = with_labels(labels);
-      for (const auto& v : views) m.gauge.value += v.lanes[l].waiting;
-      depth.metric.push_back(std::move(m));
-      auto h = with_labels(labels);
-      h.histogram = sum_histograms<kLatencyBounds.size()>(
-          rt, [&](Shard& s) -> auto& { return s.lane[l].queue_wait; });
-      wait.metric.push_back(std::move(h));
-      auto c = with_labels(labels);
-      c.counter.value = static_cast<double>(
-          sum_workers<std::uint64_t>(rt, [&](Shard& s) -> auto& { return s.lane[l].starved; }));
-      starved.metric.push_back(c);
-      c.counter.value = static_cast<double>(
-          sum_workers<std::uint64_t>(rt, [&](Shard& s) -> auto& { return s.lane[l].delegated; }));
-      delegated.metric.push_back(std::move(c));
-    }
-    for (auto* f : {&estimate, &carrying, &exhausted, &depth, &wait, &starved, &delegated})
-      out.push_back(std::move(*f));
-
-    // Closures, probes, budgets and fallbacks (seed 001 §8, §9).
-    auto closed = family("sluice_upstream_closed",
-                         "1 while the upstream is closed (a refusal no load change cures).",
-                         prom::MetricType::Gauge);
-    auto closures = family("sluice_upstream_closures_total", "Times the upstream was closed.",
-                           prom::MetricType::Counter);
-    auto probes = family("sluice_upstream_probes_total",
-                         "Probe requests to a closed upstream, by result (ok reopened it).",
-                         prom::MetricType::Counter);
-    auto budget = family("sluice_upstream_budget_remaining",
-                         "The share of the upstream's quota left, from its RateLimit headers (1: no reading this window).",
-                         prom::MetricType::Gauge);
-    auto fallbacks = family("sluice_upstream_fallbacks_total",
-                            "Requests that moved off their route's upstream to an alternative, by from, to and why.",
-                            prom::MetricType::Counter);
-    auto now_us = rt.micros(Clock::now());
-    for (std::size_t u = 0; u < cfg.upstreams.size(); ++u) {
-      const auto& name = cfg.upstreams[u].name;
-      auto& gate = *rt.gates[u];
-      auto m = with_labels({{"upstream", name}});
-      m.gauge.value = gate.closed.load(std::memory_order_relaxed) ? 1 : 0;
-      closed.metric.push_back(m);
-      m.gauge.value = 0;
-      m.counter.value = static_cast<double>(gate.closures.load(std::memory_order_relaxed));
-      closures.metric.push_back(m);
-      for (auto [result, count] : {std::pair{"ok", &gate.probes_ok}, std::pair{"failed", &gate.probes_failed}}) {
-        auto p = with_labels({{"upstream", name}, {"result", result}});
-        p.counter.value = static_cast<double>(count->load(std::memory_order_relaxed));
-        probes.metric.push_back(std::move(p));
-      }
-      auto b = with_labels({{"upstream", name}});
-      const auto& reading = views[u].budget;
-      b.gauge.value = reading && now_us < reading->until ? reading->remaining : 1.0;
-      budget.metric.push_back(std::move(b));
-      for (std::size_t to = 0; to < cfg.upstreams.size(); ++to)
-        for (std::size_t why = 0; why < kFallbackWhys; ++why) {
-          auto n = sum_workers<std::uint64_t>(
-              rt, [&](Shard& s) -> auto& { return s.upstream[u].fallbacks[to][why]; });
-          if (n == 0) continue;
-          auto f = with_labels({{"from", name},
-                                {"to", cfg.upstreams[to].name},
-                                {"why", std::string(to_string(static_cast<Fallback>(why)))}});
-          f.counter.value = static_cast<double>(n);
-          fallbacks.metric.push_back(std::move(f));
-        }
-    }
-    for (auto* f : {&closed, &closures, &probes, &budget, &fallbacks}) out.push_back(std::move(*f));
-    double heavy = 0;
-    for (const auto& v : views) heavy += v.lanes[admission::index(admission::Lane::heavy)].running;
-    add_scalar(out, "sluice_heavy_leases",
-               "Live heavy leases (a heavy request holds one for its whole response, an SSE stream included).",
-               prom::MetricType::Gauge, heavy);
-  }
-  {
-    auto f = family("sluice_client_errors_total",
-                    "Requests answered before routing (malformed, too large, too slow, no route), by status code.",
-                    prom::MetricType::Counter);
-    for (int code = 100; code < kStatusSlots; ++code) {
-      auto n = sum_workers<std::uint64_t>(
-          rt, [&](Shard& s) -> auto& { return s.client_errors[static_cast<std::size_t>(code)]; });
-      if (n == 0) continue;
-      auto m = with_labels({{"code", std::to_string(code)}});
-      m.counter.value = static_cast<double>(n);
-      f.metric.push_back(std::move(m));
-    }
-    out.push_back(std::move(f));
-  }
-  {
-    auto f = family("sluice_event_loop_lag_seconds",
-                    "Lateness of each I/O thread's probe timer (all threads).",
-                    prom::MetricType::Histogram);
-    prom::ClientMetric m;
-    m.histogram = sum_histograms<kLagBounds.size()>(rt, [](Shard& s) -> auto& { return s.lag; });
-    f.metric.push_back(std::move(m));
-    out.push_back(std::move(f));
-  }
-  {
-    auto f = family("sluice_event_loop_stall_seconds",
-                    "How long each I/O thread's loop has been stalled right now, seen by the watchdog.",
-                    prom::MetricType::Gauge);
-    for (std::size_t i = 0; i < rt.workers.size(); ++i) {
-      auto m = with_labels({{"thread", std::to_string(i)}});
-      m.gauge.value = watchdog.stall_seconds(i);
-      f.metric.push_back(std::move(m));
-    }
-    out.push_back(std::move(f));
-    add_scalar(out, "sluice_event_loop_stalls_total",
-               "Stalls of at least 250ms seen by the watchdog while they lasted.",
-               prom::MetricType::Counter, static_cast<double>(watchdog.stalls_total()));
-  }
-  {
-    auto wait = family("sluice_upstream_wait_seconds",
-                       "Time an admitted request waited for its upstream: for a bulkhead slot, then for a connection (pooled, new or queued).",
-                       prom::MetricType::Histogram);
-    auto timeouts = family("sluice_upstream_timeouts_total",
-                           "Upstream response timeouts (no response head, or a stalled body).",
-                           prom::MetricType::Counter);
-    auto failures = family("sluice_upstream_connect_failures_total",
-                           "Upstream connects refused or timed out.", prom::MetricType::Counter);
-    auto retries = family("sluice_upstream_retries_total",
-                          "Idempotent requests replayed once on a fresh connection.",
-                          prom::MetricType::Counter);
-    auto ejections = family("sluice_upstream_host_ejections_total",
-                            "Upstream hosts ejected from the choice for a backoff after a refused or timed-out connect (each I/O thread ejects on its own).",
-                            prom::MetricType::Counter);
-    auto conns = family("sluice_upstream_connections", "Open upstream connections.",
-                        prom::MetricType::Gauge);
-    auto waiting = family("sluice_upstream_waiting", "Requests queued for an upstream connection.",
-                          prom::MetricType::Gauge);
-    for (std::size_t u = 0; u < cfg.upstreams.size(); ++u) {
-      std::vector<prom::ClientMetric::Label> l{{"upstream", cfg.upstreams[u].name}};
-      auto m = with_labels(l);
-      m.histogram = sum_histograms<kLatencyBounds.size()>(
-          rt, [&](Shard& s) -> auto& { return s.upstream[u].wait; });
-      wait.metric.push_back(std::move(m));
-      auto counter = [&](prom::MetricFamily& f, auto get) {
-        auto mm = with_labels(l);
-        mm.counter.value = static_cast<double>(sum_workers<std::uint64_t>(rt, get));
-        f.metric.push_back(std::move(mm));
-      };
-      auto gauge = [&](prom::MetricFamily& f, auto get) {
-        auto mm = with_labels(l);
-        mm.gauge.value = static_cast<double>(sum_workers<std::int64_t>(rt, get));
-        f.metric.push_back(std::move(mm));
-      };
-      counter(timeouts, [&](Shard& s) -> auto& { return s.upstream[u].timeouts; });
-      counter(failures, [&](Shard& s) -> auto& { return s.upstream[u].connect_failures; });
-      counter(retries, [&](Shard& s) -> auto& { return s.upstream[u].retries; });
-      counter(ejections, [&](Shard& s) -> auto& { return s.upstream[u].host_ejections; });
-      gauge(conns, [&](Shard& s) -> auto& { return s.upstream[u].connections; });
-      gauge(waiting, [&](Shard& s) -> auto& { return s.upstream[u].waiting; });
-    }
-    for (auto* f : {&wait, &timeouts, &failures, &retries, &ejections, &conns, &waiting})
-      out.push_back(std::move(*f));
-  }
-  {
-    add_scalar(out, "sluice_client_connections", "Open client connections.",
-               prom::MetricType::Gauge,
-               static_cast<double>(sum_workers<std::int64_t>(
-                   rt, [](Shard& s) -> auto& { return s.client_connections; })));
-    add_scalar(out, "sluice_client_connections_refused_total",
-               "Client connections closed at once because SLUICE_MAX_CONNECTIONS were open.",
-               prom::MetricType::Counter,
-               static_cast<double>(sum_workers<std::uint64_t>(
-                   rt, [](Shard& s) -> auto& { return s.connections_refused; })));
-    auto timeouts = family("sluice_client_timeouts_total",
-                           "Client connections cut at a deadline, by phase: header "
-                           "(SLUICE_HEADER_TIMEOUT), body (SLUICE_BODY_TIMEOUT), send "
-                           "(SLUICE_SEND_TIMEOUT), idle (SLUICE_IDLE_TIMEOUT).",
-                           prom::MetricType::Counter);
-    for (std::size_t t = 0; t < kClientTimeouts; ++t) {
-      auto m = with_labels({{"phase", std::string(to_string(static_cast<ClientTimeout>(t)))}});
-      m.counter.value = static_cast<double>(sum_workers<std::uint64_t>(
-          rt, [&](Shard& s) -> auto& { return s.client_timeouts[t]; }));
-      timeouts.metric.push_back(std::move(m));
-    }
-    out.push_back(std::move(timeouts));
-    add_scalar(out, "sluice_client_stalled_writes_total",
-               "Responses whose write to the client was still pending after 250 ms: a slow reader; "
-               "its bulkhead slot was given back then (heavy leases excepted).",
-               prom::MetricType::Counter,
-               static_cast<double>(sum_workers<std::uint64_t>(
-                   rt, [](Shard& s) -> auto& { return s.stalled_writes; })));
-    add_scalar(out, "sluice_websocket_tunnels_total", "Upgraded connections tunnelled.",
-               prom::MetricType::Counter,
-               static_cast<double>(sum_workers<std::uint64_t>(
-                   rt, [](Shard& s) -> auto& { return s.websocket_tunnels; })));
-    add_scalar(out, "sluice_draining", "1 while the instance drains after SIGTERM.",
-               prom::MetricType::Gauge, rt.draining.load() ? 1 : 0);
-  }
-
   std::ostringstream os;
   prom::TextSerializer{}.Serialize(os, out);
   return os.str();
@@ -484,12 +571,29 @@ namespace {
 constexpr std::uint32_t kAdminHeaderLimit = 8 * 1024;
 constexpr std::uint64_t kAdminBodyLimit = 8 * 1024;
 
+std::string_view method_name(http::verb v) {
+  auto name = http::to_string(v);
+  return {name.data(), name.size()};
+}
+
 class AdminSession : public std::enable_shared_from_this<AdminSession> {
  public:
   AdminSession(tcp::socket s, Runtime& rt, const Watchdog& wd, Ticker& ticker)
       : sock_(std::move(s)), rt_(rt), wd_(wd), ticker_(ticker), timer_(sock_.get_executor()) {}
 
   void run() { read(); }
+
+  // One admin route: its row of the table (admin.hpp) and the handler that answers it.
+  struct Route {
+    http::verb method = http::verb::get;
+    std::string_view path;
+    bool prefix = false;
+    bool mutating = false;
+    bool debug = false;
+    void (AdminSession::*handle)(std::string_view target) = nullptr;
+  };
+  // The table, in the router's order.
+  static std::span<const Route> routes();
 
  private:
   void read() {
@@ -530,6 +634,9 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
     write();
   }
 
+  // The route table decides, for every path alike: an unknown path is 404, a
+  // known one with another method 405 with Allow, a mutating route without the
+  // token 401 (before its handler sees anything); then the route's handler.
   void handle() {
     res_ = {};
     res_.version(11);
@@ -537,46 +644,97 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
     res_.set(http::field::content_type, "text/plain; charset=utf-8");
     auto target = req_.target();
     auto path = target.substr(0, target.find('?'));
-    bool get = req_.method() == http::verb::get || req_.method() == http::verb::head;
-    if (path == "/metrics" || path == "/healthz" || path == "/readyz" || path == "/") {
-      if (!get) {
-        res_.result(http::status::method_not_allowed);
-        res_.set(http::field::allow, "GET, HEAD");
-        res_.body() = "method not allowed\n";
-        return;
+    // A HEAD is answered as its GET, without the body (write() drops it).
+    auto method = req_.method() == http::verb::head ? http::verb::get : req_.method();
+    const Route* route = nullptr;
+    bool known = false;
+    for (const auto& r : routes()) {
+      if (!serves(r, path)) continue;
+      known = true;
+      if (r.method == method) {
+        route = &r;
+        break;
       }
     }
-    if (path.starts_with("/admin/")) {
-      handle_admin(path, target);
-      return;
-    }
-    if (path == "/metrics") {
-      res_.result(http::status::ok);
-      res_.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-      res_.body() = render_metrics(rt_, wd_, ticker_);
-    } else if (path == "/healthz") {
-      res_.result(http::status::ok);
-      res_.body() = "ok\n";
-    } else if (path == "/") {
-      // The status page (proxy/status.html): it reads /admin/state from the browser.
-      res_.result(http::status::ok);
-      res_.set(http::field::content_type, kStatusPageContentType);
-      res_.set(http::field::cache_control, "no-store");
-      res_.set("Content-Security-Policy", kStatusPageCsp);
-      res_.body() = status_page_html();  // a HEAD answer drops it in write()
-    } else if (path == "/readyz") {
-      // Never fails because Sluice is shedding: only a draining instance is unready.
-      bool draining = rt_.draining.load();
-      res_.result(draining ? http::status::service_unavailable : http::status::ok);
-      res_.body() = draining ? "draining\n" : "ready\n";
-    } else {
-      res_.result(http::status::not_found);
-      res_.body() = "not found\n";
-    }
+    if (!route) return known ? method_not_allowed(path) : not_found(path);
+    if (route->mutating && !authorized()) return unauthorized();
+    (this->*route->handle)(target);
   }
 
-  // Mutating calls (POST and DELETE /admin/pins, POST /admin/debug/block) need
-  // the bearer token when one is set, compared in constant time (admin_token.hpp).
+  bool serves(const Route& r, std::string_view path) const {
+    if (r.debug && !rt_.config.debug_endpoints) return false;
+    return r.prefix ? path.starts_with(r.path) : path == r.path;
+  }
+
+  // /admin/... answers in JSON, the rest in plain text.
+  static bool json_path(std::string_view path) { return path.starts_with("/admin/"); }
+
+  void not_found(std::string_view path) {
+    if (json_path(path)) return reply(http::status::not_found, R"({"error":"not_found"})");
+    res_.result(http::status::not_found);
+    res_.body() = "not found\n";
+  }
+
+  void method_not_allowed(std::string_view path) {
+    std::string allow;
+    for (const auto& r : routes()) {
+      if (!serves(r, path)) continue;
+      if (!allow.empty()) allow += ", ";
+      allow += method_name(r.method);
+      if (r.method == http::verb::get) allow += ", HEAD";
+    }
+    res_.set(http::field::allow, allow);
+    if (json_path(path))
+      return reply(http::status::method_not_allowed, R"({"error":"method_not_allowed"})");
+    res_.result(http::status::method_not_allowed);
+    res_.body() = "method not allowed\n";
+  }
+
+  void get_metrics(std::string_view) {
+    res_.result(http::status::ok);
+    res_.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+    res_.body() = render_metrics(rt_, wd_, ticker_);
+  }
+
+  void get_healthz(std::string_view) {
+    res_.result(http::status::ok);
+    res_.body() = "ok\n";
+  }
+
+  // The status page (proxy/status.html): it reads /admin/state from the browser.
+  void get_status_page(std::string_view) {
+    res_.result(http::status::ok);
+    res_.set(http::field::content_type, kStatusPageContentType);
+    res_.set(http::field::cache_control, "no-store");
+    res_.set("Content-Security-Policy", kStatusPageCsp);
+    res_.body() = status_page_html();  // a HEAD answer drops it in write()
+  }
+
+  // Never fails because Sluice is shedding: only a draining instance is unready.
+  void get_readyz(std::string_view) {
+    bool draining = rt_.draining.load();
+    res_.result(draining ? http::status::service_unavailable : http::status::ok);
+    res_.body() = draining ? "draining\n" : "ready\n";
+  }
+
+  // The routes this instance serves, from the table the router applies.
+  void get_routes(std::string_view) {
+    using nlohmann::json;
+    json rows = json::array();
+    for (const auto& r : admin_routes()) {
+      if (r.debug && !rt_.config.debug_endpoints) continue;
+      rows.push_back({{"method", std::string(r.method)},
+                      {"path", std::string(r.path)},
+                      {"prefix", r.prefix},
+                      {"mutating", r.mutating}});
+    }
+    reply(http::status::ok, json{{"routes", std::move(rows)}}.dump());
+  }
+
+  void get_state(std::string_view) { reply(http::status::ok, ticker_.state_json()); }
+
+  // Whether the request may make a mutating call: the bearer token when one is
+  // set, compared in constant time (admin_token.hpp).
   bool authorized() const {
     return admin_authorized(rt_.config.admin_token, req_[http::field::authorization]);
   }
@@ -626,12 +784,8 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
   // GET /admin/plan?lane=L&upstream=U&wanted=N (seed 001 §11): how many of N
   // requests of lane L to upstream U would start now with certainty, by every
   // thread's bulkhead as of its last heartbeat. Seats nothing.
-  void handle_plan(std::string_view target) {
+  void get_plan(std::string_view target) {
     using nlohmann::json;
-    if (req_.method() != http::verb::get) {
-      res_.set(http::field::allow, "GET");
-      return reply(http::status::method_not_allowed, R"({"error":"method_not_allowed"})");
-    }
     auto lane = admission::lane_from_string(query_value(target, "lane").value_or(""));
     const auto& ups = rt_.config.upstreams;
     auto name = query_value(target, "upstream").value_or(ups.front().name);
@@ -673,55 +827,34 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
     res_.body() = std::move(body);
   }
 
-  void handle_admin(std::string_view path, std::string_view target) {
-    if (path == "/admin/debug/block" && rt_.config.debug_endpoints) {
-      if (req_.method() != http::verb::post) {
-        res_.set(http::field::allow, "POST");
-        return reply(http::status::method_not_allowed, R"({"error":"method_not_allowed"})");
-      }
-      if (!authorized()) return unauthorized();
-      if (refuse_body()) return;
-      auto thread = query_number(target, "thread").value_or(0);
-      auto ms = query_number(target, "ms");
-      if (!ms || *ms <= 0 || *ms > 60'000 || thread < 0 ||
-          thread >= static_cast<long>(rt_.workers.size()))
-        return reply(http::status::bad_request,
-                     R"({"error":"bad_request","valid":"thread=0..threads-1&ms=1..60000"})");
-      // Fault injection: the loop runs a handler that blocks it, as a slow
-      // callback would in production.
-      net::post(rt_.workers[static_cast<std::size_t>(thread)]->ioc(), [ms = *ms] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-      });
-      return reply(http::status::accepted, "{\"blocked_thread\":" + std::to_string(thread) +
-                                               ",\"ms\":" + std::to_string(*ms) + "}");
-    }
-    if (path == "/admin/state") {
-      if (req_.method() != http::verb::get) {
-        res_.set(http::field::allow, "GET");
-        return reply(http::status::method_not_allowed, R"({"error":"method_not_allowed"})");
-      }
-      return reply(http::status::ok, ticker_.state_json());
-    }
-    if (path == "/admin/pins") return handle_pins();
-    if (path == "/admin/plan") return handle_plan(target);
-    reply(http::status::not_found, R"({"error":"not_found"})");
+  // POST /admin/debug/block?thread=N&ms=M: fault injection, the loop runs a
+  // handler that blocks it, as a slow callback would in production.
+  void post_debug_block(std::string_view target) {
+    if (refuse_body()) return;
+    auto thread = query_number(target, "thread").value_or(0);
+    auto ms = query_number(target, "ms");
+    if (!ms || *ms <= 0 || *ms > 60'000 || thread < 0 ||
+        thread >= static_cast<long>(rt_.workers.size()))
+      return reply(http::status::bad_request,
+                   R"({"error":"bad_request","valid":"thread=0..threads-1&ms=1..60000"})");
+    net::post(rt_.workers[static_cast<std::size_t>(thread)]->ioc(), [ms = *ms] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    });
+    reply(http::status::accepted, "{\"blocked_thread\":" + std::to_string(thread) +
+                                      ",\"ms\":" + std::to_string(*ms) + "}");
   }
 
-  // POST {"level":N,"ttl":"10m","reason":"...","who":"..."} pins; DELETE removes the pin.
-  void handle_pins() {
+  // DELETE /admin/pins removes the pin.
+  void delete_pin(std::string_view) {
+    if (refuse_body()) return;
+    ticker_.unpin("admin@" + peer());
+    reply(http::status::ok, ticker_.state_json());
+  }
+
+  // POST /admin/pins {"level":N,"ttl":"10m","reason":"...","who":"..."} pins.
+  void post_pin(std::string_view) {
     using nlohmann::json;
-    if (req_.method() == http::verb::get) return reply(http::status::ok, ticker_.state_json());
-    if (req_.method() != http::verb::post && req_.method() != http::verb::delete_) {
-      res_.set(http::field::allow, "GET, POST, DELETE");
-      return reply(http::status::method_not_allowed, R"({"error":"method_not_allowed"})");
-    }
-    if (!authorized()) return unauthorized();
     std::string who = "admin@" + peer();
-    if (req_.method() == http::verb::delete_) {
-      if (refuse_body()) return;
-      ticker_.unpin(who);
-      return reply(http::status::ok, ticker_.state_json());
-    }
     // Every check names the field and what would be valid.
     static constexpr std::string_view kExample = R"(; e.g. {"level":2,"ttl":"10m","reason":"incident 42"})";
     json body = json::parse(req_.body(), nullptr, false);
@@ -832,6 +965,27 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
   http::response<http::string_body> res_;
 };
 
+std::span<const AdminSession::Route> AdminSession::routes() {
+  using http::verb;
+  static const Route kRoutes[] = {
+      {.path = "/", .handle = &AdminSession::get_status_page},
+      {.path = "/metrics", .handle = &AdminSession::get_metrics},
+      {.path = "/healthz", .handle = &AdminSession::get_healthz},
+      {.path = "/readyz", .handle = &AdminSession::get_readyz},
+      {.path = "/admin/routes", .handle = &AdminSession::get_routes},
+      {.path = "/admin/state", .handle = &AdminSession::get_state},
+      {.path = "/admin/pins", .handle = &AdminSession::get_state},
+      {.method = verb::post, .path = "/admin/pins", .mutating = true,
+       .handle = &AdminSession::post_pin},
+      {.method = verb::delete_, .path = "/admin/pins", .mutating = true,
+       .handle = &AdminSession::delete_pin},
+      {.path = "/admin/plan", .handle = &AdminSession::get_plan},
+      {.method = verb::post, .path = "/admin/debug/block", .mutating = true, .debug = true,
+       .handle = &AdminSession::post_debug_block},
+  };
+  return kRoutes;
+}
+
 void do_accept(tcp::acceptor& acceptor, Runtime& rt, const Watchdog& wd, Ticker& ticker) {
   acceptor.async_accept([&acceptor, &rt, &wd, &ticker](error_code ec, tcp::socket s) {
     if (ec == net::error::operation_aborted) return;
@@ -841,6 +995,13 @@ void do_accept(tcp::acceptor& acceptor, Runtime& rt, const Watchdog& wd, Ticker&
 }
 
 }  // namespace
+
+std::vector<AdminRouteRow> admin_routes() {
+  std::vector<AdminRouteRow> rows;
+  for (const auto& r : AdminSession::routes())
+    rows.push_back({method_name(r.method), r.path, r.prefix, r.mutating, r.debug});
+  return rows;
+}
 
 void start_admin(tcp::acceptor& acceptor, Runtime& rt, const Watchdog& watchdog, Ticker& ticker) {
   do_accept(acceptor, rt, watchdog, ticker);
