@@ -467,6 +467,12 @@ std::string render_metrics(Runtime& rt, const Watchdog& watchdog, const Ticker& 
                prom::MetricType::Counter,
                static_cast<double>(sum_workers<std::uint64_t>(
                    rt, [](Shard& s) -> auto& { return s.websocket_tunnels; })));
+    add_scalar(out, "sluice_handler_exceptions_total",
+               "Handlers on an I/O thread that threw; each was dropped, its thread went on "
+               "(each is a line on stderr).",
+               prom::MetricType::Counter,
+               static_cast<double>(sum_workers<std::uint64_t>(
+                   rt, [](Shard& s) -> auto& { return s.handler_exceptions; })));
     add_scalar(out, "sluice_draining", "1 while the instance drains after SIGTERM.",
                prom::MetricType::Gauge, rt.draining.load() ? 1 : 0);
   }
