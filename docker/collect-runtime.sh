@@ -2,7 +2,7 @@
 # Lays out what the runtime image needs from a build: OUT/bin/sluice,
 # OUT/bin/sluice-upstream (stripped) and OUT/lib/ with every shared library they
 # load that the distroless "cc" base image does not already have (glibc,
-# libstdc++ and libgcc are there; libprometheus-cpp-core is not).
+# libstdc++ and libgcc are there; libprometheus-cpp-core and libre2 are not).
 #
 # The Dockerfile's build stage runs it; scripts/check-ops.sh runs it on the
 # local build and checks that the result starts with only OUT/lib added.

@@ -540,6 +540,13 @@ const FamilySpec kFamilies[] = {
      [](const Scrape& s, Samples& out) {
        out.add(sum_workers(s.rt, [](Shard& sh) -> auto& { return sh.websocket_tunnels; }));
      }},
+    {"sluice_handler_exceptions_total",
+     "Handlers on an I/O thread that threw; each was dropped, its thread went on (each is a "
+     "line on stderr).",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       out.add(sum_workers(s.rt, [](Shard& sh) -> auto& { return sh.handler_exceptions; }));
+     }},
     {"sluice_draining", "1 while the instance drains after SIGTERM.", MetricType::Gauge,
      [](const Scrape& s, Samples& out) { out.add(s.rt.draining.load() ? 1 : 0); }},
 };

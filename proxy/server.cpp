@@ -41,9 +41,9 @@ int open_log(const config::Config& cfg) {
   }
   int fd = ::open(cfg.access_log_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
-    std::fprintf(stderr, "sluice: config: SLUICE_ACCESS_LOG: cannot open %s: %s\n",
-                 cfg.access_log_path.c_str(), std::strerror(errno));
-    std::exit(2);
+    int err = errno;
+    throw config::ConfigError("SLUICE_ACCESS_LOG",
+                              "cannot open " + cfg.access_log_path + ": " + std::strerror(err));
   }
   return fd;
 }
@@ -111,9 +111,10 @@ class Acceptor {
   std::size_t next_ = 0;
 };
 
-}  // namespace
-
-int serve(const config::Config& cfg) {
+// The proxy from start-up to the end of the drain. A start-up error (a name
+// that does not resolve, a log that cannot be opened) is a config::ConfigError,
+// thrown before any thread starts; serve() prints it.
+int start_and_serve(const config::Config& cfg) {
   raise_fd_limit();
   std::signal(SIGPIPE, SIG_IGN);
   Runtime rt(cfg);
@@ -125,11 +126,9 @@ int serve(const config::Config& cfg) {
       error_code ec;
       tcp::resolver resolver(admin_ioc);
       auto r = resolver.resolve(h.host, std::to_string(h.port), tcp::resolver::numeric_service, ec);
-      if (ec || r.empty()) {
-        std::fprintf(stderr, "sluice: config: SLUICE_UPSTREAMS: cannot resolve %s: %s\n",
-                     h.str().c_str(), ec ? ec.message().c_str() : "no address");
-        return 2;
-      }
+      if (ec || r.empty())
+        throw config::ConfigError("SLUICE_UPSTREAMS", "cannot resolve " + h.str() + ": " +
+                                                          (ec ? ec.message() : "no address"));
       eps.push_back(r.begin()->endpoint());
     }
     rt.upstream_hosts.push_back(std::move(eps));
@@ -138,19 +137,15 @@ int serve(const config::Config& cfg) {
   int log_fd = open_log(cfg);
   for (int i = 0; i < cfg.threads; ++i)
     rt.workers.push_back(std::make_unique<Worker>(rt, static_cast<std::size_t>(i), log_fd));
+  Watchdog watchdog(rt);
+  Ticker ticker(rt, watchdog, admin_ioc, log_fd);  // opens SLUICE_TICK_LOG
 
   error_code ec;
   auto listen_ep = bind_endpoint(admin_ioc, cfg.listen, ec);
-  if (ec) {
-    std::fprintf(stderr, "sluice: config: SLUICE_LISTEN: cannot resolve %s\n", cfg.listen.str().c_str());
-    return 2;
-  }
+  if (ec) throw config::ConfigError("SLUICE_LISTEN", "cannot resolve " + cfg.listen.str());
   auto admin_ep = bind_endpoint(admin_ioc, cfg.admin_listen, ec);
-  if (ec) {
-    std::fprintf(stderr, "sluice: config: SLUICE_ADMIN_LISTEN: cannot resolve %s\n",
-                 cfg.admin_listen.str().c_str());
-    return 2;
-  }
+  if (ec)
+    throw config::ConfigError("SLUICE_ADMIN_LISTEN", "cannot resolve " + cfg.admin_listen.str());
   // The signals are caught from here on: a SIGTERM that arrives as soon as the
   // listeners are announced drains, it does not kill the process.
   net::signal_set hangup(admin_ioc, SIGHUP);
@@ -164,8 +159,6 @@ int serve(const config::Config& cfg) {
                cfg.threads);
   std::fflush(stderr);
 
-  Watchdog watchdog(rt);
-  Ticker ticker(rt, watchdog, admin_ioc, log_fd);
   Acceptor acceptor(rt, listener);
   for (auto& w : rt.workers) w->start();
   watchdog.start();
@@ -236,6 +229,17 @@ int serve(const config::Config& cfg) {
   // Whatever is left (sessions cut at the drain timeout, pooled connections)
   // belongs to stopped loops; the process ends without unwinding them.
   ::_exit(0);
+}
+
+}  // namespace
+
+int serve(const config::Config& cfg) {
+  try {
+    return start_and_serve(cfg);
+  } catch (const config::ConfigError& e) {
+    std::fprintf(stderr, "sluice: config: %s\n", e.what());
+    return 2;
+  }
 }
 
 }  // namespace sluice::proxy

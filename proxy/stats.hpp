@@ -108,6 +108,7 @@ struct Shard {
   std::atomic<std::uint64_t> websocket_tunnels{0};
   std::array<std::atomic<std::uint64_t>, kClientTimeouts> client_timeouts{};  // by ClientTimeout
   std::atomic<std::uint64_t> stalled_writes{0};  // slots given back by slow readers
+  std::atomic<std::uint64_t> handler_exceptions{0};  // handlers that threw; the loop went on
 };
 
 }  // namespace sluice::proxy

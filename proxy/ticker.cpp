@@ -28,9 +28,9 @@ Ticker::Ticker(Runtime& rt, Watchdog& watchdog, net::io_context& ioc, int log_fd
   if (!path.empty()) {
     tick_log_fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (tick_log_fd_ < 0) {
-      std::fprintf(stderr, "sluice: config: SLUICE_TICK_LOG: cannot open %s: %s\n", path.c_str(),
-                   std::strerror(errno));
-      std::exit(2);
+      int err = errno;
+      throw config::ConfigError("SLUICE_TICK_LOG",
+                                "cannot open " + path + ": " + std::strerror(err));
     }
   }
   publish();

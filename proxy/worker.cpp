@@ -1,7 +1,10 @@
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <random>
+#include <string>
 
+#include "proxy/run_loop.hpp"
 #include "proxy/runtime.hpp"
 
 namespace sluice::proxy {
@@ -85,14 +88,13 @@ void Worker::start() {
   expected_ = now + config().lag_probe_interval;
   arm_heartbeat();
   thread_ = std::thread([this] {
-    for (;;) {
-      try {
-        ioc_.run();
-        break;
-      } catch (const std::exception&) {
-        // A handler threw: that connection is gone, the loop goes on.
-      }
-    }
+    run_loop(ioc_, [this](std::string_view what) {
+      bump(stats_.handler_exceptions);
+      std::string line(what);  // one line, whatever the message holds
+      for (char& c : line)
+        if (c == '\n' || c == '\r') c = ' ';
+      std::fprintf(stderr, "sluice: worker %zu: handler exception: %s\n", index_, line.c_str());
+    });
     log_.flush();
   });
 }

@@ -1,5 +1,7 @@
 #include "routes/routes.hpp"
 
+#include <re2/re2.h>
+
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -69,27 +71,45 @@ std::size_t upstream_index(const std::string& name, const std::vector<std::strin
   return static_cast<std::size_t>(it - upstreams.begin());
 }
 
-constexpr std::uint64_t kMaxRepetition = 1000;
+// What one route regex may hold: RE2 compiles it to a program and caches DFA
+// states within this budget (a search past it falls back to RE2's NFA, still
+// linear in the path). 1 MiB holds some 60,000 instructions, more than any path needs.
+constexpr std::int64_t kRegexMaxMem = 1 << 20;
 
-// The largest number in a regex's {n}, {n,} or {n,m} counts and \\N
-// back-references (any other escaped character is no number); the cap plus one
-// when a number has more digits than the cap.
-std::uint64_t largest_repetition(std::string_view re) {
-  std::uint64_t largest = 0;
-  for (std::size_t i = 0; i < re.size(); ++i) {
-    bool backreference = re[i] == '\\' && i + 1 < re.size() && re[i + 1] >= '0' && re[i + 1] <= '9';
-    if (re[i] == '\\' && !backreference) {
-      ++i;
-      continue;
-    }
-    if (re[i] != '{' && !backreference) continue;
-    std::uint64_t n = 0;
-    for (std::size_t j = i + 1; j < re.size() && ((re[j] >= '0' && re[j] <= '9') || re[j] == ','); ++j) {
-      n = re[j] == ',' ? 0 : std::min(n * 10 + static_cast<std::uint64_t>(re[j] - '0'), kMaxRepetition + 1);
-      largest = std::max(largest, n);
-    }
+// Compiles a route's regex, or refuses it saying what is wrong in the route's terms.
+std::shared_ptr<const re2::RE2> compile_regex(const std::string& source, std::size_t index) {
+  constexpr std::string_view kField = "regex";
+  RE2::Options options;
+  options.set_encoding(RE2::Options::EncodingLatin1);  // byte by byte, as the path is
+  options.set_never_capture(true);                     // match() only asks whether it matches
+  options.set_log_errors(false);                       // a refusal is a RouteError, not stderr
+  options.set_max_mem(kRegexMaxMem);
+  auto re = std::make_shared<const re2::RE2>(source, options);
+  if (re->ok()) return re;
+  const std::string& arg = re->error_arg();
+  const std::string what = in_quotes(source);
+  const std::string none =
+      "; route regexes are RE2, which has none (it matches in time linear in the path)";
+  switch (re->error_code()) {
+    case RE2::ErrorBadEscape:
+      if (arg.size() == 2 && arg[1] >= '1' && arg[1] <= '9')
+        fail(index, kField, what + " has a back-reference (" + arg + ")" + none);
+      break;
+    case RE2::ErrorBadPerlOp:
+      if (arg == "(?=" || arg == "(?!")
+        fail(index, kField, what + " has a look-ahead (" + arg + ")" + none);
+      break;
+    case RE2::ErrorRepeatSize:
+      fail(index, kField,
+           what + " repeats more than 1000 times at " + arg +
+               " (counts inside counts multiply); at most 1000");
+    case RE2::ErrorPatternTooLarge:
+      fail(index, kField,
+           what + " is too large once compiled (over " + std::to_string(kRegexMaxMem >> 20) +
+               " MiB); use smaller counts or fewer alternatives");
+    default: break;
   }
-  return largest;
+  fail(index, kField, what + " is not a valid RE2 regex (" + re->error() + ")");
 }
 
 Route parse_route(const json& obj, std::size_t index, const std::vector<std::string>& upstreams) {
@@ -111,18 +131,7 @@ Route parse_route(const json& obj, std::size_t index, const std::vector<std::str
         fail(index, key, in_quotes(*r.prefix) + " does not start with '/'; e.g. \"/v1/\"");
     } else if (key == "regex") {
       r.regex_source = string_field(v, index, key, "\"^/v[0-9]+/chat\"");
-      // std::regex unrolls a{n} n times, and overflows on a number past 2^63:
-      // a path needs no number that large.
-      if (auto n = largest_repetition(*r.regex_source); n > kMaxRepetition)
-        fail(index, key,
-             in_quotes(*r.regex_source) + " has a count or back-reference of " +
-                 std::to_string(n) + "; at most " + std::to_string(kMaxRepetition));
-      try {
-        r.regex.emplace(*r.regex_source, std::regex::ECMAScript | std::regex::optimize);
-      } catch (const std::regex_error& e) {
-        fail(index, key,
-             in_quotes(*r.regex_source) + " is not a valid ECMAScript regex (" + e.what() + ")");
-      }
+      r.regex = compile_regex(*r.regex_source, index);
     } else if (key == "methods") {
       if (!v.is_array() || v.empty())
         fail(index, key,
@@ -210,7 +219,8 @@ bool Route::matches(const RequestView& req) const {
     if (value != header->value) return false;
   }
   // Last: the only check that may cost more than a compare.
-  if (regex && !std::regex_search(req.path.begin(), req.path.end(), *regex)) return false;
+  if (regex && !RE2::PartialMatch(re2::StringPiece(req.path.data(), req.path.size()), *regex))
+    return false;
   return true;
 }
 

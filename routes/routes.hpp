@@ -1,17 +1,23 @@
 #pragma once
 // Routes: SPEC's route schema. A table of flat JSON objects, first match wins.
-// Parsed once at start-up; match() is called once per request on an I/O thread,
-// reads only immutable state and allocates nothing (except inside std::regex for
-// routes that use `regex`).
+// Parsed once at start-up; match() is called once per request on an I/O thread
+// and reads only immutable state. It allocates nothing, except that a `regex`
+// route's RE2 fills its DFA cache (under RE2's own reader-writer lock) the first
+// times it meets new input; RE2 matches in time linear in the path and never
+// recurses, so no path can exhaust a thread's stack.
 #include <cstdint>
+#include <memory>
 #include <optional>
-#include <regex>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "admission/lane.hpp"
+
+namespace re2 {
+class RE2;
+}
 
 namespace sluice::routes {
 
@@ -37,7 +43,8 @@ struct Route {
   // match
   std::optional<std::string> prefix;
   std::optional<std::string> regex_source;
-  std::optional<std::regex> regex;  // ECMAScript, matched with regex_search on the path
+  // RE2 syntax, matched anywhere in the path; compiled once, shared by copies of the table.
+  std::shared_ptr<const re2::RE2> regex;
   std::vector<std::string> methods;  // empty: any; upper-case
   std::optional<HeaderMatch> header;
   std::optional<bool> sse;

@@ -43,6 +43,34 @@ TEST_CASE("a bad value stops start-up with sluice: config: SLUICE_X and exit 2",
   }
 }
 
+TEST_CASE("a route regex RE2 cannot take stops start-up naming the route and the field, exit 2",
+          "[e2e][cli]") {
+  auto r = run({"serve"}, {{"SLUICE_UPSTREAMS", "127.0.0.1:9000"},
+                           {"SLUICE_LISTEN", "127.0.0.1:0"},
+                           {"SLUICE_ADMIN_LISTEN", "127.0.0.1:0"},
+                           {"SLUICE_ROUTES", R"([{"prefix":"/a"},{"regex":"^/(a)\\1"}])"}});
+  CHECK(r.code == 2);
+  CHECK(r.err.starts_with(
+      "sluice: config: SLUICE_ROUTES: route 1: field \"regex\": \"^/(a)\\\\1\" has a "
+      "back-reference (\\1)"));
+  CHECK(r.err.find("listening") == std::string::npos);
+}
+
+TEST_CASE("an access log or tick log that cannot be opened stops start-up with exit 2, nothing bound",
+          "[e2e][cli]") {
+  const std::string kPath = "/nonexistent-sluice-dir/x.log";
+  for (auto var : {"SLUICE_ACCESS_LOG", "SLUICE_TICK_LOG"}) {
+    INFO(var);
+    auto r = run({"serve"}, {{"SLUICE_UPSTREAMS", "127.0.0.1:9000"},
+                             {"SLUICE_LISTEN", "127.0.0.1:0"},
+                             {"SLUICE_ADMIN_LISTEN", "127.0.0.1:0"},
+                             {var, kPath}});
+    CHECK(r.code == 2);
+    CHECK(r.err == "sluice: config: " + std::string(var) + ": cannot open " + kPath +
+                       ": No such file or directory\n");
+  }
+}
+
 TEST_CASE("an unknown SLUICE_ variable is refused, naming the likely one", "[e2e][cli]") {
   auto r = run({"check-config"}, {{"SLUICE_UPSTREAMS", "127.0.0.1:9000"}, {"SLUICE_THREDS", "2"}});
   CHECK(r.code == 2);

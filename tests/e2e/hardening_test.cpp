@@ -218,6 +218,39 @@ TEST_CASE("clients that stop reading give their bulkhead slots back before they 
   CHECK(eventually([&] { return s.metric("sluice_upstream_connections{upstream=\"api\"}") == 0; }, 5s));
 }
 
+// ---------------------------------------------------------------- hostile paths
+
+// A backtracking matcher recurses once per character of `(a|b)*`: a long path
+// would overflow the I/O thread's stack and crash the proxy for everyone.
+TEST_CASE("a 60 KiB path against a route regex with a starred group is routed, and the proxy serves on",
+          "[e2e][hardening][routes]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, upstream_env(up, {{"SLUICE_MAX_HEADER_BYTES", "128KiB"},
+                                      {"SLUICE_THREADS", "1"},  // one log buffer: lines in order
+                                      {"SLUICE_ROUTES",
+                                       R"([{"name":"ab","regex":"^/(a|b)*$"},)"
+                                       R"({"name":"rest","prefix":"/"}])"}}));
+  // The status, or 0 when no answer came (the test's own message, not the 60 KiB target).
+  auto status = [&](const std::string& target) {
+    try {
+      return request(s.port, "GET", target).status;
+    } catch (const std::runtime_error&) {
+      return 0;
+    }
+  };
+  const std::string as(60 * 1024, 'a');
+  CHECK(status("/" + as) == 200);
+  CHECK(status("/" + as + "c") == 200);
+  CHECK(status("/after") == 200);
+  REQUIRE(s.process.running());
+  auto lines = s.wait_log_lines(3);
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0]["route"] == "ab");
+  CHECK(lines[1]["route"] == "rest");  // no match: the next route
+  CHECK(lines[2]["route"] == "rest");
+  CHECK(upstream_requests(up) == 3);
+}
+
 // ---------------------------------------------------------------- admin surface
 
 TEST_CASE("mutating admin calls need the bearer token when one is set, reading calls do not",

@@ -474,7 +474,8 @@ TEST_CASE("/metrics serves Prometheus text with the proxy's measurements", "[e2e
                      "# TYPE sluice_upstream_wait_seconds histogram",
                      "# TYPE sluice_request_duration_seconds histogram", "sluice_lane_in_flight{lane=\"heavy\"}",
                      "sluice_upstream_wait_seconds_count{upstream=\"api\"} 1",
-                     "sluice_event_loop_stall_seconds{thread=\"0\"}"})
+                     "sluice_event_loop_stall_seconds{thread=\"0\"}",
+                     "\nsluice_handler_exceptions_total 0\n"})
     CHECK(res.body.find(name) != std::string::npos);
   CHECK(request(s.admin, "GET", "/healthz").status == 200);
   CHECK(request(s.admin, "GET", "/readyz").status == 200);

@@ -157,13 +157,22 @@ TEST_CASE("a prefix route matches only paths that start with it", "[routes]") {
   CHECK_FALSE(matches(kRoute, get("/api/v1/uploads")));
 }
 
-TEST_CASE("a regex route matches anywhere in the path with ECMAScript syntax", "[routes]") {
+TEST_CASE("a regex route matches anywhere in the path with RE2 syntax", "[routes]") {
   constexpr auto kRoute = R"J([{"regex":"/v[0-9]+/chat(/|$)"}])J";
   CHECK(matches(kRoute, get("/v1/chat")));
   CHECK(matches(kRoute, get("/api/v12/chat/completions")));
   CHECK_FALSE(matches(kRoute, get("/v1/chatter")));
   CHECK_FALSE(matches(kRoute, get("/vx/chat")));
   CHECK(matches(R"([{"regex":"^/admin\\d"}])", get("/admin7")));
+  CHECK_FALSE(matches(R"([{"regex":"^/admin$"}])", get("/admin/")));
+}
+
+// A backtracking matcher recurses once per character here and overflows the stack.
+TEST_CASE("a regex with a starred group matches a 60 KiB path without exhausting the stack",
+          "[routes]") {
+  constexpr auto kRoute = R"J([{"regex":"^/(a|b)*$"}])J";
+  CHECK(matches(kRoute, get("/" + std::string(60 * 1024, 'a'))));
+  CHECK_FALSE(matches(kRoute, get("/" + std::string(60 * 1024 - 1, 'a') + "c")));
 }
 
 TEST_CASE("a methods route matches the listed methods, written in any case", "[routes]") {
@@ -276,24 +285,27 @@ TEST_CASE("a route without a name is named by its index", "[routes]") {
   CHECK(t.routes()[1].name == "route1");
 }
 
-TEST_CASE("matching a route allocates nothing", "[routes]") {
+TEST_CASE("matching a route allocates nothing, a regex route once warm", "[routes]") {
   // Names longer than the small-string buffer, so that copying one would allocate.
   Table t = parse(
       R"([{"prefix":"/v1/a-rather-long-path-prefix/","methods":["POST"],
            "header":{"name":"X-Sluice-Tenant-Identifier","value":"a-rather-long-tenant-name"}},
           {"sse":true,"min_body_bytes":1},
+          {"regex":"^/v[0-9]+/(a|b)[a-z-]*/y$"},
           {"prefix":"/"}])");
   FakeRequest req = get("/v1/a-rather-long-path-prefix/x");
   req.method = "POST";
   req.headers = {{"x-sluice-tenant-identifier", "another-rather-long-tenant"}};
   RequestView view = req.view();
+  // RE2 builds its DFA states the first time it meets them, and keeps them.
+  REQUIRE(t.match(view));
 
   g_allocations = 0;
   g_counting = true;
   const Route* r = t.match(view);
   g_counting = false;
   REQUIRE(r);
-  CHECK(r->name == "route2");
+  CHECK(r->name == "route3");
   CHECK(g_allocations == 0);
 }
 
@@ -336,21 +348,39 @@ TEST_CASE("a prefix that does not start with a slash is refused", "[routes][erro
 }
 
 TEST_CASE("an invalid regex is refused", "[routes][errors]") {
-  CHECK_THAT(error_of(R"([{"regex":"/v1/(unclosed"}])"),
-             Catch::StartsWith("route 0: field \"regex\": \"/v1/(unclosed\" is not a valid "
-                               "ECMAScript regex"));
+  CHECK(error_of(R"([{"regex":"/v1/(unclosed"}])") ==
+        "route 0: field \"regex\": \"/v1/(unclosed\" is not a valid RE2 regex (missing ): "
+        "/v1/(unclosed)");
 }
 
-TEST_CASE("a regex count or back-reference above 1000 is refused, a smaller one kept",
+TEST_CASE("a regex with a back-reference or a look-ahead is refused: RE2 has neither",
           "[routes][errors]") {
-  CHECK_THAT(error_of(R"([{"regex":"^/a{1001}"}])"),
-             Catch::Contains("has a count or back-reference of 1001; at most 1000"));
-  CHECK_THAT(error_of(R"([{"regex":"^/a{2,99999999999999999999}"}])"),
-             Catch::Contains("at most 1000"));
+  CHECK(error_of(R"([{"prefix":"/a"},{"regex":"^/(a)\\1"}])") ==
+        "route 1: field \"regex\": \"^/(a)\\\\1\" has a back-reference (\\1); route regexes are "
+        "RE2, which has none (it matches in time linear in the path)");
   CHECK_THAT(error_of(R"([{"regex":"^/(a)\\66666666666666666666"}])"),
-             Catch::Contains("at most 1000"));
-  CHECK(error_of(R"([{"regex":"^/a{2,1000}\\{99999}(b)\\1"}])") == "(no error)");
+             Catch::Contains("is not a valid RE2 regex (invalid escape sequence: \\666)"));
+  CHECK_THAT(error_of(R"J([{"regex":"^/v1/(?!admin)"}])J"),
+             Catch::Contains("has a look-ahead ((?!); route regexes are RE2, which has none"));
+}
+
+TEST_CASE("a regex count above 1000 is refused (counts inside counts multiply), 1000 is kept",
+          "[routes][errors]") {
+  CHECK(error_of(R"([{"regex":"^/a{1001}"}])") ==
+        "route 0: field \"regex\": \"^/a{1001}\" repeats more than 1000 times at {1001} (counts "
+        "inside counts multiply); at most 1000");
+  CHECK_THAT(error_of(R"([{"regex":"^/(a{100}){11}"}])"),
+             Catch::Contains("repeats more than 1000 times at {11}"));
+  CHECK(error_of(R"([{"regex":"^/a{2,1000}\\{99999}(b{10}){100}"}])") == "(no error)");
   CHECK(error_of("{\"invalid JSON\": 1e999}").starts_with("invalid JSON"));
+}
+
+TEST_CASE("a regex too large once compiled is refused, not built", "[routes][errors]") {
+  std::string huge;
+  for (int i = 0; i < 128; ++i) huge += "[a-z]{1000}";
+  CHECK(error_of(R"([{"regex":")" + huge + R"("}])") ==
+        "route 0: field \"regex\": \"" + huge +
+            "\" is too large once compiled (over 1 MiB); use smaller counts or fewer alternatives");
 }
 
 TEST_CASE("methods must be a non-empty array of method tokens", "[routes][errors]") {
