@@ -17,7 +17,6 @@ SLUICE=$(realpath "${1:-$REPO/build/release/app/sluice}")
 UPSTREAM="$REPO/build/release/upstream/sluice-upstream"
 DURATION=${DURATION:-8}
 KEEP_TMP=${KEEP_TMP:-0}
-QUIET_MAX=100 QUIET_WAIT=0
 log() { echo "callgrind: $*" >&2; }
 die() { log "$*"; exit 1; }
 # shellcheck source=bench/lib/common.sh
@@ -53,9 +52,11 @@ run() {  # NAME ACCESS_LOG: prints instructions per request
   callgrind_control -d "$pid" >/dev/null 2>&1
   after=$(requests_total "${ports[1]}")
   stop_pid "$pid"
-  dump=$(ls "$TMP/callgrind.out.$name".* | sort -t. -k4 -n | head -1)
+  dump="$TMP/callgrind.out.$name.1"  # the first dump: the window of the wrk run
   ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$dump")
-  [ -n "$ir" ] && [ "$after" -gt "$before" ] || die "$name: no dump or no requests (see $TMP/$name.log)"
+  if [ -z "$ir" ] || [ "$after" -le "$before" ]; then
+    die "$name: no dump or no requests (see $TMP/$name.log)"
+  fi
   awk -v ir="$ir" -v n="$((after - before))" -v name="$name" \
     'BEGIN { printf "%s: %d requests, %.0f instructions per request\n", name, n, ir / n }'
 }
