@@ -37,32 +37,46 @@ double borrowed_per_weight(const LanePolicy& p, const Census& c, const Seats& g,
 
 std::string_view to_string(Signal signal) {
   switch (signal) {
-    case Signal::clean: return "clean";
-    case Signal::refused: return "refused";
-    case Signal::timeout: return "timeout";
-    case Signal::slow: return "slow";
-    case Signal::none: return "none";
+    case Signal::clean:
+      return "clean";
+    case Signal::refused:
+      return "refused";
+    case Signal::timeout:
+      return "timeout";
+    case Signal::slow:
+      return "slow";
+    case Signal::none:
+      return "none";
   }
   return "none";
 }
 
 std::string_view to_string(Hold hold) {
   switch (hold) {
-    case Hold::none: return "none";
-    case Hold::full: return "full";
-    case Hold::reserved: return "reserved";
-    case Hold::budget: return "budget";
-    case Hold::fair_share: return "fair_share";
-    case Hold::chance: return "chance";
-    case Hold::heavy_cap: return "heavy_cap";
-    case Hold::behind: return "behind";
+    case Hold::none:
+      return "none";
+    case Hold::full:
+      return "full";
+    case Hold::reserved:
+      return "reserved";
+    case Hold::budget:
+      return "budget";
+    case Hold::fair_share:
+      return "fair_share";
+    case Hold::chance:
+      return "chance";
+    case Hold::heavy_cap:
+      return "heavy_cap";
+    case Hold::behind:
+      return "behind";
   }
   return "none";
 }
 
 // ---------------------------------------------------------------- Estimate
 
-Estimate::Estimate(const EstimatePolicy& p) : p_(p), khat_(std::clamp(p.seed, 1.0, std::max(1.0, p.max))) {}
+Estimate::Estimate(const EstimatePolicy& p)
+    : p_(p), khat_(std::clamp(p.seed, 1.0, std::max(1.0, p.max))) {}
 
 Estimate::Estimate(const EstimatePolicy& p, double khat, double carrying) : Estimate(p) {
   khat_ = std::clamp(khat, 1.0, std::max(1.0, p.max));
@@ -264,14 +278,16 @@ void Bulkhead::List::erase(Seat& s) {
 Bulkhead::Bulkhead(const LanePolicy& lanes, const Estimate& estimate, LeaseCap* heavy_cap)
     : lanes_(lanes), estimate_(estimate), heavy_cap_(heavy_cap) {}
 
-bool budget_allows_borrowing(const std::optional<BudgetReading>& reading, double reserve, Micros now) {
+bool budget_allows_borrowing(const std::optional<BudgetReading>& reading, double reserve,
+                             Micros now) {
   if (!reading || now >= reading->until) return true;  // no reading this window: no guard
   return reading->remaining > reserve;
 }
 
 Micros Bulkhead::mean_latency() const {
-  return successes_ ? Micros(static_cast<std::int64_t>(latency_sum_us_ / static_cast<double>(successes_)))
-                    : Micros{0};
+  return successes_
+             ? Micros(static_cast<std::int64_t>(latency_sum_us_ / static_cast<double>(successes_)))
+             : Micros{0};
 }
 
 Census Bulkhead::census(std::optional<Micros> now) const {
@@ -402,7 +418,8 @@ void Bulkhead::serve(Micros now, Rng& rng) {
       return ka != kb ? ka < kb : before(lanes_, a, b);
     };
     for (std::size_t i = 1; i < n; ++i)  // at most three: insertion sort
-      for (std::size_t j = i; j > 0 && first(order[j], order[j - 1]); --j) std::swap(order[j], order[j - 1]);
+      for (std::size_t j = i; j > 0 && first(order[j], order[j - 1]); --j)
+        std::swap(order[j], order[j - 1]);
     bool seated = false;
     for (std::size_t i = 0; i < n && !seated; ++i) {
       Seat& head = *queue_[index(order[i])].head;

@@ -86,7 +86,7 @@ struct EstimatePolicy {
   double max = 256.0;
   Micros growth_interval{250'000};
   double decrease = 0.85;
-  double slow_factor = 4.0;  // 0: slowness is never "too much"
+  double slow_factor = 4.0;   // 0: slowness is never "too much"
   double queue_factor = 1.5;  // 0: a queue at the upstream is never "too much"
   static constexpr double kRate = 0.5;
   static constexpr double kMinStep = 0.25;
@@ -103,7 +103,7 @@ class Estimate {
   // An estimate that already remembers a carrying capacity (past slow start).
   Estimate(const EstimatePolicy& p, double khat, double carrying);
   double value() const { return khat_; }
-  int slots() const;                     // max(1, floor(K̂))
+  int slots() const;                      // max(1, floor(K̂))
   double carrying() const { return k_; }  // 0: never measured
   bool measured() const { return k_ > 0; }
   bool slow_start() const { return slow_start_; }
@@ -172,7 +172,16 @@ struct Census {
 using Seats = std::array<int, kLaneCount>;
 
 // Why a request was not seated (none: it was).
-enum class Hold : std::uint8_t { none, full, reserved, budget, fair_share, chance, heavy_cap, behind };
+enum class Hold : std::uint8_t {
+  none,
+  full,
+  reserved,
+  budget,
+  fair_share,
+  chance,
+  heavy_cap,
+  behind
+};
 std::string_view to_string(Hold hold);
 
 // Guaranteed slots per lane; `asking` counts as having work.
@@ -201,12 +210,12 @@ struct Seat {
   bool seated = false;
   bool queued = false;
   bool delegated = false;
-  bool pinned = false;       // its route is hard-pinned to this upstream
-  bool capped = false;       // holds one unit of the heavy cap
+  bool pinned = false;  // its route is hard-pinned to this upstream
+  bool capped = false;  // holds one unit of the heavy cap
   std::uint64_t seq = 0;
-  int load = 0;              // running requests when it was seated
-  Micros since{0};           // queued or seated at
-  Seat* prev = nullptr;      // in its lane's queue, or its lane's live list
+  int load = 0;          // running requests when it was seated
+  Micros since{0};       // queued or seated at
+  Seat* prev = nullptr;  // in its lane's queue, or its lane's live list
   Seat* next = nullptr;
   virtual ~Seat() = default;
   // A queued request got its slot (called from release() or tick()).
@@ -218,7 +227,8 @@ struct BudgetReading {
   Micros until{0};         // the window it belongs to ends then
 };
 // A reading whose window has ended stops nobody.
-bool budget_allows_borrowing(const std::optional<BudgetReading>& reading, double reserve, Micros now);
+bool budget_allows_borrowing(const std::optional<BudgetReading>& reading, double reserve,
+                             Micros now);
 
 struct LaneView {
   int running = 0, waiting = 0, guaranteed = 0, borrowed = 0, delegated = 0;

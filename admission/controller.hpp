@@ -67,7 +67,7 @@ enum class Trigger : std::uint8_t {
   upstream_timeout,
   stall,
   pin,
-  unpin,        // a pin was removed or expired
+  unpin,  // a pin was removed or expired
   signal_loss,
   decay,
 };
@@ -76,12 +76,12 @@ std::string_view to_string(Trigger trigger);
 
 // One tick's measurements. Absent optionals were not measured.
 struct Reading {
-  Millis t{0};             // time of the tick (ms from start)
-  bool ok = true;          // false: the probes could not be read
+  Millis t{0};     // time of the tick (ms from start)
+  bool ok = true;  // false: the probes could not be read
   std::optional<double> lag_ms;
-  bool lag_fresh = true;   // false: no new lag sample in this tick (the value is repeated)
+  bool lag_fresh = true;  // false: no new lag sample in this tick (the value is repeated)
   std::optional<double> upstream_wait_ms;
-  bool upstream_timeout = false;  // an upstream timed out since the last tick
+  bool upstream_timeout = false;   // an upstream timed out since the last tick
   std::optional<double> stall_ms;  // a stall seen by the watchdog while it lasts
 };
 
@@ -170,7 +170,7 @@ class Controller {
   Level level_ = Level::normal;
   Trigger trigger_ = Trigger::none;
   Millis last_change_{0};
-  Millis entered_level_{0};   // when the current level was entered (for the dwell)
+  Millis entered_level_{0};  // when the current level was entered (for the dwell)
   Millis calm_since_{0};
   std::optional<Millis> last_timeout_;
   int failed_reads_ = 0;

@@ -13,9 +13,12 @@ inline constexpr std::array<Lane, kLaneCount> kLanes{Lane::bulk, Lane::standard,
 
 constexpr std::string_view to_string(Lane lane) {
   switch (lane) {
-    case Lane::bulk: return "bulk";
-    case Lane::standard: return "standard";
-    case Lane::heavy: return "heavy";
+    case Lane::bulk:
+      return "bulk";
+    case Lane::standard:
+      return "standard";
+    case Lane::heavy:
+      return "heavy";
   }
   return "standard";
 }

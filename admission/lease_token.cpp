@@ -20,10 +20,20 @@ std::uint64_t load_le64(const std::uint8_t* p) {
 struct SipState {
   std::uint64_t v0, v1, v2, v3;
   void round() {
-    v0 += v1; v1 = rotl(v1, 13); v1 ^= v0; v0 = rotl(v0, 32);
-    v2 += v3; v3 = rotl(v3, 16); v3 ^= v2;
-    v0 += v3; v3 = rotl(v3, 21); v3 ^= v0;
-    v2 += v1; v1 = rotl(v1, 17); v1 ^= v2; v2 = rotl(v2, 32);
+    v0 += v1;
+    v1 = rotl(v1, 13);
+    v1 ^= v0;
+    v0 = rotl(v0, 32);
+    v2 += v3;
+    v3 = rotl(v3, 16);
+    v3 ^= v2;
+    v0 += v3;
+    v3 = rotl(v3, 21);
+    v3 ^= v0;
+    v2 += v1;
+    v1 = rotl(v1, 17);
+    v1 ^= v2;
+    v2 = rotl(v2, 32);
   }
   void absorb(std::uint64_t m) {
     v3 ^= m;
@@ -72,7 +82,8 @@ std::uint64_t siphash24(const LeaseKey& key, const void* data, std::size_t n) {
   std::size_t whole = n / 8 * 8;
   for (std::size_t i = 0; i < whole; i += 8) s.absorb(load_le64(p + i));
   std::uint64_t b = static_cast<std::uint64_t>(n) << 56;
-  for (std::size_t i = whole; i < n; ++i) b |= static_cast<std::uint64_t>(p[i]) << (8 * (i - whole));
+  for (std::size_t i = whole; i < n; ++i)
+    b |= static_cast<std::uint64_t>(p[i]) << (8 * (i - whole));
   s.absorb(b);
   s.v2 ^= 0xff;
   for (int i = 0; i < 4; ++i) s.round();
@@ -115,10 +126,9 @@ std::optional<LeaseId> parse_lease_token(const LeaseKey& key, std::string_view t
   if (token.size() > kLeaseTokenMax) return std::nullopt;
   LeaseId id;
   std::uint64_t lane = 0, tag = 0;
-  if (!parse_hex(token, id.worker, false) ||
-      !parse_hex(token, id.slot, false) || !parse_hex(token, id.generation, false) ||
-      !parse_hex(token, lane, false) || !parse_hex(token, tag, true) || !token.empty() ||
-      lane >= kLaneCount)
+  if (!parse_hex(token, id.worker, false) || !parse_hex(token, id.slot, false) ||
+      !parse_hex(token, id.generation, false) || !parse_hex(token, lane, false) ||
+      !parse_hex(token, tag, true) || !token.empty() || lane >= kLaneCount)
     return std::nullopt;
   id.lane = static_cast<Lane>(lane);
   // Constant-time enough: a 64-bit compare of a value the attacker cannot see.

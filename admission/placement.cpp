@@ -6,10 +6,14 @@ namespace sluice::admission {
 
 std::string_view to_string(Fallback f) {
   switch (f) {
-    case Fallback::closed: return "closed";
-    case Fallback::full: return "full";
-    case Fallback::connect_failed: return "connect_failed";
-    case Fallback::replay: return "replay";
+    case Fallback::closed:
+      return "closed";
+    case Fallback::full:
+      return "full";
+    case Fallback::connect_failed:
+      return "connect_failed";
+    case Fallback::replay:
+      return "replay";
   }
   return "closed";
 }
@@ -94,7 +98,8 @@ void moved(Placement& p, std::size_t alt, Fallback why) {
 // Seats the request on an alternative that seats it now: a closed one's due
 // probe, else one whose lane rules allow it (the chance draw aside), picked by
 // Thompson sampling and then asked for real.
-bool move_now(const Ask& a, Seat& s, Upstreams& ups, Micros now, Rng& rng, Fallback why, Placement& p) {
+bool move_now(const Ask& a, Seat& s, Upstreams& ups, Micros now, Rng& rng, Fallback why,
+              Placement& p) {
   Candidates c;
   for (std::size_t alt : a.alternatives) {
     if (alt == a.upstream || c.full()) continue;
@@ -156,7 +161,8 @@ Placement& wait_or_refuse(const Ask& a, Seat& s, Upstreams& ups, Micros now, Pla
 
 }  // namespace
 
-Millis queue_retry_after(Upstreams& ups, Lane lane, std::size_t upstream, Micros waited, Micros now) {
+Millis queue_retry_after(Upstreams& ups, Lane lane, std::size_t upstream, Micros waited,
+                         Micros now) {
   std::optional<Micros> age;
   if (auto y = ups.youngest(lane, upstream)) age = std::max(Micros{0}, now - *y);
   return lease_retry_after(waited, age);

@@ -48,9 +48,9 @@ struct Ask {
   Lane lane = Lane::standard;
   std::size_t upstream = 0;
   std::span<const std::size_t> alternatives;
-  bool pinned = false;      // its route is hard-pinned: it never moves
+  bool pinned = false;  // its route is hard-pinned: it never moves
   Mode mode = Mode::enforce;
-  bool delegated = false;   // carries a verified live lease's token (lane: the token's)
+  bool delegated = false;  // carries a verified live lease's token (lane: the token's)
   bool movable() const { return !pinned && !alternatives.empty(); }
 };
 
@@ -64,11 +64,11 @@ enum class Placed : std::uint8_t {
 
 struct Placement {
   Placed how = Placed::refused;
-  std::size_t upstream = 0;              // where it goes, waits or was refused
-  Reason reason = Reason::none;          // refused or unseated: why
-  std::optional<Millis> retry_after;     // pool_closed: the reopen hint
-  std::optional<Fallback> fell_back;     // it moved to `upstream`, and why
-  bool decreased = false;                // relocate(): the lease it left decreased that estimate
+  std::size_t upstream = 0;           // where it goes, waits or was refused
+  Reason reason = Reason::none;       // refused or unseated: why
+  std::optional<Millis> retry_after;  // pool_closed: the reopen hint
+  std::optional<Fallback> fell_back;  // it moved to `upstream`, and why
+  bool decreased = false;             // relocate(): the lease it left decreased that estimate
   Lease lease;
 };
 
@@ -76,7 +76,8 @@ Placement place(const Ask& ask, Seat& seat, Upstreams& ups, Micros now, Rng& rng
 
 // A refusal's Retry-After before the lane's band (seed 004): the larger of the
 // queue window it waited and the age of the lane's youngest live lease.
-Millis queue_retry_after(Upstreams& ups, Lane lane, std::size_t upstream, Micros waited, Micros now);
+Millis queue_retry_after(Upstreams& ups, Lane lane, std::size_t upstream, Micros waited,
+                         Micros now);
 
 // `lease` ends here with `signal` and `ttfb`; ask.upstream is where it was.
 Placement relocate(const Ask& ask, Seat& seat, Lease& lease, Signal signal, Micros ttfb,

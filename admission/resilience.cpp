@@ -53,7 +53,8 @@ double beta_sample(double a, double b, Rng& rng) {
 std::size_t thompson_pick(std::span<const Candidate> candidates, Rng& rng) {
   Micros best{0};
   for (const auto& c : candidates)
-    if (c.mean_latency > Micros{0} && (best == Micros{0} || c.mean_latency < best)) best = c.mean_latency;
+    if (c.mean_latency > Micros{0} && (best == Micros{0} || c.mean_latency < best))
+      best = c.mean_latency;
   std::size_t pick = 0;
   double top = -1.0;
   for (std::size_t i = 0; i < candidates.size(); ++i) {
@@ -108,7 +109,8 @@ Micros Closure::reopen_hint(Micros now) const {
 }
 
 std::optional<BudgetReading> read_budget(std::string_view limit, std::string_view remaining,
-                                         std::string_view reset, Micros now, std::int64_t now_unix) {
+                                         std::string_view reset, Micros now,
+                                         std::int64_t now_unix) {
   auto l = number(limit), r = number(remaining), z = number(reset);
   if (!l || !r || !z || *l <= 0) return std::nullopt;
   double seconds = *z;
@@ -119,6 +121,5 @@ std::optional<BudgetReading> read_budget(std::string_view limit, std::string_vie
   b.until = now + Micros(static_cast<std::int64_t>(seconds * 1e6));
   return b;
 }
-
 
 }  // namespace sluice::admission

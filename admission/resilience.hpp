@@ -67,7 +67,9 @@ class Closure {
   Verdict ask(Micros now, int running);
   // A probe ended: clean reopens, anything else keeps the upstream closed.
   void probe_ended(bool clean);
-  std::optional<Micros> closed_until() const { return closed_ ? std::optional(until_) : std::nullopt; }
+  std::optional<Micros> closed_until() const {
+    return closed_ ? std::optional(until_) : std::nullopt;
+  }
   Micros next_probe() const { return next_probe_; }
   std::optional<Micros> last_probe() const { return last_probe_; }
   // When a request refused for the closure could next get in: the next probe,

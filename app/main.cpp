@@ -59,7 +59,8 @@ int healthcheck(const sluice::config::Config& cfg) {
       rc = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
   }
   if (rc != 0) {
-    std::fprintf(stderr, "sluice: healthcheck: cannot connect to %s\n", cfg.admin_listen.str().c_str());
+    std::fprintf(stderr, "sluice: healthcheck: cannot connect to %s\n",
+                 cfg.admin_listen.str().c_str());
     ::close(fd);
     return 1;
   }
@@ -103,7 +104,8 @@ int replay(int argc, char** argv) {
   }
   std::ifstream file(path);
   if (!file) {
-    std::fprintf(stderr, "sluice: replay: cannot read %s: %s\n", path.c_str(), std::strerror(errno));
+    std::fprintf(stderr, "sluice: replay: cannot read %s: %s\n", path.c_str(),
+                 std::strerror(errno));
     return 2;
   }
   return sluice::replay::run_replay(file, std::cout, std::cerr, options);

@@ -122,7 +122,8 @@ int main(int argc, char** argv) {
       per.push_back(std::chrono::duration<double, std::nano>(Clock::now() - start).count() / n);
     }
     std::printf("%-8d %12.2f %10.2f %10.2f\n", waiting, median(per),
-                *std::min_element(per.begin(), per.end()), *std::max_element(per.begin(), per.end()));
+                *std::min_element(per.begin(), per.end()),
+                *std::max_element(per.begin(), per.end()));
   }
 
   // The tick: a day's worth of one-second readings through one controller.

@@ -8,6 +8,8 @@
 // Session::build_request_head builds it, with append_forwarding, minus a lease) as
 // one that parses again to the same request line, Host and framing, with no
 // hop-by-hop field left and nothing Sluice would refuse.
+#include "proxy/request_head.hpp"
+
 #include <boost/beast/http/parser.hpp>
 #include <cstdint>
 #include <cstdio>
@@ -18,7 +20,6 @@
 
 #include "fuzz/fuzz.hpp"
 #include "proxy/request_fields.hpp"
-#include "proxy/request_head.hpp"
 #include "routes/routes.hpp"
 
 namespace {
@@ -66,7 +67,8 @@ std::string upstream_head(const RequestParser& req, bool close_after) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const char* bytes = reinterpret_cast<const char*>(data);
   std::pmr::monotonic_buffer_resource arena;
-  RequestParser req(std::piecewise_construct, std::make_tuple(), std::make_tuple(HeadAlloc(&arena)));
+  RequestParser req(std::piecewise_construct, std::make_tuple(),
+                    std::make_tuple(HeadAlloc(&arena)));
   req.header_limit(kMaxHeaderBytes);
   req.body_limit(64ull * 1024 * 1024);
 
@@ -82,8 +84,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // came in one piece (a head split over two puts is checked as the session sees it).
   auto verdict = sluice::proxy::check_request_head(req.get(), {bytes, used}, req.chunked());
   if (verdict.status != 0) {
-    expect(verdict.status == 400 || verdict.status == 505,
-           "a refusal Sluice documents");
+    expect(verdict.status == 400 || verdict.status == 505, "a refusal Sluice documents");
     expect(!verdict.why.empty(), "a refusal with its reason");
     return 0;
   }

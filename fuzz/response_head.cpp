@@ -39,7 +39,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   size -= 1;
 
   std::pmr::monotonic_buffer_resource arena;
-  ResponseParser up(std::piecewise_construct, std::make_tuple(), std::make_tuple(HeadAlloc(&arena)));
+  ResponseParser up(std::piecewise_construct, std::make_tuple(),
+                    std::make_tuple(HeadAlloc(&arena)));
   up.header_limit(64 * 1024);
   up.body_limit(boost::none);
   up.skip(head_request);

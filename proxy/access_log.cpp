@@ -34,11 +34,21 @@ void append_json_escaped(std::string& out, std::string_view s) {
     out.append(s.data() + run, i - run);  // plain stretches go in one append
     run = i + 1;
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default: {  // keeps the line ASCII whatever the client sent
         char u[6] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 15]};
         out.append(u, 6);
@@ -87,8 +97,8 @@ void append_ms(std::string& out, double v) {
   }
   auto us = static_cast<std::int64_t>(v * 1000.0 + 0.5);
   append_int(out, us / 1000);
-  char frac[4] = {'.', static_cast<char>('0' + us / 100 % 10), static_cast<char>('0' + us / 10 % 10),
-                  static_cast<char>('0' + us % 10)};
+  char frac[4] = {'.', static_cast<char>('0' + us / 100 % 10),
+                  static_cast<char>('0' + us / 10 % 10), static_cast<char>('0' + us % 10)};
   out.append(frac, 4);
 }
 }  // namespace

@@ -1,28 +1,27 @@
 #include "proxy/admin.hpp"
 
-#include <nlohmann/json.hpp>
-
-#include "proxy/admin_token.hpp"
-#include "proxy/status_page.hpp"
-#include "proxy/ticker.hpp"
-
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
+#include <boost/asio/post.hpp>
 #include <boost/beast/core/bind_handler.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
-#include <boost/asio/post.hpp>
-#include <algorithm>
 #include <charconv>
 #include <initializer_list>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <sstream>
 #include <type_traits>
 #include <utility>
+
+#include "proxy/admin_token.hpp"
+#include "proxy/status_page.hpp"
+#include "proxy/ticker.hpp"
 
 namespace sluice::proxy {
 
@@ -52,7 +51,8 @@ double Watchdog::stall_seconds(std::size_t worker) const {
 }
 
 void Watchdog::loop() {
-  auto interval = std::chrono::duration_cast<std::chrono::nanoseconds>(rt_.config.lag_probe_interval);
+  auto interval =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(rt_.config.lag_probe_interval);
   auto period = std::max(interval / 2, std::chrono::nanoseconds(std::chrono::milliseconds(5)));
   while (!stop_.load()) {
     std::this_thread::sleep_for(period);
@@ -84,12 +84,16 @@ constexpr Moves moves(admission::Trigger t) {
     case Trigger::lag:
     case Trigger::upstream_wait:
     case Trigger::upstream_timeout:
-    case Trigger::stall: return Moves::up;
+    case Trigger::stall:
+      return Moves::up;
     case Trigger::decay:
-    case Trigger::signal_loss: return Moves::down;
+    case Trigger::signal_loss:
+      return Moves::down;
     case Trigger::pin:
-    case Trigger::unpin: return Moves::either;
-    case Trigger::none: return Moves::never;
+    case Trigger::unpin:
+      return Moves::either;
+    case Trigger::none:
+      return Moves::never;
   }
   return Moves::never;
 }
@@ -98,10 +102,14 @@ constexpr Moves moves(admission::Trigger t) {
 
 bool level_change_known(std::size_t from, std::size_t to, admission::Trigger trigger) {
   switch (moves(trigger)) {
-    case Moves::up: return to > from;
-    case Moves::down: return to < from;
-    case Moves::either: return to != from;
-    case Moves::never: return false;
+    case Moves::up:
+      return to > from;
+    case Moves::down:
+      return to < from;
+    case Moves::either:
+      return to != from;
+    case Moves::never:
+      return false;
   }
   return false;
 }
@@ -134,7 +142,7 @@ class Samples {
   explicit Samples(prom::MetricFamily& f) : f_(f) {}
 
   template <class T>
-    requires std::is_arithmetic_v<T>
+  requires std::is_arithmetic_v<T>
   void add(T value, std::initializer_list<Label> labels = {}) {
     auto& m = push(labels);
     (f_.type == prom::MetricType::Counter ? m.counter.value : m.gauge.value) =
@@ -275,9 +283,10 @@ const FamilySpec kFamilies[] = {
        for (auto lane : admission::kLanes)
          for (std::size_t o = 0; o < kOutcomes; ++o)
            for (std::size_t r = 0; r < kReasons; ++r) {
-             auto n = sum_workers(s.rt, [&](Shard& sh) -> auto& {
-               return sh.lane[admission::index(lane)].decisions[o][r];
-             });
+             auto n = sum_workers(
+                 s.rt, [&](Shard & sh) -> auto& {
+                   return sh.lane[admission::index(lane)].decisions[o][r];
+                 });
              // Admissions always show (a dashboard's denominator); refusals once they happen.
              if (n == 0 && o != 0) continue;
              if (o == 0 && r != 0) continue;
@@ -290,9 +299,10 @@ const FamilySpec kFamilies[] = {
      [](const Scrape& s, Samples& out) {
        for (auto lane : admission::kLanes)
          for (int code = 100; code < kStatusSlots; ++code) {
-           auto n = sum_workers(s.rt, [&](Shard& sh) -> auto& {
-             return sh.lane[admission::index(lane)].requests[static_cast<std::size_t>(code)];
-           });
+           auto n = sum_workers(
+               s.rt, [&](Shard & sh) -> auto& {
+                 return sh.lane[admission::index(lane)].requests[static_cast<std::size_t>(code)];
+               });
            if (n != 0) out.add(n, {{"code", std::to_string(code)}, {"lane", to_string(lane)}});
          }
      }},
@@ -301,13 +311,15 @@ const FamilySpec kFamilies[] = {
      MetricType::Histogram,
      [](const Scrape& s, Samples& out) {
        per_lane(out, [&](std::size_t l) {
-         return sum_histograms(s.rt, [&](Shard& sh) -> auto& { return sh.lane[l].duration; });
+         return sum_histograms(
+             s.rt, [&](Shard & sh) -> auto& { return sh.lane[l].duration; });
        });
      }},
     {"sluice_lane_in_flight", "Requests admitted and not yet answered, by lane.", MetricType::Gauge,
      [](const Scrape& s, Samples& out) {
        per_lane(out, [&](std::size_t l) {
-         return sum_workers(s.rt, [&](Shard& sh) -> auto& { return sh.lane[l].in_flight; });
+         return sum_workers(
+             s.rt, [&](Shard & sh) -> auto& { return sh.lane[l].in_flight; });
        });
      }},
     // The bulkheads, summed over the I/O threads (each estimates its own share).
@@ -329,9 +341,11 @@ const FamilySpec kFamilies[] = {
        for (std::size_t u = 0; u < ups.size(); ++u)
          for (auto why :
               {admission::Signal::refused, admission::Signal::timeout, admission::Signal::slow})
-           out.add(sum_workers(s.rt, [&](Shard& sh) -> auto& {
-                     return sh.upstream[u].exhausted[static_cast<std::size_t>(why)];
-                   }),
+           out.add(sum_workers(
+                       s.rt,
+                       [&](Shard & sh) -> auto& {
+                         return sh.upstream[u].exhausted[static_cast<std::size_t>(why)];
+                       }),
                    {{"upstream", ups[u].name}, {"why", admission::to_string(why)}});
      }},
     {"sluice_lane_queue_depth", "Requests waiting for a bulkhead slot, by lane.", MetricType::Gauge,
@@ -347,7 +361,8 @@ const FamilySpec kFamilies[] = {
      MetricType::Histogram,
      [](const Scrape& s, Samples& out) {
        per_lane(out, [&](std::size_t l) {
-         return sum_histograms(s.rt, [&](Shard& sh) -> auto& { return sh.lane[l].queue_wait; });
+         return sum_histograms(
+             s.rt, [&](Shard & sh) -> auto& { return sh.lane[l].queue_wait; });
        });
      }},
     {"sluice_lane_starvation_total",
@@ -356,14 +371,16 @@ const FamilySpec kFamilies[] = {
      MetricType::Counter,
      [](const Scrape& s, Samples& out) {
        per_lane(out, [&](std::size_t l) {
-         return sum_workers(s.rt, [&](Shard& sh) -> auto& { return sh.lane[l].starved; });
+         return sum_workers(
+             s.rt, [&](Shard & sh) -> auto& { return sh.lane[l].starved; });
        });
      }},
     {"sluice_lane_delegated_total",
      "Requests seated at once on a live parent lease's lane (delegation).", MetricType::Counter,
      [](const Scrape& s, Samples& out) {
        per_lane(out, [&](std::size_t l) {
-         return sum_workers(s.rt, [&](Shard& sh) -> auto& { return sh.lane[l].delegated; });
+         return sum_workers(
+             s.rt, [&](Shard & sh) -> auto& { return sh.lane[l].delegated; });
        });
      }},
     // Closures, probes, budgets and fallbacks (seed 001 §8, §9).
@@ -410,9 +427,8 @@ const FamilySpec kFamilies[] = {
        for (std::size_t from = 0; from < ups.size(); ++from)
          for (std::size_t to = 0; to < ups.size(); ++to)
            for (std::size_t why = 0; why < kFallbackWhys; ++why) {
-             auto n = sum_workers(s.rt, [&](Shard& sh) -> auto& {
-               return sh.upstream[from].fallbacks[to][why];
-             });
+             auto n = sum_workers(
+                 s.rt, [&](Shard & sh) -> auto& { return sh.upstream[from].fallbacks[to][why]; });
              if (n != 0 || s.fallback_known[from * ups.size() + to])
                out.add(n, {{"from", ups[from].name},
                            {"to", ups[to].name},
@@ -435,9 +451,10 @@ const FamilySpec kFamilies[] = {
      MetricType::Counter,
      [](const Scrape& s, Samples& out) {
        for (int code = 100; code < kStatusSlots; ++code) {
-         auto n = sum_workers(s.rt, [&](Shard& sh) -> auto& {
-           return sh.client_errors[static_cast<std::size_t>(code)];
-         });
+         auto n = sum_workers(
+             s.rt, [&](Shard & sh) -> auto& {
+               return sh.client_errors[static_cast<std::size_t>(code)];
+             });
          if (n != 0 || std::ranges::find(kClientErrorCodes, code) != kClientErrorCodes.end())
            out.add(n, {{"code", std::to_string(code)}});
        }
@@ -445,7 +462,8 @@ const FamilySpec kFamilies[] = {
     {"sluice_event_loop_lag_seconds", "Lateness of each I/O thread's probe timer (all threads).",
      MetricType::Histogram,
      [](const Scrape& s, Samples& out) {
-       out.add(sum_histograms(s.rt, [](Shard& sh) -> auto& { return sh.lag; }));
+       out.add(sum_histograms(
+           s.rt, [](Shard & sh) -> auto& { return sh.lag; }));
      }},
     {"sluice_event_loop_stall_seconds",
      "How long each I/O thread's loop has been stalled right now, seen by the watchdog.",
@@ -463,29 +481,32 @@ const FamilySpec kFamilies[] = {
      MetricType::Histogram,
      [](const Scrape& s, Samples& out) {
        per_upstream(s, out, [&](std::size_t u) {
-         return sum_histograms(s.rt, [&](Shard& sh) -> auto& { return sh.upstream[u].wait; });
+         return sum_histograms(
+             s.rt, [&](Shard & sh) -> auto& { return sh.upstream[u].wait; });
        });
      }},
     {"sluice_upstream_timeouts_total",
      "Upstream response timeouts (no response head, or a stalled body).", MetricType::Counter,
      [](const Scrape& s, Samples& out) {
        per_upstream(s, out, [&](std::size_t u) {
-         return sum_workers(s.rt, [&](Shard& sh) -> auto& { return sh.upstream[u].timeouts; });
+         return sum_workers(
+             s.rt, [&](Shard & sh) -> auto& { return sh.upstream[u].timeouts; });
        });
      }},
     {"sluice_upstream_connect_failures_total", "Upstream connects refused or timed out.",
      MetricType::Counter,
      [](const Scrape& s, Samples& out) {
        per_upstream(s, out, [&](std::size_t u) {
-         return sum_workers(s.rt,
-                            [&](Shard& sh) -> auto& { return sh.upstream[u].connect_failures; });
+         return sum_workers(
+             s.rt, [&](Shard & sh) -> auto& { return sh.upstream[u].connect_failures; });
        });
      }},
     {"sluice_upstream_retries_total", "Idempotent requests replayed once on a fresh connection.",
      MetricType::Counter,
      [](const Scrape& s, Samples& out) {
        per_upstream(s, out, [&](std::size_t u) {
-         return sum_workers(s.rt, [&](Shard& sh) -> auto& { return sh.upstream[u].retries; });
+         return sum_workers(
+             s.rt, [&](Shard & sh) -> auto& { return sh.upstream[u].retries; });
        });
      }},
     {"sluice_upstream_host_ejections_total",
@@ -494,31 +515,35 @@ const FamilySpec kFamilies[] = {
      MetricType::Counter,
      [](const Scrape& s, Samples& out) {
        per_upstream(s, out, [&](std::size_t u) {
-         return sum_workers(s.rt,
-                            [&](Shard& sh) -> auto& { return sh.upstream[u].host_ejections; });
+         return sum_workers(
+             s.rt, [&](Shard & sh) -> auto& { return sh.upstream[u].host_ejections; });
        });
      }},
     {"sluice_upstream_connections", "Open upstream connections.", MetricType::Gauge,
      [](const Scrape& s, Samples& out) {
        per_upstream(s, out, [&](std::size_t u) {
-         return sum_workers(s.rt, [&](Shard& sh) -> auto& { return sh.upstream[u].connections; });
+         return sum_workers(
+             s.rt, [&](Shard & sh) -> auto& { return sh.upstream[u].connections; });
        });
      }},
     {"sluice_upstream_waiting", "Requests queued for an upstream connection.", MetricType::Gauge,
      [](const Scrape& s, Samples& out) {
        per_upstream(s, out, [&](std::size_t u) {
-         return sum_workers(s.rt, [&](Shard& sh) -> auto& { return sh.upstream[u].waiting; });
+         return sum_workers(
+             s.rt, [&](Shard & sh) -> auto& { return sh.upstream[u].waiting; });
        });
      }},
     {"sluice_client_connections", "Open client connections.", MetricType::Gauge,
      [](const Scrape& s, Samples& out) {
-       out.add(sum_workers(s.rt, [](Shard& sh) -> auto& { return sh.client_connections; }));
+       out.add(sum_workers(
+           s.rt, [](Shard & sh) -> auto& { return sh.client_connections; }));
      }},
     {"sluice_client_connections_refused_total",
      "Client connections closed at once because SLUICE_MAX_CONNECTIONS were open.",
      MetricType::Counter,
      [](const Scrape& s, Samples& out) {
-       out.add(sum_workers(s.rt, [](Shard& sh) -> auto& { return sh.connections_refused; }));
+       out.add(sum_workers(
+           s.rt, [](Shard & sh) -> auto& { return sh.connections_refused; }));
      }},
     {"sluice_client_timeouts_total",
      "Client connections cut at a deadline, by phase: header (SLUICE_HEADER_TIMEOUT), body "
@@ -526,7 +551,8 @@ const FamilySpec kFamilies[] = {
      MetricType::Counter,
      [](const Scrape& s, Samples& out) {
        for (std::size_t t = 0; t < kClientTimeouts; ++t)
-         out.add(sum_workers(s.rt, [&](Shard& sh) -> auto& { return sh.client_timeouts[t]; }),
+         out.add(sum_workers(
+                     s.rt, [&](Shard & sh) -> auto& { return sh.client_timeouts[t]; }),
                  {{"phase", to_string(static_cast<ClientTimeout>(t))}});
      }},
     {"sluice_client_stalled_writes_total",
@@ -534,18 +560,21 @@ const FamilySpec kFamilies[] = {
      "bulkhead slot was given back then (heavy leases excepted).",
      MetricType::Counter,
      [](const Scrape& s, Samples& out) {
-       out.add(sum_workers(s.rt, [](Shard& sh) -> auto& { return sh.stalled_writes; }));
+       out.add(sum_workers(
+           s.rt, [](Shard & sh) -> auto& { return sh.stalled_writes; }));
      }},
     {"sluice_websocket_tunnels_total", "Upgraded connections tunnelled.", MetricType::Counter,
      [](const Scrape& s, Samples& out) {
-       out.add(sum_workers(s.rt, [](Shard& sh) -> auto& { return sh.websocket_tunnels; }));
+       out.add(sum_workers(
+           s.rt, [](Shard & sh) -> auto& { return sh.websocket_tunnels; }));
      }},
     {"sluice_handler_exceptions_total",
      "Handlers on an I/O thread that threw; each was dropped, its thread went on (each is a "
      "line on stderr).",
      MetricType::Counter,
      [](const Scrape& s, Samples& out) {
-       out.add(sum_workers(s.rt, [](Shard& sh) -> auto& { return sh.handler_exceptions; }));
+       out.add(sum_workers(
+           s.rt, [](Shard & sh) -> auto& { return sh.handler_exceptions; }));
      }},
     {"sluice_draining", "1 while the instance drains after SIGTERM.", MetricType::Gauge,
      [](const Scrape& s, Samples& out) { out.add(s.rt.draining.load() ? 1 : 0); }},
@@ -554,8 +583,8 @@ const FamilySpec kFamilies[] = {
 }  // namespace
 
 std::string render_metrics(Runtime& rt, const Watchdog& watchdog, const Ticker& ticker) {
-  Scrape scrape{rt, watchdog, ticker, rt.bulkhead_views(), rt.micros(Clock::now()),
-                known_fallbacks(rt)};
+  Scrape scrape{
+      rt, watchdog, ticker, rt.bulkhead_views(), rt.micros(Clock::now()), known_fallbacks(rt)};
   std::vector<prom::MetricFamily> out(std::size(kFamilies));
   for (std::size_t i = 0; i < out.size(); ++i) {
     const auto& spec = kFamilies[i];
@@ -632,9 +661,11 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
         return write_error(http::status::payload_too_large, "body_too_large",
                            "the body is larger than " + std::to_string(kAdminBodyLimit) + " bytes");
       if (ec == http::error::header_limit)
-        return write_error(http::status::request_header_fields_too_large, "header_too_large",
-                           "the head is larger than " + std::to_string(kAdminHeaderLimit) + " bytes");
-      return write_error(http::status::bad_request, "bad_request", "malformed request: " + ec.message());
+        return write_error(
+            http::status::request_header_fields_too_large, "header_too_large",
+            "the head is larger than " + std::to_string(kAdminHeaderLimit) + " bytes");
+      return write_error(http::status::bad_request, "bad_request",
+                         "malformed request: " + ec.message());
     }
     req_ = parser_->release();
     handle();
@@ -748,8 +779,9 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
 
   void unauthorized() {
     res_.set(http::field::www_authenticate, "Bearer");
-    reply(http::status::unauthorized,
-          R"({"error":"unauthorized","detail":"this call needs Authorization: Bearer <SLUICE_ADMIN_TOKEN>"})");
+    reply(
+        http::status::unauthorized,
+        R"({"error":"unauthorized","detail":"this call needs Authorization: Bearer <SLUICE_ADMIN_TOKEN>"})");
   }
 
   // A call that takes no body: one sent anyway is refused, not ignored.
@@ -764,7 +796,8 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
           nlohmann::json{{"error", "bad_request"}, {"detail", std::move(detail)}}.dump());
   }
 
-  static std::optional<std::string_view> query_value(std::string_view target, std::string_view key) {
+  static std::optional<std::string_view> query_value(std::string_view target,
+                                                     std::string_view key) {
     auto q = target.find('?');
     if (q == std::string_view::npos) return std::nullopt;
     std::string_view rest = target.substr(q + 1);
@@ -800,10 +833,12 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
     while (u < ups.size() && ups[u].name != name) ++u;
     auto wanted = query_value(target, "wanted") ? query_number(target, "wanted").value_or(0) : 1;
     if (!lane || u == ups.size() || wanted < 1 || wanted > 1'000'000)
-      return reply(http::status::bad_request,
-                   json{{"error", "bad_request"},
-                        {"valid", "lane=bulk|standard|heavy&upstream=<a name in SLUICE_UPSTREAMS>&wanted=1..1000000"}}
-                       .dump());
+      return reply(
+          http::status::bad_request,
+          json{{"error", "bad_request"},
+               {"valid",
+                "lane=bulk|standard|heavy&upstream=<a name in SLUICE_UPSTREAMS>&wanted=1..1000000"}}
+              .dump());
     const auto& policy = rt_.generations.back()->lanes;  // appended on this thread only
     int start = 0;
     json threads = json::array();
@@ -844,11 +879,10 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
         thread >= static_cast<long>(rt_.workers.size()))
       return reply(http::status::bad_request,
                    R"({"error":"bad_request","valid":"thread=0..threads-1&ms=1..60000"})");
-    net::post(rt_.workers[static_cast<std::size_t>(thread)]->ioc(), [ms = *ms] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-    });
-    reply(http::status::accepted, "{\"blocked_thread\":" + std::to_string(thread) +
-                                      ",\"ms\":" + std::to_string(*ms) + "}");
+    net::post(rt_.workers[static_cast<std::size_t>(thread)]->ioc(),
+              [ms = *ms] { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); });
+    reply(http::status::accepted,
+          "{\"blocked_thread\":" + std::to_string(thread) + ",\"ms\":" + std::to_string(*ms) + "}");
   }
 
   // DELETE /admin/pins removes the pin.
@@ -863,18 +897,21 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
     using nlohmann::json;
     std::string who = "admin@" + peer();
     // Every check names the field and what would be valid.
-    static constexpr std::string_view kExample = R"(; e.g. {"level":2,"ttl":"10m","reason":"incident 42"})";
+    static constexpr std::string_view kExample =
+        R"(; e.g. {"level":2,"ttl":"10m","reason":"incident 42"})";
     json body = json::parse(req_.body(), nullptr, false);
     if (body.is_discarded() || !body.is_object())
       return bad_request("the body must be a JSON object" + std::string(kExample));
     for (auto& [k, v] : body.items())
       if (k != "level" && k != "ttl" && k != "reason" && k != "who")
-        return bad_request("unknown field \"" + k.substr(0, 40) + "\"; valid: level, ttl, reason, who");
+        return bad_request("unknown field \"" + k.substr(0, 40) +
+                           "\"; valid: level, ttl, reason, who");
     if (!body.contains("level") || !body["level"].is_number_integer())
       return bad_request("\"level\" is required, a whole number 0..3" + std::string(kExample));
     std::optional<admission::Millis> ttl;
     if (body.contains("ttl")) {
-      if (!body["ttl"].is_string()) return bad_request("\"ttl\" must be a duration string such as \"10m\"");
+      if (!body["ttl"].is_string())
+        return bad_request("\"ttl\" must be a duration string such as \"10m\"");
       try {
         ttl = config::parse_duration(body["ttl"].get<std::string>());
       } catch (const std::exception&) {
@@ -942,15 +979,15 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
   void drain() {
     static constexpr std::size_t kLingerBytes = 1 << 20;
     buf_.consume(buf_.size());
-    sock_.async_read_some(buf_.prepare(16 * 1024), [self = shared_from_this()](error_code ec,
-                                                                                std::size_t n) {
-      self->drained_ += n;
-      if (ec || self->drained_ >= kLingerBytes) {
-        self->timer_.cancel();
-        return self->close();
-      }
-      self->drain();
-    });
+    sock_.async_read_some(buf_.prepare(16 * 1024),
+                          [self = shared_from_this()](error_code ec, std::size_t n) {
+                            self->drained_ += n;
+                            if (ec || self->drained_ >= kLingerBytes) {
+                              self->timer_.cancel();
+                              return self->close();
+                            }
+                            self->drain();
+                          });
   }
 
   void close() {
@@ -982,12 +1019,19 @@ std::span<const AdminSession::Route> AdminSession::routes() {
       {.path = "/admin/routes", .handle = &AdminSession::get_routes},
       {.path = "/admin/state", .handle = &AdminSession::get_state},
       {.path = "/admin/pins", .handle = &AdminSession::get_state},
-      {.method = verb::post, .path = "/admin/pins", .mutating = true,
+      {.method = verb::post,
+       .path = "/admin/pins",
+       .mutating = true,
        .handle = &AdminSession::post_pin},
-      {.method = verb::delete_, .path = "/admin/pins", .mutating = true,
+      {.method = verb::delete_,
+       .path = "/admin/pins",
+       .mutating = true,
        .handle = &AdminSession::delete_pin},
       {.path = "/admin/plan", .handle = &AdminSession::get_plan},
-      {.method = verb::post, .path = "/admin/debug/block", .mutating = true, .debug = true,
+      {.method = verb::post,
+       .path = "/admin/debug/block",
+       .mutating = true,
+       .debug = true,
        .handle = &AdminSession::post_debug_block},
   };
   return kRoutes;

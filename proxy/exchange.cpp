@@ -57,8 +57,9 @@ AccessRecord access_record(const Exchange& ex, int status, std::string_view meth
     r.fallback_from = cfg.upstreams[static_cast<std::size_t>(ex.fallback_from)].name;
     r.fallback_why = admission::to_string(ex.fallback_why);
   }
-  r.reason = ex.decision.reason != admission::Reason::none ? admission::to_string(ex.decision.reason)
-                                                           : ex.reason;
+  r.reason = ex.decision.reason != admission::Reason::none
+                 ? admission::to_string(ex.decision.reason)
+                 : ex.reason;
   r.level = static_cast<int>(ex.level);
   r.retry_after_s = ex.retry_after;
   r.client = client;

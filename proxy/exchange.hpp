@@ -13,15 +13,14 @@
 // with those four; `ex = Exchange{}` starts the next request from nothing.
 //
 // Threading: the Worker's thread.
+#include <array>
+#include <boost/beast/http/verb.hpp>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string_view>
 #include <utility>
-
-#include <array>
-#include <boost/beast/http/verb.hpp>
 
 #include "admission/placement.hpp"
 #include "proxy/runtime.hpp"
@@ -83,7 +82,9 @@ class LeaseSlot {
 class InFlight {
  public:
   InFlight() = default;
-  explicit InFlight(std::atomic<std::int64_t>& gauge) : gauge_(&gauge) { bump(gauge, std::int64_t{1}); }
+  explicit InFlight(std::atomic<std::int64_t>& gauge) : gauge_(&gauge) {
+    bump(gauge, std::int64_t{1});
+  }
   InFlight(InFlight&& o) noexcept : gauge_(std::exchange(o.gauge_, nullptr)) {}
   InFlight& operator=(InFlight&& o) noexcept {
     if (this != &o) {
@@ -137,7 +138,7 @@ struct Exchange {
   boost::beast::http::verb method = boost::beast::http::verb::get;
   unsigned version = 11;
   bool upgrade = false;
-  bool keep_alive = true;  // the client's connection stays open after it
+  bool keep_alive = true;   // the client's connection stays open after it
   bool close_both = false;  // this exchange ends both connections (check_request_head)
   bool expect_continue = false;
   std::string_view path;
@@ -165,8 +166,8 @@ struct Exchange {
   Checkout up;
 
   // The request body.
-  std::size_t prebuffered = 0;  // body bytes read before admission, in the block
-  std::size_t body_stride = 0;  // body bytes since the budget was last renewed
+  std::size_t prebuffered = 0;    // body bytes read before admission, in the block
+  std::size_t body_stride = 0;    // body bytes since the budget was last renewed
   Clock::duration body_budget{};  // client time left for the rest of this stride
   Clock::time_point body_read_start{};
   bool request_sent = false;  // the whole request is with the upstream
@@ -183,8 +184,8 @@ struct Exchange {
   bool sse = false;
   bool end_stream = false;  // draining: an SSE stream ends at its next event boundary
   bool header_sent = false;
-  bool response_sent = false;  // the last piece of the response was written
-  bool chunked_out = false;    // the client's response is chunked by Sluice
+  bool response_sent = false;         // the last piece of the response was written
+  bool chunked_out = false;           // the client's response is chunked by Sluice
   Clock::time_point write_started{};  // when the pending write to the client began
 
   bool timed_out = false;

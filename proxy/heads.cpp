@@ -1,9 +1,8 @@
 #include "proxy/heads.hpp"
 
+#include <algorithm>
 #include <boost/beast/http/status.hpp>
 #include <charconv>
-
-#include <algorithm>
 
 #include "admission/resilience.hpp"
 #include "proxy/access_log.hpp"
@@ -60,8 +59,8 @@ ChunkFrame frame_piece(bool chunked, std::size_t n, bool last) {
 }
 
 ResponseFraming frame_response(bool head_request, int status,
-                               std::optional<std::uint64_t> content_length,
-                               unsigned client_version, bool keep_alive) {
+                               std::optional<std::uint64_t> content_length, unsigned client_version,
+                               bool keep_alive) {
   ResponseFraming f;
   f.keep_alive = keep_alive;
   bool body_possible = !head_request && status != 204 && status != 304;

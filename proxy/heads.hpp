@@ -9,10 +9,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
-
-#include <span>
 #include <vector>
 
 #include "admission/bulkhead.hpp"
@@ -20,7 +19,8 @@
 
 namespace sluice::proxy {
 
-using ResponseParser = boost::beast::http::response_parser<boost::beast::http::buffer_body, HeadAlloc>;
+using ResponseParser =
+    boost::beast::http::response_parser<boost::beast::http::buffer_body, HeadAlloc>;
 using ResponseHead = ResponseParser::value_type;
 
 void append_number(std::string& h, std::uint64_t n);
@@ -49,8 +49,8 @@ struct ResponseFraming {
 // body without a length goes chunked to an HTTP/1.1 client; an HTTP/1.0 one
 // reads it to the close.
 ResponseFraming frame_response(bool head_request, int status,
-                               std::optional<std::uint64_t> content_length,
-                               unsigned client_version, bool keep_alive);
+                               std::optional<std::uint64_t> content_length, unsigned client_version,
+                               bool keep_alive);
 
 // The upstream's response fields the client may see: not the hop-by-hop ones
 // (keep_upgrade: Connection and Upgrade of a 101 pass), nor X-Request-Id,
@@ -80,9 +80,9 @@ QuotaSignal read_quota(const ResponseHead& m, int status, std::span<const int> c
 // is scratch space (both reused, so steady state allocates nothing).
 struct OwnAnswer {
   int status = 500;
-  std::string_view error;        // the error, or the refusal's reason
+  std::string_view error;  // the error, or the refusal's reason
   std::string_view request_id;
-  bool close = false;            // Connection: close
+  bool close = false;  // Connection: close
   // A refusal (SPEC's 503): Retry-After, X-Sluice-Reject and the lane and level.
   bool refusal = false;
   std::string_view lane;

@@ -56,7 +56,8 @@ std::chrono::milliseconds HostSet::backoff(std::uint32_t failures) const {
 
 bool HostSet::connect_failed(std::size_t host, std::uint32_t epoch, Clock::time_point now) {
   auto& h = hosts_[host];
-  if (epoch != h.ejections) return false;  // begun before the host's latest ejection: counted already
+  if (epoch != h.ejections)
+    return false;  // begun before the host's latest ejection: counted already
   ++h.failures;
   h.ejected_until = now + backoff(h.failures);
   ++h.ejections;

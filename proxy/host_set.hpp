@@ -34,9 +34,9 @@ class HostSet {
  public:
   static constexpr std::size_t kNoHost = SIZE_MAX;
   struct Host {
-    std::int64_t in_flight = 0;         // requests bound to the host: connecting or holding a connection
-    std::uint32_t failures = 0;         // consecutive failed connects
-    std::uint32_t ejections = 0;        // ejections so far: the epoch of a connect begun now
+    std::int64_t in_flight = 0;   // requests bound to the host: connecting or holding a connection
+    std::uint32_t failures = 0;   // consecutive failed connects
+    std::uint32_t ejections = 0;  // ejections so far: the epoch of a connect begun now
     Clock::time_point ejected_until{};  // ejected while now < ejected_until
   };
 

@@ -26,7 +26,8 @@ PinsFile::Read PinsFile::read(std::chrono::system_clock::time_point now) {
     text << in.rdbuf();
     try {
       auto body = text.str();
-      pin = body.find_first_not_of(" \t\r\n") == std::string::npos ? Json::object() : Json::parse(body);
+      pin = body.find_first_not_of(" \t\r\n") == std::string::npos ? Json::object()
+                                                                   : Json::parse(body);
       if (!pin.is_object()) throw std::invalid_argument("not a JSON object");
     } catch (const std::exception& e) {
       // An unreadable pin acts as absent (seed 003), loudly.

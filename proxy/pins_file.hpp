@@ -23,8 +23,8 @@ class PinsFile {
     std::string reason;
   };
   struct Read {
-    bool changed = false;     // false: nothing to do (no path, or the version already read)
-    std::optional<Pin> pin;   // none: no pin (one the file set is to be removed)
+    bool changed = false;    // false: nothing to do (no path, or the version already read)
+    std::optional<Pin> pin;  // none: no pin (one the file set is to be removed)
   };
   // What the file asks for at `now` (the wall clock, which file times are on).
   Read read(std::chrono::system_clock::time_point now);

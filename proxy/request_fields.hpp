@@ -20,7 +20,8 @@ namespace sluice::proxy {
 
 // Heads are parsed into a per-session arena; bodies are relayed, never kept.
 using HeadAlloc = std::pmr::polymorphic_allocator<char>;
-using RequestParser = boost::beast::http::request_parser<boost::beast::http::buffer_body, HeadAlloc>;
+using RequestParser =
+    boost::beast::http::request_parser<boost::beast::http::buffer_body, HeadAlloc>;
 using RequestHead = RequestParser::value_type;
 
 inline constexpr std::string_view kLeaseHeader = "X-Sluice-Lease";
@@ -95,10 +96,10 @@ PassedFields append_upstream_head(std::string& h, const RequestParser& req, bool
 
 // What Sluice states about the client after append_upstream_head, ending the head.
 struct Forwarding {
-  std::string_view default_host;        // Host, when the client sent none
-  std::string_view client;              // the connecting address
-  bool replace_forwarded_for = false;   // Sluice is the edge: the client's X-Forwarded-For goes
-  std::string_view lease_token;         // X-Sluice-Lease, when the request holds a lease slot
+  std::string_view default_host;       // Host, when the client sent none
+  std::string_view client;             // the connecting address
+  bool replace_forwarded_for = false;  // Sluice is the edge: the client's X-Forwarded-For goes
+  std::string_view lease_token;        // X-Sluice-Lease, when the request holds a lease slot
   std::string_view request_id;
 };
 // Host when the client sent none, X-Forwarded-For (the client's joined with its

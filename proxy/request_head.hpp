@@ -33,9 +33,9 @@
 namespace sluice::proxy {
 
 struct HeadVerdict {
-  int status = 0;              // 0: the request may go on; else the refusal's status
-  std::string_view why;        // the refusal's reason (logs, JSON body)
-  bool close_after = false;    // go on, then close client and upstream connections
+  int status = 0;            // 0: the request may go on; else the refusal's status
+  std::string_view why;      // the refusal's reason (logs, JSON body)
+  bool close_after = false;  // go on, then close client and upstream connections
 };
 
 namespace head_detail {
@@ -43,8 +43,21 @@ namespace head_detail {
 inline bool is_tchar(unsigned char c) {
   if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return true;
   switch (c) {
-    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+':
-    case '-': case '.': case '^': case '_': case '`': case '|': case '~':
+    case '!':
+    case '#':
+    case '$':
+    case '%':
+    case '&':
+    case '\'':
+    case '*':
+    case '+':
+    case '-':
+    case '.':
+    case '^':
+    case '_':
+    case '`':
+    case '|':
+    case '~':
       return true;
     default:
       return false;

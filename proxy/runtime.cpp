@@ -1,7 +1,7 @@
+#include "proxy/runtime.hpp"
+
 #include <charconv>
 #include <random>
-
-#include "proxy/runtime.hpp"
 
 namespace sluice::proxy {
 
@@ -15,7 +15,8 @@ Runtime::Runtime(const config::Config& c) : config(c) {
   for (std::size_t u = 0; u < c.upstreams.size(); ++u)
     gates.push_back(std::make_unique<UpstreamGate>(c.admission.closure));
   if (c.admission.heavy_max_in_flight)
-    heavy_cap = std::make_unique<HeavyCap>(static_cast<std::int64_t>(*c.admission.heavy_max_in_flight));
+    heavy_cap =
+        std::make_unique<HeavyCap>(static_cast<std::int64_t>(*c.admission.heavy_max_in_flight));
   std::random_device rd;
   auto random64 = [&rd] { return (std::uint64_t{rd()} << 32) ^ rd(); };
   instance = random64();

@@ -158,7 +158,7 @@ struct Runtime {
   admission::Micros micros(Clock::time_point t) const {
     return std::chrono::duration_cast<admission::Micros>(t - epoch);
   }
-  std::unique_ptr<HeavyCap> heavy_cap;  // SLUICE_HEAVY_MAX_IN_FLIGHT, when set
+  std::unique_ptr<HeavyCap> heavy_cap;               // SLUICE_HEAVY_MAX_IN_FLIGHT, when set
   std::vector<std::unique_ptr<UpstreamGate>> gates;  // one per upstream
   // Requests running on an upstream: this thread's exactly, the others' as of
   // their last heartbeat (for "a probe only while nothing runs on it").

@@ -78,7 +78,8 @@ admission::Reading Sampler::sample(admission::Millis t, std::chrono::millisecond
   loops.reserve(rt_.workers.size());
   for (auto& w : rt_.workers) {
     auto packed = w->lag_epoch_max.load(std::memory_order_relaxed);
-    loops.push_back({Worker::lag_epoch(packed), static_cast<double>(Worker::lag_us(packed)) / 1000.0});
+    loops.push_back(
+        {Worker::lag_epoch(packed), static_cast<double>(Worker::lag_us(packed)) / 1000.0});
   }
   auto lag = tick_lag(loops, epoch, last_lag_ms_);
   if (lag.fresh && lag.ms) last_lag_ms_ = lag.ms;
@@ -108,7 +109,8 @@ admission::Reading Sampler::sample(admission::Millis t, std::chrono::millisecond
     for (std::size_t u = 0; u < upstreams && u < views.size(); ++u)
       for (const auto& lane : views[u].lanes)
         if (lane.oldest_waiting_since) {
-          double ms = static_cast<double>((rt_.micros(now) - *lane.oldest_waiting_since).count()) / 1e3;
+          double ms =
+              static_cast<double>((rt_.micros(now) - *lane.oldest_waiting_since).count()) / 1e3;
           raise(upstreams_[u].oldest_wait_ms, ms);
         }
   }
@@ -132,7 +134,8 @@ admission::Reading Sampler::sample(admission::Millis t, std::chrono::millisecond
 
   // The watchdog itself has not looked for a while: its stall reading cannot be trusted.
   auto watchdog_age = to_ns(now) - watchdog_.heartbeat_ns();
-  auto interval_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(rt_.config.lag_probe_interval).count();
+  auto interval_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(rt_.config.lag_probe_interval).count();
   r.ok = watchdog_age < std::max<std::int64_t>(10 * interval_ns, 500'000'000);
 
   // Arrivals per lane in this tick, for the tick log (replay applies the gate to them).

@@ -34,10 +34,14 @@ void raise_fd_limit() {
 
 int open_log(const config::Config& cfg) {
   switch (cfg.access_log) {
-    case config::AccessLog::stdout_: return STDOUT_FILENO;
-    case config::AccessLog::stderr_: return STDERR_FILENO;
-    case config::AccessLog::off: return -1;
-    case config::AccessLog::file: break;
+    case config::AccessLog::stdout_:
+      return STDOUT_FILENO;
+    case config::AccessLog::stderr_:
+      return STDERR_FILENO;
+    case config::AccessLog::off:
+      return -1;
+    case config::AccessLog::file:
+      break;
   }
   int fd = ::open(cfg.access_log_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -98,9 +102,8 @@ class Acceptor {
         error_code ignored;
         s.close(ignored);
       } else {
-        net::post(target.ioc(), [&target, s = std::move(s)]() mutable {
-          start_session(target, std::move(s));
-        });
+        net::post(target.ioc(),
+                  [&target, s = std::move(s)]() mutable { start_session(target, std::move(s)); });
       }
       accept();
     });

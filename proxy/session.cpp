@@ -13,11 +13,11 @@
 //
 // Threading: a Session lives on one Worker and its handlers run on that
 // Worker's only thread.
+#include <algorithm>
+#include <array>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/bind_handler.hpp>
 #include <boost/beast/http/read.hpp>
-#include <algorithm>
-#include <array>
 #include <charconv>
 #include <memory_resource>
 #include <optional>
@@ -32,9 +32,9 @@ namespace sluice::proxy {
 
 namespace beast = boost::beast;
 namespace http = beast::http;
-using boost::system::error_code;
 using admission::Lane;
 using admission::Placed;
+using boost::system::error_code;
 
 namespace {
 
@@ -100,7 +100,8 @@ class Session : public Tracked,
     error_code ec;
     sock_.set_option(tcp::no_delay(true), ec);
     if (cfg_.client_send_buffer != 0)
-      sock_.set_option(net::socket_base::send_buffer_size(static_cast<int>(cfg_.client_send_buffer)), ec);
+      sock_.set_option(
+          net::socket_base::send_buffer_size(static_cast<int>(cfg_.client_send_buffer)), ec);
     auto ep = sock_.remote_endpoint(ec);
     if (!ec) {
       auto s = ep.address().to_string();
@@ -208,9 +209,9 @@ class Session : public Tracked,
       // A connect that failed or timed out: the upstream could not be reached.
       if (ec == net::error::timed_out) ex_.signal = admission::Signal::timeout;
       if (connect_failed(now)) return;
-      respond_error(502,
-                    ec == net::error::timed_out ? "upstream_connect_timeout" : "upstream_connect_failed",
-                    !req_->is_done());
+      respond_error(
+          502, ec == net::error::timed_out ? "upstream_connect_timeout" : "upstream_connect_failed",
+          !req_->is_done());
       return;
     }
     ex_.up = Checkout(w_.pool(ex_.upstream), std::move(c));
@@ -421,7 +422,8 @@ class Session : public Tracked,
     phase_ = Phase::request_body;
     ex_.body_read_start = Clock::now();
     deadline = ex_.body_read_start + ex_.body_budget;
-    http::async_read_some(sock_, buf_, *req_, beast::bind_front_handler(handler, shared_from_this()));
+    http::async_read_some(sock_, buf_, *req_,
+                          beast::bind_front_handler(handler, shared_from_this()));
   }
 
   void body_progress(std::size_t n) {
@@ -457,8 +459,8 @@ class Session : public Tracked,
       forward();
       return;
     }
-    if (auto lane = delegated_lane()) {
-      ex_.lane = *lane;
+    if (auto token_lane = delegated_lane()) {
+      ex_.lane = *token_lane;
       ex_.delegated = true;
       bump(st_.lane[admission::index(ex_.lane)].delegated);
     } else {
@@ -490,7 +492,8 @@ class Session : public Tracked,
   // waits in its lane's queue or was refused (the 503 is on its way).
   bool apply(admission::Placement p, Clock::time_point now) {
     if (p.fell_back) {
-      bump(st_.upstream[ex_.upstream].fallbacks[p.upstream][static_cast<std::size_t>(*p.fell_back)]);
+      bump(
+          st_.upstream[ex_.upstream].fallbacks[p.upstream][static_cast<std::size_t>(*p.fell_back)]);
       if (ex_.fallback_from < 0) {
         ex_.fallback_from = static_cast<int>(ex_.upstream);
         ex_.fallback_why = *p.fell_back;
@@ -517,7 +520,8 @@ class Session : public Tracked,
         return false;
       case Placed::refused:
         ex_.decision = {admission::Outcome::shed, p.reason};
-        if (!ex_.forwarded) count_decision();  // else it was counted admitted, before its connect failed
+        if (!ex_.forwarded)
+          count_decision();  // else it was counted admitted, before its connect failed
         refuse(p.retry_after);
         return false;
     }
@@ -540,9 +544,8 @@ class Session : public Tracked,
   }
 
   void count_decision() {
-    bump(st_.lane[admission::index(ex_.lane)]
-             .decisions[static_cast<std::size_t>(ex_.decision.outcome)]
-                       [static_cast<std::size_t>(ex_.decision.reason)]);
+    bump(st_.lane[admission::index(ex_.lane)].decisions[static_cast<std::size_t>(
+        ex_.decision.outcome)][static_cast<std::size_t>(ex_.decision.reason)]);
   }
 
   // The upstream wait the controller reads: for a bulkhead slot, then for a
@@ -588,7 +591,8 @@ class Session : public Tracked,
   // No slot within the lane's window (seed 004's Retry-After).
   void refuse_queue(Clock::time_point now) {
     ex_.decision = {admission::Outcome::shed, admission::Reason::queue_timeout};
-    if (!ex_.forwarded) count_decision();  // else it was counted admitted, before its connect failed
+    if (!ex_.forwarded)
+      count_decision();  // else it was counted admitted, before its connect failed
     auto waited = std::chrono::duration_cast<admission::Micros>(ex_.queue_wait);
     refuse(admission::queue_retry_after(ups_, ex_.lane, ex_.upstream, waited, micros(now)));
   }
@@ -739,7 +743,8 @@ class Session : public Tracked,
     sending_.clear();
     sending_.swap(out_);
     auto line = frame_.size_line();
-    std::array<net::const_buffer, 4> bufs{net::buffer(sending_), net::buffer(line.data(), line.size()),
+    std::array<net::const_buffer, 4> bufs{net::buffer(sending_),
+                                          net::buffer(line.data(), line.size()),
                                           net::buffer(n ? block_.get() : nullptr, n),
                                           net::buffer(frame_.tail.data(), frame_.tail.size())};
     if (sending_.size() + line.size() + n + frame_.tail.size() == 0) {
@@ -793,8 +798,9 @@ class Session : public Tracked,
     res_->header_limit(kMaxResponseHeader);
     res_->body_limit(boost::none);
     if (ex_.method == http::verb::head) res_->skip(true);
-    http::async_read_header(ex_.up->socket, ex_.up->buffer, *res_,
-                            beast::bind_front_handler(&Session::on_response_head, shared_from_this()));
+    http::async_read_header(
+        ex_.up->socket, ex_.up->buffer, *res_,
+        beast::bind_front_handler(&Session::on_response_head, shared_from_this()));
   }
 
   void on_response_head(error_code ec, std::size_t) {
@@ -826,9 +832,9 @@ class Session : public Tracked,
     ex_.upstream_keep_alive = res_->keep_alive();
     std::optional<std::uint64_t> len;
     if (auto l = res_->content_length()) len = *l;
-    auto framing = frame_response(
-        ex_.method == http::verb::head, status, len, ex_.version,
-        ex_.keep_alive && !w_.runtime().draining.load(std::memory_order_relaxed));
+    auto framing =
+        frame_response(ex_.method == http::verb::head, status, len, ex_.version,
+                       ex_.keep_alive && !w_.runtime().draining.load(std::memory_order_relaxed));
     ex_.keep_alive = framing.keep_alive;
     ex_.chunked_out = framing.chunked;
     out_.clear();
@@ -842,7 +848,8 @@ class Session : public Tracked,
   // (heads.hpp's read_quota): a budget reading for this thread's bulkhead, a closure.
   void read_quota(const ResponseHead& m, int status, Clock::time_point now) {
     auto unix_now = std::chrono::duration_cast<std::chrono::seconds>(
-                        std::chrono::system_clock::now().time_since_epoch()).count();
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();
     auto q = proxy::read_quota(m, status, ex_.live->close_statuses, micros(now), unix_now);
     if (q.budget) bulkhead().note_budget(*q.budget);
     if (!q.closes) return;
@@ -867,8 +874,9 @@ class Session : public Tracked,
     body.size = BlockPool::kBlockSize;
     phase_ = Phase::response_body;
     deadline = Clock::now() + (ex_.sse ? cfg_.sse_idle_timeout : cfg_.response_timeout);
-    http::async_read_some(ex_.up->socket, ex_.up->buffer, *res_,
-                          beast::bind_front_handler(&Session::on_response_body, shared_from_this()));
+    http::async_read_some(
+        ex_.up->socket, ex_.up->buffer, *res_,
+        beast::bind_front_handler(&Session::on_response_body, shared_from_this()));
   }
 
   void on_response_body(error_code ec, std::size_t) {
@@ -898,9 +906,9 @@ class Session : public Tracked,
     ex_.write_started = Clock::now();
     // A seated request looks again after kStalledWrite: a write still pending
     // then means a slow reader, whose slot release_stalled_seat() gives back.
-    deadline = ex_.write_started + (holds_stallable_seat()
-                                        ? std::min<Clock::duration>(kStalledWrite, cfg_.send_timeout)
-                                        : cfg_.send_timeout);
+    deadline = ex_.write_started +
+               (holds_stallable_seat() ? std::min<Clock::duration>(kStalledWrite, cfg_.send_timeout)
+                                       : cfg_.send_timeout);
     ex_.header_sent = true;
     ex_.response_sent = last;
     write_piece(sock_, ex_.chunked_out, n, last,
@@ -933,20 +941,21 @@ class Session : public Tracked,
     phase_ = Phase::write_client;
     deadline = Clock::now() + cfg_.send_timeout;
     ex_.header_sent = true;
-    net::async_write(sock_, net::buffer(out_), [self = shared_from_this()](error_code ec, std::size_t n) {
-      self->ex_.bytes_out += n;
-      if (ec) return self->abort();
-      self->phase_ = Phase::tunnel;
-      self->deadline = Clock::time_point::max();
-      self->block_.reset();
-      Tunnel::start(self->w_, std::move(self->sock_), std::move(self->buf_), std::move(self->ex_.up),
-                    [self](std::uint64_t up, std::uint64_t down) {
-                      self->ex_.bytes_in += up;
-                      self->ex_.bytes_out += down;
-                      self->log(101);
-                      self->phase_ = Phase::closing;
-                    });
-    });
+    net::async_write(
+        sock_, net::buffer(out_), [self = shared_from_this()](error_code ec, std::size_t n) {
+          self->ex_.bytes_out += n;
+          if (ec) return self->abort();
+          self->phase_ = Phase::tunnel;
+          self->deadline = Clock::time_point::max();
+          self->block_.reset();
+          Tunnel::start(self->w_, std::move(self->sock_), std::move(self->buf_),
+                        std::move(self->ex_.up), [self](std::uint64_t up, std::uint64_t down) {
+                          self->ex_.bytes_in += up;
+                          self->ex_.bytes_out += down;
+                          self->log(101);
+                          self->phase_ = Phase::closing;
+                        });
+        });
   }
 
   // ---------------------------------------------------------------- endings
@@ -985,10 +994,10 @@ class Session : public Tracked,
     ex_.in_flight = InFlight();
     auto now = Clock::now();
     double duration = std::chrono::duration<double>(now - ex_.start).count();
-    std::size_t lane = admission::index(ex_.lane);
+    auto& lane_stats = st_.lane[admission::index(ex_.lane)];
     if (ex_.route) {
-      bump(st_.lane[lane].requests[static_cast<std::size_t>(status) % kStatusSlots]);
-      st_.lane[lane].duration.observe(duration);
+      bump(lane_stats.requests[static_cast<std::size_t>(status) % kStatusSlots]);
+      lane_stats.duration.observe(duration);
     } else {
       bump(st_.client_errors[static_cast<std::size_t>(status) % kStatusSlots]);
     }
@@ -996,7 +1005,8 @@ class Session : public Tracked,
     if (!log.enabled()) return;
     std::string_view method;
     if (req_ && req_->is_header_done()) method = req_->get().method_string();
-    log.write(access_record(ex_, status, method, std::string_view(client_, client_len_), cfg_, now));
+    log.write(
+        access_record(ex_, status, method, std::string_view(client_, client_len_), cfg_, now));
   }
 
   // An error Sluice answers itself.
@@ -1033,8 +1043,8 @@ class Session : public Tracked,
   // Every answer Sluice makes itself goes out here (heads.hpp's append_own_answer).
   void write_own_answer(OwnAnswer& a, bool close_after) {
     a.request_id = ex_.request_id;
-    a.close = close_after || !ex_.keep_alive ||
-              w_.runtime().draining.load(std::memory_order_relaxed);
+    a.close =
+        close_after || !ex_.keep_alive || w_.runtime().draining.load(std::memory_order_relaxed);
     out_.clear();
     append_own_answer(out_, own_body_, a);
     ex_.header_sent = true;
@@ -1099,16 +1109,16 @@ class Session : public Tracked,
   std::optional<ResponseParser> res_;
   BlockPool::Block block_{nullptr, BlockPool::Deleter{nullptr}};
   std::shared_ptr<Session> self_;  // keeps the session alive while it waits for a slot or the pool
-  std::string out_;       // the next head to write
-  std::string sending_;   // a head being written
-  std::string own_body_;  // scratch for the body of an answer Sluice writes itself
-  ChunkFrame frame_;      // the framing of the piece being written
+  std::string out_;                // the next head to write
+  std::string sending_;            // a head being written
+  std::string own_body_;           // scratch for the body of an answer Sluice writes itself
+  ChunkFrame frame_;               // the framing of the piece being written
   Phase phase_ = Phase::head;
-  bool first_ = true;     // no request finished on this connection yet
+  bool first_ = true;  // no request finished on this connection yet
   char client_[46];
   std::size_t client_len_ = 0;
   std::array<char, 128> id_;  // the request id's bytes (ex_.request_id)
-  Exchange ex_;  // last: what it holds goes back before the rest of the session goes
+  Exchange ex_;               // last: what it holds goes back before the rest of the session goes
 };
 
 }  // namespace

@@ -22,11 +22,11 @@ inline void bump(std::atomic<T>& a, T by = 1) {
 }
 
 // Upper bounds in seconds (the +Inf bucket is implicit).
-inline constexpr std::array<double, 16> kLatencyBounds{
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-    0.25,   0.5,   1.0,    2.5,   5.0,  10.0,  30.0,  60.0};
-inline constexpr std::array<double, 12> kLagBounds{
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.25, 0.6, 1.0, 5.0};
+inline constexpr std::array<double, 16> kLatencyBounds{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                       0.05,   0.1,   0.25,   0.5,   1.0,  2.5,
+                                                       5.0,    10.0,  30.0,   60.0};
+inline constexpr std::array<double, 12> kLagBounds{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                   0.1,   0.2,    0.25,  0.6,  1.0,   5.0};
 
 template <std::size_t N>
 struct Histogram {
@@ -53,13 +53,14 @@ using admission::Fallback;
 using admission::kFallbackWhys;
 
 struct UpstreamStats {
-  LatencyHistogram wait{kLatencyBounds};              // time to get a connection
-  std::atomic<std::uint64_t> timeouts{0};             // response-head timeouts
-  std::atomic<std::uint64_t> connect_failures{0};     // refused or timed out
-  std::atomic<std::uint64_t> retries{0};              // idempotent replays on a fresh connection
-  std::atomic<std::uint64_t> host_ejections{0};       // hosts left out of the choice after a failed connect
-  std::atomic<std::int64_t> connections{0};           // open connections (gauge)
-  std::atomic<std::int64_t> waiting{0};               // requests queued for a connection (gauge)
+  LatencyHistogram wait{kLatencyBounds};           // time to get a connection
+  std::atomic<std::uint64_t> timeouts{0};          // response-head timeouts
+  std::atomic<std::uint64_t> connect_failures{0};  // refused or timed out
+  std::atomic<std::uint64_t> retries{0};           // idempotent replays on a fresh connection
+  std::atomic<std::uint64_t> host_ejections{
+      0};                                    // hosts left out of the choice after a failed connect
+  std::atomic<std::int64_t> connections{0};  // open connections (gauge)
+  std::atomic<std::int64_t> waiting{0};      // requests queued for a connection (gauge)
   std::atomic<std::int64_t> oldest_waiting_since_ns{0};  // 0: nobody is queued
   // Decreases of the capacity estimate, by admission::Signal (refused, timeout, slow).
   std::array<std::atomic<std::uint64_t>, 4> exhausted{};
@@ -72,10 +73,14 @@ enum class ClientTimeout : std::uint8_t { header, body, send, idle };
 inline constexpr std::size_t kClientTimeouts = 4;
 constexpr std::string_view to_string(ClientTimeout t) {
   switch (t) {
-    case ClientTimeout::header: return "header";
-    case ClientTimeout::body: return "body";
-    case ClientTimeout::send: return "send";
-    case ClientTimeout::idle: return "idle";
+    case ClientTimeout::header:
+      return "header";
+    case ClientTimeout::body:
+      return "body";
+    case ClientTimeout::send:
+      return "send";
+    case ClientTimeout::idle:
+      return "idle";
   }
   return "header";
 }
@@ -103,11 +108,11 @@ struct Shard {
   std::vector<UpstreamStats> upstream;
   LagHistogram lag{kLagBounds};
   std::atomic<std::int64_t> client_connections{0};
-  std::atomic<std::uint64_t> connections_refused{0};   // over SLUICE_MAX_CONNECTIONS
+  std::atomic<std::uint64_t> connections_refused{0};  // over SLUICE_MAX_CONNECTIONS
   std::array<std::atomic<std::uint64_t>, kStatusSlots> client_errors{};  // answered before routing
   std::atomic<std::uint64_t> websocket_tunnels{0};
   std::array<std::atomic<std::uint64_t>, kClientTimeouts> client_timeouts{};  // by ClientTimeout
-  std::atomic<std::uint64_t> stalled_writes{0};  // slots given back by slow readers
+  std::atomic<std::uint64_t> stalled_writes{0};      // slots given back by slow readers
   std::atomic<std::uint64_t> handler_exceptions{0};  // handlers that threw; the loop went on
 };
 

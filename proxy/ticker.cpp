@@ -40,9 +40,7 @@ Ticker::~Ticker() {
   if (tick_log_fd_ >= 0) ::close(tick_log_fd_);
 }
 
-Millis Ticker::now() const {
-  return std::chrono::duration_cast<Millis>(Clock::now() - start_);
-}
+Millis Ticker::now() const { return std::chrono::duration_cast<Millis>(Clock::now() - start_); }
 
 void Ticker::start() {
   read_pins_file();
@@ -66,8 +64,8 @@ void Ticker::on_tick() {
   auto before_pin = controller_.pin_state();
   auto decision = controller_.step(reading);
   if (before_pin && !controller_.pin_state())  // the pin expired in this step
-    audit("pin_expired", before_pin->level, controller_.level(), before_pin->who, before_pin->reason,
-          std::nullopt);
+    audit("pin_expired", before_pin->level, controller_.level(), before_pin->who,
+          before_pin->reason, std::nullopt);
   publish();
   if (tick_log_fd_ >= 0) {
     replay::TickLogExtras extras;
@@ -207,8 +205,9 @@ std::string Ticker::state_json() const {
     pin["level"] = static_cast<int>(p->level);
     pin["reason"] = p->reason;
     pin["who"] = p->who;
-    pin["expires_in_s"] = p->expires_at ? Json(static_cast<double>((*p->expires_at - t).count()) / 1000.0)
-                                        : Json(nullptr);
+    pin["expires_in_s"] = p->expires_at
+                              ? Json(static_cast<double>((*p->expires_at - t).count()) / 1000.0)
+                              : Json(nullptr);
     j["pin"] = pin;
   } else {
     j["pin"] = nullptr;
@@ -216,12 +215,12 @@ std::string Ticker::state_json() const {
   // The bulkheads (seed 001 §11): per upstream, then per lane x upstream.
   auto views = rt_.bulkhead_views();
   auto now_us = rt_.micros(Clock::now());
-  auto age_s = [&](std::optional<admission::Micros> t) -> Json {
-    if (!t) return nullptr;
-    return static_cast<double>((now_us - *t).count()) / 1e6;
+  auto age_s = [&](std::optional<admission::Micros> since) -> Json {
+    if (!since) return nullptr;
+    return static_cast<double>((now_us - *since).count()) / 1e6;
   };
-  auto age_s_until = [&](admission::Micros t) -> Json {
-    return static_cast<double>(std::max(admission::Micros{0}, t - now_us).count()) / 1e6;
+  auto age_s_until = [&](admission::Micros until) -> Json {
+    return static_cast<double>(std::max(admission::Micros{0}, until - now_us).count()) / 1e6;
   };
   Json lanes = Json::object();
   for (auto lane : admission::kLanes) {
@@ -264,18 +263,17 @@ std::string Ticker::state_json() const {
     const auto& name = rt_.config.upstreams[u].name;
     auto gate = rt_.gates[u]->view();
     if (gate.closed)  // a closed upstream is the top item of starving
-      closed_upstreams.push_back({{"upstream", name}, {"closed", true},
-                          {"closed_for_s", gate.until ? age_s_until(*gate.until) : Json(nullptr)}});
+      closed_upstreams.push_back(
+          {{"upstream", name},
+           {"closed", true},
+           {"closed_for_s", gate.until ? age_s_until(*gate.until) : Json(nullptr)}});
     Json per_lane = Json::object();
     for (auto lane : admission::kLanes) {
       const auto& lv = v.lanes[admission::index(lane)];
       per_lane[std::string(admission::to_string(lane))] = {
-          {"running", lv.running},
-          {"waiting", lv.waiting},
-          {"guaranteed", lv.guaranteed},
-          {"borrowed", lv.borrowed},
-          {"delegated", lv.delegated},
-          {"oldest_waiting_s", age_s(lv.oldest_waiting_since)},
+          {"running", lv.running},       {"waiting", lv.waiting},
+          {"guaranteed", lv.guaranteed}, {"borrowed", lv.borrowed},
+          {"delegated", lv.delegated},   {"oldest_waiting_s", age_s(lv.oldest_waiting_since)},
           {"starving", lv.starving}};
       if (lv.starving)
         starving.push_back({{"lane", std::string(admission::to_string(lane))},
@@ -293,42 +291,46 @@ std::string Ticker::state_json() const {
       for (std::size_t h = 0; h < hv[u].size(); ++h) {
         const auto& x = hv[u][h];
         if (hosts.size() <= h)
-          hosts.push_back({{"address", x.address}, {"in_flight", 0}, {"ejected", false},
-                           {"ejected_for_s", 0.0}, {"failures", 0}});
-        auto& j = hosts[h];
-        j["in_flight"] = j["in_flight"].get<int>() + x.in_flight;
-        j["ejected"] = j["ejected"].get<bool>() || x.ejected;
-        j["ejected_for_s"] = std::max(j["ejected_for_s"].get<double>(), x.ejected_for_s);
-        j["failures"] = std::max(j["failures"].get<std::uint32_t>(), x.failures);
+          hosts.push_back({{"address", x.address},
+                           {"in_flight", 0},
+                           {"ejected", false},
+                           {"ejected_for_s", 0.0},
+                           {"failures", 0}});
+        auto& host = hosts[h];
+        host["in_flight"] = host["in_flight"].get<int>() + x.in_flight;
+        host["ejected"] = host["ejected"].get<bool>() || x.ejected;
+        host["ejected_for_s"] = std::max(host["ejected_for_s"].get<double>(), x.ejected_for_s);
+        host["failures"] = std::max(host["failures"].get<std::uint32_t>(), x.failures);
       }
     }
-    upstreams.push_back({{"name", name},
-                         {"hosts", hosts},
-                         {"connections", conns},
-                         {"waiting_for_connection", waiting},
-                         {"capacity", v.estimate},
-                         {"carrying_capacity", v.carrying},
-                         {"slow_start", v.slow_start},
-                         {"exhausted", v.exhausted_at.has_value()},
-                         {"exhausted_ago_s", age_s(v.exhausted_at)},
-                         {"why", v.exhausted_at ? Json(std::string(admission::to_string(v.why))) : Json(nullptr)},
-                         {"slots", v.slots},
-                         {"free", v.free},
-                         {"running", v.running},
-                         {"waiting", v.waiting},
-                         {"successes", v.successes},
-                         {"failures", v.failures},
-                         {"mean_latency_ms", static_cast<double>(v.mean_latency.count()) / 1e3},
-                         {"threads", v.shards},
-                         {"lanes", per_lane},
-                         {"closed", gate.closed},
-                         {"closed_for_s", gate.until ? age_s_until(*gate.until) : Json(nullptr)},
-                         {"last_probe_ago_s", age_s(gate.last_probe)},
-                         {"next_probe_in_s", gate.closed ? age_s_until(gate.next_probe) : Json(nullptr)},
-                         {"budget_remaining", v.budget && now_us < v.budget->until
-                                                  ? Json(v.budget->remaining) : Json(nullptr)},
-                         {"budget_reset_in_s", v.budget && now_us < v.budget->until
-                                                   ? age_s_until(v.budget->until) : Json(nullptr)}});
+    upstreams.push_back(
+        {{"name", name},
+         {"hosts", hosts},
+         {"connections", conns},
+         {"waiting_for_connection", waiting},
+         {"capacity", v.estimate},
+         {"carrying_capacity", v.carrying},
+         {"slow_start", v.slow_start},
+         {"exhausted", v.exhausted_at.has_value()},
+         {"exhausted_ago_s", age_s(v.exhausted_at)},
+         {"why", v.exhausted_at ? Json(std::string(admission::to_string(v.why))) : Json(nullptr)},
+         {"slots", v.slots},
+         {"free", v.free},
+         {"running", v.running},
+         {"waiting", v.waiting},
+         {"successes", v.successes},
+         {"failures", v.failures},
+         {"mean_latency_ms", static_cast<double>(v.mean_latency.count()) / 1e3},
+         {"threads", v.shards},
+         {"lanes", per_lane},
+         {"closed", gate.closed},
+         {"closed_for_s", gate.until ? age_s_until(*gate.until) : Json(nullptr)},
+         {"last_probe_ago_s", age_s(gate.last_probe)},
+         {"next_probe_in_s", gate.closed ? age_s_until(gate.next_probe) : Json(nullptr)},
+         {"budget_remaining",
+          v.budget && now_us < v.budget->until ? Json(v.budget->remaining) : Json(nullptr)},
+         {"budget_reset_in_s",
+          v.budget && now_us < v.budget->until ? age_s_until(v.budget->until) : Json(nullptr)}});
   }
   j["upstreams"] = upstreams;
   int heavy = 0;

@@ -54,7 +54,7 @@ class Ticker {
              const std::string& who, const std::string& reason,
              std::optional<admission::Millis> ttl);
   void read_pins_file();
-  const Live& live() const { return reloader_.live(); }  // the current generation
+  const Live& live() const { return reloader_.live(); }                  // the current generation
   const config::Config& in_force() const { return reloader_.config(); }  // the configuration
   admission::Millis now() const;
 

@@ -34,7 +34,9 @@ class Tunnel final : public Tracked, public std::enable_shared_from_this<Tunnel>
   void end(std::size_t dir, boost::system::error_code ec);
   Socket& from(std::size_t dir) { return dir == kUp ? client_ : up_->socket; }
   Socket& to(std::size_t dir) { return dir == kUp ? up_->socket : client_; }
-  boost::beast::flat_buffer& read(std::size_t dir) { return dir == kUp ? client_read_ : up_->buffer; }
+  boost::beast::flat_buffer& read(std::size_t dir) {
+    return dir == kUp ? client_read_ : up_->buffer;
+  }
 
   Worker& w_;
   Socket client_;

@@ -1,9 +1,9 @@
 #include "proxy/upstream_pool.hpp"
 
-#include <boost/asio/connect.hpp>
-#include <boost/asio/post.hpp>
 #include <sys/socket.h>
 
+#include <boost/asio/connect.hpp>
+#include <boost/asio/post.hpp>
 #include <cerrno>
 
 #include "proxy/runtime.hpp"
@@ -109,9 +109,8 @@ void UpstreamPool::hand(PoolWaiter& w, std::unique_ptr<UpstreamConnection> c,
                         boost::system::error_code ec) {
   // Always through the queue: the waiter's continuation never runs inside the
   // caller's handler, whichever session that is.
-  net::post(worker_.ioc(), [&w, c = std::move(c), ec]() mutable {
-    w.on_connection(std::move(c), ec);
-  });
+  net::post(worker_.ioc(),
+            [&w, c = std::move(c), ec]() mutable { w.on_connection(std::move(c), ec); });
 }
 
 void UpstreamPool::connect_for(PoolWaiter& w) {
@@ -191,10 +190,9 @@ std::vector<UpstreamPool::HostView> UpstreamPool::hosts_view(Clock::time_point n
     address += ':';
     address += std::to_string(endpoint.port());
     const bool ejected = hosts_.ejected(i, now);
-    out.push_back(HostView{std::move(address), static_cast<int>(h.in_flight), ejected,
-                           ejected ? std::chrono::duration<double>(h.ejected_until - now).count()
-                                   : 0.0,
-                           h.failures});
+    out.push_back(HostView{
+        std::move(address), static_cast<int>(h.in_flight), ejected,
+        ejected ? std::chrono::duration<double>(h.ejected_until - now).count() : 0.0, h.failures});
   }
   return out;
 }
@@ -215,7 +213,8 @@ void UpstreamPool::close_idle() {
 }
 
 void UpstreamPool::close_idle(std::size_t host) {
-  auto dead = std::remove_if(idle_.begin(), idle_.end(), [host](const auto& c) { return c->host == host; });
+  auto dead =
+      std::remove_if(idle_.begin(), idle_.end(), [host](const auto& c) { return c->host == host; });
   closed(static_cast<std::size_t>(idle_.end() - dead));
   idle_.erase(dead, idle_.end());
 }

@@ -89,8 +89,8 @@ class UpstreamPool {
 
   // One host as the admin view shows it (worker thread only).
   struct HostView {
-    std::string address;     // host:port ([v6]:port)
-    int in_flight;           // requests bound to the host: connecting or holding a connection
+    std::string address;  // host:port ([v6]:port)
+    int in_flight;        // requests bound to the host: connecting or holding a connection
     bool ejected;
     double ejected_for_s;    // seconds of ejection left (0 when not ejected)
     std::uint32_t failures;  // consecutive failed connects
@@ -100,9 +100,9 @@ class UpstreamPool {
   std::vector<HostView> hosts_view(Clock::time_point now) const;
 
  private:
-  void connect_for(PoolWaiter& w);            // chooses a host and connects to it
+  void connect_for(PoolWaiter& w);  // chooses a host and connects to it
   void connect_to(PoolWaiter& w, std::size_t host);
-  void note_oldest();  // publishes when the oldest queued request started waiting
+  void note_oldest();          // publishes when the oldest queued request started waiting
   void closed(std::size_t n);  // n of this pool's connections are gone
   void serve_next();           // a slot is free: connect for the oldest waiter, if any
   void hand(PoolWaiter& w, std::unique_ptr<UpstreamConnection> c, boost::system::error_code ec);
@@ -111,13 +111,12 @@ class UpstreamPool {
   std::vector<tcp::endpoint> endpoints_;  // by host
   HostSet hosts_;
   std::size_t max_;
-  std::size_t open_ = 0;  // idle + busy + connecting
+  std::size_t open_ = 0;                                   // idle + busy + connecting
   std::vector<std::unique_ptr<UpstreamConnection>> idle_;  // back = most recently used
-  boost::intrusive::list<
-      PoolWaiter,
-      boost::intrusive::member_hook<PoolWaiter, decltype(PoolWaiter::wait_hook),
-                                    &PoolWaiter::wait_hook>,
-      boost::intrusive::constant_time_size<false>>
+  boost::intrusive::list<PoolWaiter,
+                         boost::intrusive::member_hook<PoolWaiter, decltype(PoolWaiter::wait_hook),
+                                                       &PoolWaiter::wait_hook>,
+                         boost::intrusive::constant_time_size<false>>
       waiters_;
 };
 

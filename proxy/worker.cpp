@@ -27,9 +27,9 @@ Worker::Worker(Runtime& rt, std::size_t index, int log_fd)
   std::size_t threads = static_cast<std::size_t>(cfg.threads);
   for (std::size_t u = 0; u < cfg.upstreams.size(); ++u) {
     // This thread's share of the upstream's connections, at least one.
-    std::size_t share = std::max<std::size_t>(
-        1, cfg.upstream_max_connections / threads +
-               (index < cfg.upstream_max_connections % threads ? 1 : 0));
+    std::size_t share =
+        std::max<std::size_t>(1, cfg.upstream_max_connections / threads +
+                                     (index < cfg.upstream_max_connections % threads ? 1 : 0));
     pools_.push_back(std::make_unique<UpstreamPool>(*this, u, rt.upstream_hosts[u], share,
                                                     cfg.host_eject_base, cfg.host_eject_max));
     // Each thread estimates its own share of the upstream, as each instance of
@@ -66,7 +66,8 @@ void Worker::set_live(const Live* live) {
 void Worker::note_heavy() {
   std::optional<admission::Micros> youngest;
   for (auto& b : bulkheads_)
-    if (auto y = b->youngest(admission::Lane::heavy); y && (!youngest || *y > *youngest)) youngest = y;
+    if (auto y = b->youngest(admission::Lane::heavy); y && (!youngest || *y > *youngest))
+      youngest = y;
   youngest_heavy_us.store(youngest ? youngest->count() : -1, std::memory_order_relaxed);
 }
 

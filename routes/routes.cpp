@@ -107,7 +107,8 @@ std::shared_ptr<const re2::RE2> compile_regex(const std::string& source, std::si
       fail(index, kField,
            what + " is too large once compiled (over " + std::to_string(kRegexMaxMem >> 20) +
                " MiB); use smaller counts or fewer alternatives");
-    default: break;
+    default:
+      break;
   }
   fail(index, kField, what + " is not a valid RE2 regex (" + re->error() + ")");
 }

@@ -29,8 +29,8 @@ struct RequestView {
   // name), or an empty view when absent.
   std::string_view (*header)(const void* ctx, std::string_view name) = nullptr;
   const void* ctx = nullptr;
-  bool accepts_sse = false;          // Accept contains text/event-stream
-  std::uint64_t body_bytes = 0;      // Content-Length, 0 when absent/chunked
+  bool accepts_sse = false;      // Accept contains text/event-stream
+  std::uint64_t body_bytes = 0;  // Content-Length, 0 when absent/chunked
 };
 
 struct HeaderMatch {

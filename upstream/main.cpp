@@ -22,17 +22,23 @@ using tcp = net::ip::tcp;
 namespace {
 
 constexpr std::string_view kUsage =
-    "usage: sluice-upstream [--listen HOST:PORT] [--threads N] [--capacity C] [--over-capacity 429|queue]\n"
+    "usage: sluice-upstream [--listen HOST:PORT] [--threads N] [--capacity C] [--over-capacity "
+    "429|queue]\n"
     "                       [--service-ms S] [--keepalive-ms K]\n"
     "  --listen HOST:PORT  address to bind (default 127.0.0.1:0, a free port)\n"
     "  --threads N         I/O threads, one io_context each (default 1)\n"
-    "  --capacity C        requests in flight before the over-capacity shape applies (default 0, unlimited)\n"
-    "  --over-capacity X   above C in flight: 429 answers 429 with Retry-After: 1 at once (the default);\n"
+    "  --capacity C        requests in flight before the over-capacity shape applies (default 0, "
+    "unlimited)\n"
+    "  --over-capacity X   above C in flight: 429 answers 429 with Retry-After: 1 at once (the "
+    "default);\n"
     "                      queue makes the request wait, first come first served, for a slot\n"
     "  --service-ms S      extra time before each response except /sse and /stats (default 0)\n"
     "  --keepalive-ms K    close a keep-alive connection idle this long (default 120000)\n"
-    "endpoints: /echo /headers /slow?ms=N /sse?n=N&interval_ms=M[&echo=HEADER] /status/NNN[?ratelimit=LIMIT,REMAINING,RESET&retry_after=S] /drop[?reset=1] /raw?kind=bad_status|two_lengths|short_length|short_chunked|sse_reset\n"
-    "           /large?bytes=N[&chunked=1] /stats /ws (upgrade, then echo), anything else answers \"ok\"\n"
+    "endpoints: /echo /headers /slow?ms=N /sse?n=N&interval_ms=M[&echo=HEADER] "
+    "/status/NNN[?ratelimit=LIMIT,REMAINING,RESET&retry_after=S] /drop[?reset=1] "
+    "/raw?kind=bad_status|two_lengths|short_length|short_chunked|sse_reset\n"
+    "           /large?bytes=N[&chunked=1] /stats /ws (upgrade, then echo), anything else answers "
+    "\"ok\"\n"
     "           (/sse with echo=HEADER: the first event's data is that request header's value)\n";
 
 [[noreturn]] void usage_error(const std::string& message) {

@@ -4,12 +4,12 @@
 
 #include <array>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cerrno>
 #include <charconv>
-#include <boost/asio/post.hpp>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -45,7 +45,20 @@ const std::array<char, kPiece> kPattern = [] {
   return pattern;
 }();
 
-enum class Route { kOk, kEcho, kHeaders, kSlow, kSse, kStatus, kLarge, kStats, kWs, kDrop, kRaw, kBadRequest };
+enum class Route {
+  kOk,
+  kEcho,
+  kHeaders,
+  kSlow,
+  kSse,
+  kStatus,
+  kLarge,
+  kStats,
+  kWs,
+  kDrop,
+  kRaw,
+  kBadRequest
+};
 
 enum class Seat { kHeld, kRefused, kQueued };
 
@@ -383,15 +396,15 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string stats_json() const {
     const auto& stats = shared_.stats;
     char text[256];
-    const int n =
-        std::snprintf(text, sizeof text,
-                      R"({"requests":%llu,"in_flight":%llu,"max_in_flight":%llu,"rejected":%llu,"queued":%llu,"waiting":%llu})",
-                      static_cast<unsigned long long>(stats.requests.load()),
-                      static_cast<unsigned long long>(stats.in_flight.load()),
-                      static_cast<unsigned long long>(stats.max_in_flight.load()),
-                      static_cast<unsigned long long>(stats.rejected.load()),
-                      static_cast<unsigned long long>(stats.queued.load()),
-                      static_cast<unsigned long long>(stats.waiting.load()));
+    const int n = std::snprintf(
+        text, sizeof text,
+        R"({"requests":%llu,"in_flight":%llu,"max_in_flight":%llu,"rejected":%llu,"queued":%llu,"waiting":%llu})",
+        static_cast<unsigned long long>(stats.requests.load()),
+        static_cast<unsigned long long>(stats.in_flight.load()),
+        static_cast<unsigned long long>(stats.max_in_flight.load()),
+        static_cast<unsigned long long>(stats.rejected.load()),
+        static_cast<unsigned long long>(stats.queued.load()),
+        static_cast<unsigned long long>(stats.waiting.load()));
     return std::string(text, static_cast<std::size_t>(n));
   }
 
@@ -736,10 +749,11 @@ class Session : public std::enable_shared_from_this<Session> {
             std::string(parser_->get()[http::field::upgrade]) +
             "\r\nConnection: Upgrade\r\nX-Upstream-Port: " + shared_.port_text + "\r\n\r\n";
     stream_.expires_after(kIoTimeout);
-    net::async_write(stream_, net::buffer(body_), [self = shared_from_this()](error_code ec, std::size_t) {
-      if (ec) return self->abandon();
-      self->ws_echo();
-    });
+    net::async_write(stream_, net::buffer(body_),
+                     [self = shared_from_this()](error_code ec, std::size_t) {
+                       if (ec) return self->abandon();
+                       self->ws_echo();
+                     });
   }
 
   void ws_echo() {
@@ -749,10 +763,11 @@ class Session : public std::enable_shared_from_this<Session> {
       return ws_write(n);
     }
     stream_.expires_after(kIdleTimeout);
-    stream_.async_read_some(net::buffer(piece_), [self = shared_from_this()](error_code ec, std::size_t n) {
-      if (ec) return self->abandon();
-      self->ws_write(n);
-    });
+    stream_.async_read_some(net::buffer(piece_),
+                            [self = shared_from_this()](error_code ec, std::size_t n) {
+                              if (ec) return self->abandon();
+                              self->ws_write(n);
+                            });
   }
 
   void ws_write(std::size_t n) {

@@ -58,11 +58,14 @@ constexpr std::string_view kUsage =
     "  --duration S        seconds of measured window (default 10); arrivals stop after it\n"
     "  --seed N            random seed (default 1)\n"
     "  --log FILE          one line per request of the whole run, warm-up and retries included:\n"
-    "                      class, scheduled and done (s from the start), outcome, status, latency,\n"
+    "                      class, scheduled and done (s from the start), outcome, status, "
+    "latency,\n"
     "                      Retry-After, whether it was a retry\n"
     "  --obey-retry-after  refused requests (429/503 with Retry-After) retry once\n"
-    "  --probe-share P     share of those retrying after u x told, u uniform in (0,1) (default 0.5)\n"
-    "  --retry-horizon S   retries due later than S s after the arrivals end are not sent (default 60)\n"
+    "  --probe-share P     share of those retrying after u x told, u uniform in (0,1) (default "
+    "0.5)\n"
+    "  --retry-horizon S   retries due later than S s after the arrivals end are not sent (default "
+    "60)\n"
     "  --retries FILE      one line per first retry\n"
     "  --max-connections N open connections at most (default 4000); a request finding none\n"
     "                      counts as dropped\n";
@@ -118,7 +121,8 @@ ClassSpec parse_class(std::string_view text) {
     const auto part = text.substr(0, comma);
     text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
     const auto eq = part.find('=');
-    if (eq == std::string_view::npos) usage_error("--class: expected key=value, got '" + std::string(part) + "'");
+    if (eq == std::string_view::npos)
+      usage_error("--class: expected key=value, got '" + std::string(part) + "'");
     const auto key = part.substr(0, eq);
     const auto value = part.substr(eq + 1);
     if (key == "name") {
@@ -230,8 +234,8 @@ struct LogRecord {
   bool is_retry;
 };
 
-constexpr std::string_view kOutcomeNames[] = {"ok",  "late_2xx", "503",   "504",    "429",
-                                               "other", "timeout", "error", "dropped"};
+constexpr std::string_view kOutcomeNames[] = {"ok",    "late_2xx", "503",   "504",    "429",
+                                              "other", "timeout",  "error", "dropped"};
 
 struct RetryRecord {
   std::size_t cls;
@@ -448,8 +452,9 @@ class Generator {
     record(req, outcome, status, Clock::now());
     auto conn = std::move(req->conn);
     if (!conn) return;
-    if (outcome == Outcome::kTimeout || outcome == Outcome::kError || outcome == Outcome::kDropped ||
-        !req->parser || !req->parser->is_done() || !req->parser->get().keep_alive()) {
+    if (outcome == Outcome::kTimeout || outcome == Outcome::kError ||
+        outcome == Outcome::kDropped || !req->parser || !req->parser->is_done() ||
+        !req->parser->get().keep_alive()) {
       drop_connection(conn);
       return;
     }
@@ -498,14 +503,30 @@ class Generator {
         ++st.ok;
         st.latencies_ms.push_back(latency_ms);
         break;
-      case Outcome::kLate2xx: ++st.late2xx; break;
-      case Outcome::k503: ++st.s503; break;
-      case Outcome::k504: ++st.s504; break;
-      case Outcome::k429: ++st.s429; break;
-      case Outcome::kOther: ++st.other; break;
-      case Outcome::kTimeout: ++st.timeouts; break;
-      case Outcome::kError: ++st.errors; break;
-      case Outcome::kDropped: ++st.dropped; break;
+      case Outcome::kLate2xx:
+        ++st.late2xx;
+        break;
+      case Outcome::k503:
+        ++st.s503;
+        break;
+      case Outcome::k504:
+        ++st.s504;
+        break;
+      case Outcome::k429:
+        ++st.s429;
+        break;
+      case Outcome::kOther:
+        ++st.other;
+        break;
+      case Outcome::kTimeout:
+        ++st.timeouts;
+        break;
+      case Outcome::kError:
+        ++st.errors;
+        break;
+      case Outcome::kDropped:
+        ++st.dropped;
+        break;
     }
     if (refused) {
       ++st.refused;
@@ -540,9 +561,9 @@ class Generator {
     }
     ++pending_retries_;
     auto timer = std::make_shared<net::steady_timer>(io_, retry->scheduled);
-    timer->async_wait([this, retry, timer](error_code ec) {
+    timer->async_wait([this, retry, timer](error_code wait_ec) {
       --pending_retries_;
-      if (ec) return;
+      if (wait_ec) return;
       send(retry);
     });
   }
@@ -592,18 +613,18 @@ int Generator::report() {
     auto& st = stats_[c];
     const double p50 = quantile(st.latencies_ms, 0.5);
     const double p99 = quantile(st.latencies_ms, 0.99);
-    std::printf("%s\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%.2f\t%.2f\t%llu\t%llu\t%.1f\t%.1f\n",
-                o_.classes[c].name.c_str(), static_cast<unsigned long long>(st.sent),
-                static_cast<unsigned long long>(st.ok), static_cast<unsigned long long>(st.late2xx),
-                static_cast<unsigned long long>(st.s503), static_cast<unsigned long long>(st.s504),
-                static_cast<unsigned long long>(st.s429), static_cast<unsigned long long>(st.other),
-                static_cast<unsigned long long>(st.timeouts),
-                static_cast<unsigned long long>(st.errors),
-                static_cast<unsigned long long>(st.dropped), p50, p99,
-                static_cast<unsigned long long>(st.refused),
-                static_cast<unsigned long long>(st.refused_with_retry_after),
-                static_cast<double>(st.sent) / o_.duration_s,
-                static_cast<double>(st.ok) / o_.duration_s);
+    std::printf(
+        "%s\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%.2f\t%.2f\t%llu\t%llu\t%."
+        "1f\t%.1f\n",
+        o_.classes[c].name.c_str(), static_cast<unsigned long long>(st.sent),
+        static_cast<unsigned long long>(st.ok), static_cast<unsigned long long>(st.late2xx),
+        static_cast<unsigned long long>(st.s503), static_cast<unsigned long long>(st.s504),
+        static_cast<unsigned long long>(st.s429), static_cast<unsigned long long>(st.other),
+        static_cast<unsigned long long>(st.timeouts), static_cast<unsigned long long>(st.errors),
+        static_cast<unsigned long long>(st.dropped), p50, p99,
+        static_cast<unsigned long long>(st.refused),
+        static_cast<unsigned long long>(st.refused_with_retry_after),
+        static_cast<double>(st.sent) / o_.duration_s, static_cast<double>(st.ok) / o_.duration_s);
   }
   if (o_.obey) {
     std::fprintf(stderr, "sluice_loadgen: %zu first retries sent, %llu due beyond the horizon\n",
@@ -614,8 +635,8 @@ int Generator::report() {
     out << "class\tscheduled_s\tdone_s\toutcome\tstatus\tlatency_ms\tretry_after\tretry\n";
     for (const auto& r : log_) {
       out << o_.classes[r.cls].name << '\t' << r.scheduled_s << '\t' << r.done_s << '\t'
-          << kOutcomeNames[static_cast<int>(r.outcome)] << '\t' << r.status << '\t'
-          << r.latency_ms << '\t' << r.retry_after << '\t' << (r.is_retry ? 1 : 0) << '\n';
+          << kOutcomeNames[static_cast<int>(r.outcome)] << '\t' << r.status << '\t' << r.latency_ms
+          << '\t' << r.retry_after << '\t' << (r.is_retry ? 1 : 0) << '\n';
     }
   }
   if (!o_.retries_file.empty()) {

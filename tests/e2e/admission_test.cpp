@@ -1,7 +1,7 @@
 // End-to-end tests of admission: real pressure (a slow upstream, a blocked
 // event loop) raises the level in the real binary and bulk gets SPEC's 503.
-#include <catch2/catch.hpp>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -18,10 +18,10 @@
 using namespace std::chrono_literals;
 using nlohmann::json;
 using sluice::test::eventually;
-using sluice::test::request;
-using sluice::test::Sluice;
 using sluice::test::kSluice;
 using sluice::test::kUpstream;
+using sluice::test::request;
+using sluice::test::Sluice;
 using sluice::test::Upstream;
 
 namespace {
@@ -30,7 +30,7 @@ const std::string kRoutes =
     R"([{"name":"bulk","prefix":"/bulk","lane":"bulk"},{"name":"api","prefix":"/","lane":"standard"}])";
 
 std::map<std::string, std::string> env_for(const Upstream& up,
-                                            std::map<std::string, std::string> extra = {}) {
+                                           std::map<std::string, std::string> extra = {}) {
   extra.emplace("SLUICE_ROUTES", kRoutes);
   extra.emplace("SLUICE_TICK", "100ms");
   return sluice::test::upstream_env(up, std::move(extra));
@@ -58,7 +58,8 @@ int check_refusal(const sluice::test::Response& res, std::string_view lane, int 
 TEST_CASE("requests waiting for upstream connections raise the level and bulk gets 503",
           "[e2e][admission][pressure][concurrency]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, env_for(up, {{"SLUICE_THREADS", "1"}, {"SLUICE_UPSTREAM_MAX_CONNECTIONS", "2"}}));
+  Sluice s(kSluice,
+           env_for(up, {{"SLUICE_THREADS", "1"}, {"SLUICE_UPSTREAM_MAX_CONNECTIONS", "2"}}));
   CHECK(request(s.port, "GET", "/bulk/upload").status == 200);  // admitted at level 0
 
   // Twelve clients on two upstream connections to a 300 ms upstream: each
@@ -87,7 +88,8 @@ TEST_CASE("requests waiting for upstream connections raise the level and bulk ge
   INFO(metrics);
   // The wait grows as the queue fills: the level climbs, each rise on upstream_wait.
   CHECK(metrics.find(R"(to="2",trigger="upstream_wait"})") != std::string::npos);
-  CHECK(s.metric(R"(sluice_admission_decisions_total{lane="bulk",outcome="shed",reason="level"})") >= 1);
+  CHECK(s.metric(
+            R"(sluice_admission_decisions_total{lane="bulk",outcome="shed",reason="level"})") >= 1);
   CHECK(s.metric(R"(sluice_requests_total{code="503",lane="bulk"})") >= 1);
   auto state = json::parse(request(s.admin, "GET", "/admin/state").body);
   CHECK(state["level"].get<int>() >= 2);
@@ -118,12 +120,19 @@ TEST_CASE("observe mode decides and counts would_shed but forwards everything",
           "[e2e][admission][observe]") {
   Upstream up(kUpstream);
   Sluice s(kSluice, env_for(up, {{"SLUICE_ADMISSION_MODE", "observe"}}));
-  REQUIRE(request(s.admin, "POST", "/admin/pins", {}, R"({"level":2,"ttl":"1m","reason":"test"})").status == 200);
+  REQUIRE(request(s.admin, "POST", "/admin/pins", {}, R"({"level":2,"ttl":"1m","reason":"test"})")
+              .status == 200);
   auto res = request(s.port, "GET", "/bulk/x");
   CHECK(res.status == 200);
   CHECK(res.header("Retry-After").empty());
-  CHECK(s.metric(R"(sluice_admission_decisions_total{lane="bulk",outcome="would_shed",reason="level"})") == 1);
-  CHECK(s.metric(R"(sluice_admission_decisions_total{lane="standard",outcome="admitted",reason="none"})") == 0);
+  CHECK(
+      s.metric(
+          R"(sluice_admission_decisions_total{lane="bulk",outcome="would_shed",reason="level"})") ==
+      1);
+  CHECK(
+      s.metric(
+          R"(sluice_admission_decisions_total{lane="standard",outcome="admitted",reason="none"})") ==
+      0);
   auto lines = s.wait_log_lines(2);  // the audit line, then the request
   REQUIRE(lines.size() >= 2);
   CHECK(lines.back()["decision"] == "would_shed");
@@ -150,7 +159,8 @@ TEST_CASE("a pin selects a level at once, is audited, and automatic decisions re
             .status == 400);
 
   // Removal leaves the level where the pin put it; calm readings then bring it down.
-  REQUIRE(request(s.admin, "DELETE", "/admin/pins", {{"Authorization", "Bearer t0k"}}).status == 200);
+  REQUIRE(request(s.admin, "DELETE", "/admin/pins", {{"Authorization", "Bearer t0k"}}).status ==
+          200);
   CHECK(json::parse(request(s.admin, "GET", "/admin/state").body)["pin"].is_null());
   CHECK(eventually([&] { return s.metric("sluice_admission_level") == 0; }, 5s));
   CHECK(request(s.port, "GET", "/bulk/x").status == 200);
@@ -193,7 +203,9 @@ TEST_CASE("admission mode off never refuses", "[e2e][admission]") {
   Sluice s(kSluice, env_for(up, {{"SLUICE_ADMISSION_MODE", "off"}}));
   REQUIRE(request(s.admin, "POST", "/admin/pins", {}, R"({"level":3})").status == 200);
   CHECK(request(s.port, "GET", "/bulk/x").status == 200);
-  CHECK(s.metric(R"(sluice_admission_decisions_total{lane="bulk",outcome="admitted",reason="none"})") == 1);
+  CHECK(s.metric(
+            R"(sluice_admission_decisions_total{lane="bulk",outcome="admitted",reason="none"})") ==
+        1);
 }
 
 TEST_CASE("admin endpoints are never gated, even at level 3", "[e2e][admission]") {
@@ -217,7 +229,8 @@ TEST_CASE("the tick log replays through sluice replay to the levels the proxy de
   {
     Sluice s(kSluice, env_for(up, env));
     request(s.port, "GET", "/bulk/a");
-    REQUIRE(request(s.admin, "POST", "/admin/pins", {}, R"({"level":2,"ttl":"400ms"})").status == 200);
+    REQUIRE(request(s.admin, "POST", "/admin/pins", {}, R"({"level":2,"ttl":"400ms"})").status ==
+            200);
     request(s.port, "GET", "/bulk/b");
     REQUIRE(request(s.admin, "POST", "/admin/debug/block?thread=0&ms=1200").status == 202);
     std::this_thread::sleep_for(3s);
@@ -262,17 +275,23 @@ TEST_CASE("upstream timeouts are evidence for level 2", "[e2e][admission][pressu
   // One timeout, then quiet: the 30 s window keeps it as evidence on every tick.
   CHECK(request(s.port, "GET", "/slow?ms=1000").status == 504);
   REQUIRE(eventually([&] { return s.metric("sluice_admission_level") == 2; }, 5s));
-  CHECK(s.metric(R"(sluice_admission_level_changes_total{from="0",to="2",trigger="upstream_timeout"})") == 1);
+  CHECK(
+      s.metric(
+          R"(sluice_admission_level_changes_total{from="0",to="2",trigger="upstream_timeout"})") ==
+      1);
   CHECK(request(s.port, "GET", "/bulk/x").status == 503);
   CHECK(request(s.port, "GET", "/api").status == 200);  // standard is whole at level 2
 }
 
-TEST_CASE("every access-log line carries the level published when its request arrived, on a kept-alive connection too",
-          "[e2e][admission][pins]") {
+TEST_CASE(
+    "every access-log line carries the level published when its request arrived, on a kept-alive "
+    "connection too",
+    "[e2e][admission][pins]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, sluice::test::upstream_env(
-                        up, {{"SLUICE_ROUTES", R"([{"name":"api","prefix":"/api","lane":"standard"}])"},
-                             {"SLUICE_TICK", "100ms"}}));
+  Sluice s(kSluice,
+           sluice::test::upstream_env(
+               up, {{"SLUICE_ROUTES", R"([{"name":"api","prefix":"/api","lane":"standard"}])"},
+                    {"SLUICE_TICK", "100ms"}}));
   auto pin = [&](int level) {
     auto body = R"({"level":)" + std::to_string(level) + R"(,"ttl":"1m","reason":"test"})";
     REQUIRE(request(s.admin, "POST", "/admin/pins", {}, body).status == 200);

@@ -9,17 +9,15 @@
 #include "tests/support/sluice.hpp"
 
 using namespace std::chrono_literals;
-using sluice::test::Process;
-using sluice::test::Sluice;
 using sluice::test::kSluice;
+using sluice::test::kUpstream;
+using sluice::test::Process;
 using sluice::test::Ran;
 using sluice::test::run;
-using sluice::test::kUpstream;
+using sluice::test::Sluice;
 using sluice::test::Upstream;
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 TEST_CASE("check-config prints the effective configuration as JSON and exits 0", "[e2e][cli]") {
   auto r = run({"check-config"}, {{"SLUICE_UPSTREAMS", "api=127.0.0.1:9000|127.0.0.1:9001"},
@@ -56,8 +54,9 @@ TEST_CASE("a route regex RE2 cannot take stops start-up naming the route and the
   CHECK(r.err.find("listening") == std::string::npos);
 }
 
-TEST_CASE("an access log or tick log that cannot be opened stops start-up with exit 2, nothing bound",
-          "[e2e][cli]") {
+TEST_CASE(
+    "an access log or tick log that cannot be opened stops start-up with exit 2, nothing bound",
+    "[e2e][cli]") {
   const std::string kPath = "/nonexistent-sluice-dir/x.log";
   for (auto var : {"SLUICE_ACCESS_LOG", "SLUICE_TICK_LOG"}) {
     INFO(var);
@@ -101,7 +100,7 @@ TEST_CASE("healthcheck exits 0 against a live instance and 1 when none answers",
   auto ok = run({"healthcheck"}, {{"SLUICE_UPSTREAMS", "127.0.0.1:9"},
                                   {"SLUICE_ADMIN_LISTEN", "127.0.0.1:" + std::to_string(s.admin)}});
   CHECK(ok.code == 0);
-  auto down = run({"healthcheck"}, {{"SLUICE_UPSTREAMS", "127.0.0.1:9"},
-                                    {"SLUICE_ADMIN_LISTEN", "127.0.0.1:1"}});
+  auto down = run({"healthcheck"},
+                  {{"SLUICE_UPSTREAMS", "127.0.0.1:9"}, {"SLUICE_ADMIN_LISTEN", "127.0.0.1:1"}});
   CHECK(down.code == 1);
 }

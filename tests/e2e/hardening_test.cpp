@@ -24,11 +24,11 @@ using sluice::test::Conn;
 using sluice::test::eventually;
 using sluice::test::format_request;
 using sluice::test::kSluice;
-using sluice::test::Ran;
-using sluice::test::run;
 using sluice::test::kUpstream;
 using sluice::test::Process;
+using sluice::test::Ran;
 using sluice::test::request;
+using sluice::test::run;
 using sluice::test::Sluice;
 using sluice::test::Upstream;
 using sluice::test::upstream_env;
@@ -49,7 +49,8 @@ bool readable(const Conn& c) {
 // connection, nothing in flight, and the upstream's own request has ended.
 void check_nothing_held(Sluice& s, const Upstream& up) {
   CHECK(eventually([&] { return s.metric("sluice_client_connections") == 0; }, 3s));
-  CHECK(eventually([&] { return s.metric("sluice_upstream_connections{upstream=\"api\"}") == 0; }, 3s));
+  CHECK(eventually([&] { return s.metric("sluice_upstream_connections{upstream=\"api\"}") == 0; },
+                   3s));
   CHECK(s.metric("sluice_lane_in_flight{lane=\"standard\"}") == 0);
   CHECK(s.metric("sluice_heavy_leases") == 0);
   CHECK(eventually([&] { return upstream_in_flight(up) == 0; }, 3s));
@@ -90,13 +91,15 @@ TEST_CASE("a connection that never sends a byte is closed at SLUICE_HEADER_TIMEO
   Sluice s(kSluice, upstream_env(up, {{"SLUICE_HEADER_TIMEOUT", "300ms"}}));
   auto c = Conn::open(s.port);
   CHECK(c.closed_by_peer(3s));
-  CHECK(eventually([&] { return s.metric("sluice_client_timeouts_total{phase=\"header\"}") == 1; }, 2s));
+  CHECK(eventually([&] { return s.metric("sluice_client_timeouts_total{phase=\"header\"}") == 1; },
+                   2s));
   CHECK(s.metric("sluice_client_timeouts_total{phase=\"idle\"}") == 0);
 }
 
-TEST_CASE("a body trickled in a byte at a time is cut with 408 at SLUICE_BODY_TIMEOUT, holding "
-          "no upstream connection meanwhile",
-          "[e2e][hardening][slow]") {
+TEST_CASE(
+    "a body trickled in a byte at a time is cut with 408 at SLUICE_BODY_TIMEOUT, holding "
+    "no upstream connection meanwhile",
+    "[e2e][hardening][slow]") {
   Upstream up(kUpstream);
   Sluice s(kSluice, upstream_env(up, {{"SLUICE_BODY_TIMEOUT", "500ms"}}));
   auto c = Conn::open(s.port);
@@ -125,8 +128,9 @@ TEST_CASE("a body trickled in a byte at a time is cut with 408 at SLUICE_BODY_TI
   check_nothing_held(s, up);
 }
 
-TEST_CASE("a body sent at a steady pace is not cut, though it takes longer than SLUICE_BODY_TIMEOUT",
-          "[e2e][hardening][slow]") {
+TEST_CASE(
+    "a body sent at a steady pace is not cut, though it takes longer than SLUICE_BODY_TIMEOUT",
+    "[e2e][hardening][slow]") {
   Upstream up(kUpstream);
   Sluice s(kSluice, upstream_env(up, {{"SLUICE_BODY_TIMEOUT", "500ms"}}));
   auto c = Conn::open(s.port);
@@ -145,9 +149,10 @@ TEST_CASE("a body sent at a steady pace is not cut, though it takes longer than 
   CHECK(s.metric("sluice_client_timeouts_total{phase=\"body\"}") == 0);
 }
 
-TEST_CASE("a client that stops reading a large response is cut at SLUICE_SEND_TIMEOUT and its "
-          "upstream connection released",
-          "[e2e][hardening][slow]") {
+TEST_CASE(
+    "a client that stops reading a large response is cut at SLUICE_SEND_TIMEOUT and its "
+    "upstream connection released",
+    "[e2e][hardening][slow]") {
   Upstream up(kUpstream);
   Sluice s(kSluice, upstream_env(up, {{"SLUICE_SEND_TIMEOUT", "300ms"}}));
   auto c = Conn::open(s.port);
@@ -162,7 +167,8 @@ TEST_CASE("a client that stops reading a large response is cut at SLUICE_SEND_TI
     REQUIRE(c.send(format_request("GET", "/large?bytes=1073741824&chunked=1", s.port)));
   }
   // The client reads nothing until Sluice has given up on it.
-  REQUIRE(eventually([&] { return s.metric("sluice_client_timeouts_total{phase=\"send\"}") == 1; }, 10s));
+  REQUIRE(eventually([&] { return s.metric("sluice_client_timeouts_total{phase=\"send\"}") == 1; },
+                     10s));
   CHECK(std::chrono::steady_clock::now() - started >= 250ms);
   // Sluice's side of the connection is closed (what the kernel had buffered
   // still drains to the client, which is why the client is not asked here).
@@ -173,8 +179,9 @@ TEST_CASE("a client that stops reading a large response is cut at SLUICE_SEND_TI
   CHECK(request(s.port, "GET", "/").status == 200);
 }
 
-TEST_CASE("SLUICE_CLIENT_SEND_BUFFER bounds what is queued for a reader, so its write stalls and is cut",
-          "[e2e][hardening][slow]") {
+TEST_CASE(
+    "SLUICE_CLIENT_SEND_BUFFER bounds what is queued for a reader, so its write stalls and is cut",
+    "[e2e][hardening][slow]") {
   Upstream up(kUpstream);
   // 2 MiB: more than a 64 KiB send buffer holds, less than the kernel's own
   // autotuning would let Sluice queue for the reader.
@@ -184,13 +191,15 @@ TEST_CASE("SLUICE_CLIENT_SEND_BUFFER bounds what is queued for a reader, so its 
   int small = 4096;
   ::setsockopt(c.fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
   REQUIRE(c.send(format_request("GET", "/large?bytes=2097152", s.port)));
-  CHECK(eventually([&] { return s.metric("sluice_client_timeouts_total{phase=\"send\"}") == 1; }, 5s));
+  CHECK(eventually([&] { return s.metric("sluice_client_timeouts_total{phase=\"send\"}") == 1; },
+                   5s));
   check_nothing_held(s, up);
 }
 
-TEST_CASE("clients that stop reading give their bulkhead slots back before they are cut, so "
-          "others are served",
-          "[e2e][hardening][slow]") {
+TEST_CASE(
+    "clients that stop reading give their bulkhead slots back before they are cut, so "
+    "others are served",
+    "[e2e][hardening][slow]") {
   Upstream up(kUpstream);
   // Two slots in all (one per thread), no queueing: a request finds a free slot or gets 503.
   Sluice s(kSluice, upstream_env(up, {{"SLUICE_SEND_TIMEOUT", "20s"},
@@ -215,21 +224,22 @@ TEST_CASE("clients that stop reading give their bulkhead slots back before they 
   CHECK(s.metric("sluice_upstream_connections{upstream=\"api\"}") >= 2);
   for (auto& r : readers) r.reset();
   CHECK(eventually([&] { return s.metric("sluice_client_connections") == 0; }, 5s));
-  CHECK(eventually([&] { return s.metric("sluice_upstream_connections{upstream=\"api\"}") == 0; }, 5s));
+  CHECK(eventually([&] { return s.metric("sluice_upstream_connections{upstream=\"api\"}") == 0; },
+                   5s));
 }
 
 // ---------------------------------------------------------------- hostile paths
 
 // A backtracking matcher recurses once per character of `(a|b)*`: a long path
 // would overflow the I/O thread's stack and crash the proxy for everyone.
-TEST_CASE("a 60 KiB path against a route regex with a starred group is routed, and the proxy serves on",
-          "[e2e][hardening][routes]") {
+TEST_CASE(
+    "a 60 KiB path against a route regex with a starred group is routed, and the proxy serves on",
+    "[e2e][hardening][routes]") {
   Upstream up(kUpstream);
   Sluice s(kSluice, upstream_env(up, {{"SLUICE_MAX_HEADER_BYTES", "128KiB"},
                                       {"SLUICE_THREADS", "1"},  // one log buffer: lines in order
-                                      {"SLUICE_ROUTES",
-                                       R"([{"name":"ab","regex":"^/(a|b)*$"},)"
-                                       R"({"name":"rest","prefix":"/"}])"}}));
+                                      {"SLUICE_ROUTES", R"([{"name":"ab","regex":"^/(a|b)*$"},)"
+                                                        R"({"name":"rest","prefix":"/"}])"}}));
   // The status, or 0 when no answer came (the test's own message, not the 60 KiB target).
   auto status = [&](const std::string& target) {
     try {
@@ -256,8 +266,8 @@ TEST_CASE("a 60 KiB path against a route regex with a starred group is routed, a
 TEST_CASE("mutating admin calls need the bearer token when one is set, reading calls do not",
           "[e2e][hardening][admin]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, upstream_env(up, {{"SLUICE_ADMIN_TOKEN", kToken},
-                                      {"SLUICE_DEBUG_ENDPOINTS", "true"}}));
+  Sluice s(kSluice,
+           upstream_env(up, {{"SLUICE_ADMIN_TOKEN", kToken}, {"SLUICE_DEBUG_ENDPOINTS", "true"}}));
   const std::string pin = R"({"level":2,"ttl":"1m","reason":"test"})";
   const sluice::test::Headers json_type{{"Content-Type", "application/json"}};
   auto with = [&](std::string auth) {
@@ -279,7 +289,8 @@ TEST_CASE("mutating admin calls need the bearer token when one is set, reading c
   CHECK(request(s.admin, "POST", "/admin/pins", with("bearer " + kToken), pin).status == 200);
   CHECK(json::parse(request(s.admin, "GET", "/admin/state").body)["level"] == 2);
   CHECK(request(s.admin, "DELETE", "/admin/pins", with("Bearer " + kToken)).status == 200);
-  CHECK(request(s.admin, "POST", "/admin/debug/block?ms=1", with("Bearer " + kToken)).status == 202);
+  CHECK(request(s.admin, "POST", "/admin/debug/block?ms=1", with("Bearer " + kToken)).status ==
+        202);
   // Reading needs nothing.
   CHECK(request(s.admin, "GET", "/admin/state").status == 200);
   CHECK(request(s.admin, "GET", "/admin/pins").status == 200);
@@ -389,7 +400,8 @@ TEST_CASE("an invalid pin body gets 400 with what is wrong and what would be val
   auto del = request(s.admin, "DELETE", "/admin/pins", auth, "{}");
   CHECK(del.status == 400);
   CHECK(json::parse(del.body)["detail"] == "this call takes no body");
-  CHECK(json::parse(request(s.admin, "GET", "/admin/state").body)["level"] == 0);  // nothing applied
+  CHECK(json::parse(request(s.admin, "GET", "/admin/state").body)["level"] ==
+        0);  // nothing applied
 }
 
 TEST_CASE("no error and no check-config output shows the admin token or the lease key",
@@ -421,12 +433,12 @@ TEST_CASE("no error and no check-config output shows the admin token or the leas
       env[std::move(name)] = std::move(value);
       envs.push_back(std::move(env));
     };
-    with("SLUICE_LEASE_KEY", "zz" + kLeaseKey.substr(2));       // not hex
-    with("SLUICE_LEASE_KEY", kLeaseKey + "00");                 // too long
-    with("SLUICE_LEASE_KEY", kLeaseKey.substr(0, 30));          // too short
-    with("SLUICE_ADMIN_TOKN", kToken);                          // a typo of the name
+    with("SLUICE_LEASE_KEY", "zz" + kLeaseKey.substr(2));  // not hex
+    with("SLUICE_LEASE_KEY", kLeaseKey + "00");            // too long
+    with("SLUICE_LEASE_KEY", kLeaseKey.substr(0, 30));     // too short
+    with("SLUICE_ADMIN_TOKN", kToken);                     // a typo of the name
     with("SLUICE_LEASE_KY", kLeaseKey);
-    with("SLUICE_HEADER_TIMEOUT", "10");                        // another variable
+    with("SLUICE_HEADER_TIMEOUT", "10");  // another variable
     for (const auto& env : envs) {
       for (auto cmd : {"check-config", "serve"}) {
         auto e = env;
@@ -466,9 +478,10 @@ TEST_CASE("no error and no check-config output shows the admin token or the leas
       seen += std::to_string(r.status) + " " + r.body;
       for (const auto& [k, v] : r.headers) seen += k + ": " + v + "\n";
     };
-    keep(request(s.admin, "POST", "/admin/pins", {{"Authorization", "Bearer " + kToken.substr(0, 12)}},
-                 R"({"level":1})"));
-    keep(request(s.admin, "POST", "/admin/pins", {{"Authorization", "Bearer " + kToken}}, "nonsense"));
+    keep(request(s.admin, "POST", "/admin/pins",
+                 {{"Authorization", "Bearer " + kToken.substr(0, 12)}}, R"({"level":1})"));
+    keep(request(s.admin, "POST", "/admin/pins", {{"Authorization", "Bearer " + kToken}},
+                 "nonsense"));
     keep(request(s.admin, "GET", "/admin/state"));
     keep(request(s.admin, "GET", "/metrics"));
     keep(request(s.port, "GET", "/"));
@@ -496,7 +509,9 @@ TEST_CASE("a reload that changes the admin token or the lease key names it and s
     CHECK(s.process.wait_for_err("admin_token changed; it takes effect on restart", 5s));
     CHECK(s.process.wait_for_err("lease_key changed; it takes effect on restart", 5s));
     // The running token still holds until the restart.
-    CHECK(request(s.admin, "DELETE", "/admin/pins", {{"Authorization", "Bearer " + kToken}}).status == 200);
+    CHECK(
+        request(s.admin, "DELETE", "/admin/pins", {{"Authorization", "Bearer " + kToken}}).status ==
+        200);
     auto err = s.process.err();
     for (const auto* secret : {&kToken, &kLeaseKey, &next_token, &next_key})
       CHECK(err.find(secret->substr(0, 8)) == std::string::npos);

@@ -120,11 +120,14 @@ TEST_CASE("a host that refuses connections is ejected, and the request goes on t
   CHECK(s.metric(R"(sluice_upstream_host_ejections_total{upstream="api"})") >= 1);
   CHECK(s.metric(R"(sluice_upstream_closed{upstream="api"})") == 0);  // another host answers
   // /admin/state, as of the threads' last heartbeat: the dead host is out.
-  bool shown = sluice::test::eventually([&] {
-    auto state = nlohmann::json::parse(request(s.admin, "GET", "/admin/state").body);
-    for (const auto& h : state["upstreams"][0]["hosts"])
-      if (h["address"] == host(dead)) return h["ejected"].get<bool>() && h["failures"].get<int>() >= 1;
-    return false;
-  }, 2s);
+  bool shown = sluice::test::eventually(
+      [&] {
+        auto state = nlohmann::json::parse(request(s.admin, "GET", "/admin/state").body);
+        for (const auto& h : state["upstreams"][0]["hosts"])
+          if (h["address"] == host(dead))
+            return h["ejected"].get<bool>() && h["failures"].get<int>() >= 1;
+        return false;
+      },
+      2s);
   CHECK(shown);
 }

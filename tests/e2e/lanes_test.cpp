@@ -2,17 +2,18 @@
 // `sluice-upstream` that answers 429 above a fixed concurrency, driven by
 // closed-loop clients. The machine is shared, so every check compares counts
 // measured in the same run, with generous bounds, never absolute timings.
-#include <catch2/catch.hpp>
+#include <sys/socket.h>
+
 #include <algorithm>
-#include <cctype>
 #include <atomic>
+#include <catch2/catch.hpp>
+#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sys/socket.h>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,27 +28,26 @@ using sluice::test::BodyReader;
 using sluice::test::Conn;
 using sluice::test::eventually;
 using sluice::test::format_request;
-using sluice::test::request;
-using sluice::test::Sluice;
 using sluice::test::kSanitized;
-using sluice::test::upstream_stats;
 using sluice::test::kSluice;
 using sluice::test::kUpstream;
+using sluice::test::request;
+using sluice::test::Sluice;
 using sluice::test::Upstream;
+using sluice::test::upstream_stats;
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-const std::string kRoutes =
-    R"([{"name":"bulk","prefix":"/bulk","lane":"bulk"},)"
-    R"({"name":"heavy","prefix":"/heavy","lane":"heavy"},)"
-    R"({"name":"sse","prefix":"/sse","lane":"heavy"},)"
-    R"({"name":"api","prefix":"/","lane":"standard"}])";
+const std::string kRoutes = R"([{"name":"bulk","prefix":"/bulk","lane":"bulk"},)"
+                            R"({"name":"heavy","prefix":"/heavy","lane":"heavy"},)"
+                            R"({"name":"sse","prefix":"/sse","lane":"heavy"},)"
+                            R"({"name":"api","prefix":"/","lane":"standard"}])";
 
 // One I/O thread (one bulkhead per upstream), no access log to write under load.
 std::map<std::string, std::string> env_for(const Upstream& up,
-                                            std::map<std::string, std::string> extra = {}) {
+                                           std::map<std::string, std::string> extra = {}) {
   extra.emplace("SLUICE_ROUTES", kRoutes);
   extra.emplace("SLUICE_THREADS", "1");
   extra.emplace("SLUICE_ACCESS_LOG", "off");
@@ -59,26 +59,23 @@ Upstream limited_upstream() {
   return Upstream(kUpstream, {"--capacity", "8", "--service-ms", "20"});
 }
 
-
 std::uint64_t served(const json& stats) {
   return stats["requests"].get<std::uint64_t>() - stats["rejected"].get<std::uint64_t>();
 }
 
 // What a group of clients got, counted as it happens.
 struct Tally {
-  std::atomic<std::uint64_t> ok{0};            // 200
+  std::atomic<std::uint64_t> ok{0};             // 200
   std::atomic<std::uint64_t> queue_timeout{0};  // 503 X-Sluice-Reject: queue_timeout
-  std::atomic<std::uint64_t> other_503{0};     // any other refusal by Sluice
-  std::atomic<std::uint64_t> upstream_429{0};  // the upstream's 429, forwarded
-  std::atomic<std::uint64_t> other{0};         // any other status
-  std::atomic<std::uint64_t> failed{0};        // no answer: connection lost or timed out
-  std::atomic<bool> recording{false};          // latencies of 200s are kept while set
+  std::atomic<std::uint64_t> other_503{0};      // any other refusal by Sluice
+  std::atomic<std::uint64_t> upstream_429{0};   // the upstream's 429, forwarded
+  std::atomic<std::uint64_t> other{0};          // any other status
+  std::atomic<std::uint64_t> failed{0};         // no answer: connection lost or timed out
+  std::atomic<bool> recording{false};           // latencies of 200s are kept while set
   std::mutex mutex;
   std::vector<double> latencies_ms;
 
-  std::uint64_t answered() const {
-    return ok + queue_timeout + other_503 + upstream_429 + other;
-  }
+  std::uint64_t answered() const { return ok + queue_timeout + other_503 + upstream_429 + other; }
 
   double median_ms() {
     std::lock_guard lock(mutex);
@@ -98,9 +95,8 @@ class Load {
   Load(std::uint16_t port, std::string target, int clients, Tally& tally,
        std::chrono::milliseconds after_refusal = 1ms) {
     for (int i = 0; i < clients; ++i)
-      threads_.emplace_back([this, port, target, &tally, after_refusal] {
-        run(port, target, tally, after_refusal);
-      });
+      threads_.emplace_back(
+          [this, port, target, &tally, after_refusal] { run(port, target, tally, after_refusal); });
   }
   ~Load() { stop(); }
   Load(const Load&) = delete;
@@ -313,9 +309,13 @@ TEST_CASE(
   CHECK(bulk.ok > 0);
   CHECK(bulk.queue_timeout > 0);  // bulk absorbs the refusals
   CHECK(bulk.queue_timeout > standard_tally.queue_timeout);
-  const auto forwarded = bulk.ok + bulk.upstream_429 + standard_tally.ok + standard_tally.upstream_429;
+  const auto forwarded =
+      bulk.ok + bulk.upstream_429 + standard_tally.ok + standard_tally.upstream_429;
   CHECK(bulk.upstream_429 + standard_tally.upstream_429 < 0.05 * forwarded);
-  CHECK(s.metric(R"(sluice_admission_decisions_total{lane="bulk",outcome="shed",reason="queue_timeout"})") >= 1);
+  CHECK(
+      s.metric(
+          R"(sluice_admission_decisions_total{lane="bulk",outcome="shed",reason="queue_timeout"})") >=
+      1);
   // A loose latency relation: standard waits at most for a slot to turn over (not
   // for a sanitized build, whose own delays dwarf the upstream's).
   if (!kSanitized) CHECK(p50_flood <= 3 * p50_alone + 10);
@@ -337,14 +337,14 @@ TEST_CASE("a lone bulk flood still uses most of the upstream", "[e2e][lanes]") {
 
   // Capacity / service time: 8 / 20 ms = 400 served per second at best.
   const double rate = static_cast<double>(served(after) - served(before)) / seconds;
-  INFO("served " << rate << "/s over " << seconds << " s; max in flight "
-                 << after["max_in_flight"] << "; estimate "
+  INFO("served " << rate << "/s over " << seconds << " s; max in flight " << after["max_in_flight"]
+                 << "; estimate "
                  << s.metric(R"(sluice_upstream_capacity_estimate{upstream="api"})")
                  << "; clients: ok " << bulk.ok << " queue_timeout " << bulk.queue_timeout
                  << " 429 " << bulk.upstream_429 << " failed " << bulk.failed);
   CHECK(after["max_in_flight"].get<int>() >= 6);
   if (!kSanitized) CHECK(rate >= 0.6 * 400);  // a sanitized build serves at a fraction of that
-  CHECK(bulk.queue_timeout > 0);  // the flood asked for more than the upstream serves
+  CHECK(bulk.queue_timeout > 0);              // the flood asked for more than the upstream serves
 }
 
 TEST_CASE(
@@ -371,7 +371,8 @@ TEST_CASE(
   auto refused = request(s.port, "GET", "/heavy/report");
   CHECK(refused.status == 503);
   CHECK(refused.header("X-Sluice-Reject") == "queue_timeout");
-  const auto retry = std::stoi(refused.header("Retry-After").empty() ? "-1" : refused.header("Retry-After"));
+  const auto retry =
+      std::stoi(refused.header("Retry-After").empty() ? "-1" : refused.header("Retry-After"));
   CHECK(retry >= 3);  // the youngest lease's age, not the 200 ms window
   CHECK(retry <= 60);
   auto body = json::parse(refused.body);
@@ -387,7 +388,10 @@ TEST_CASE(
   CHECK(text.find("data: event 50\n\n") != std::string::npos);
   CHECK(eventually([&] { return heavy_leases(s) == 0; }, 5s));
   CHECK(request(s.port, "GET", "/heavy/report").status == 200);
-  CHECK(s.metric(R"(sluice_admission_decisions_total{lane="heavy",outcome="shed",reason="queue_timeout"})") == 1);
+  CHECK(
+      s.metric(
+          R"(sluice_admission_decisions_total{lane="heavy",outcome="shed",reason="queue_timeout"})") ==
+      1);
 }
 
 TEST_CASE(
@@ -477,7 +481,8 @@ TEST_CASE("a request carrying a live lease's token is seated at once even on a f
 
   // The parent: a standard SSE stream, one of the four slots.
   auto parent = Conn::open(s.port);
-  REQUIRE(parent.send(format_request("GET", "/sse?echo=x-sluice-lease&n=80&interval_ms=100", s.port)));
+  REQUIRE(
+      parent.send(format_request("GET", "/sse?echo=x-sluice-lease&n=80&interval_ms=100", s.port)));
   BodyReader reader(parent);
   auto head = reader.read_head(5s);
   REQUIRE(head);
@@ -493,8 +498,8 @@ TEST_CASE("a request carrying a live lease's token is seated at once even on a f
     slow.emplace_back([&] {
       if (request(s.port, "GET", "/slow?ms=5000", {}, {}, 20s).status == 200) ++slow_ok;
     });
-  const bool full = eventually(
-      [&] { return s.metric(R"(sluice_lane_in_flight{lane="standard"})") == 4; }, 3s);
+  const bool full =
+      eventually([&] { return s.metric(R"(sluice_lane_in_flight{lane="standard"})") == 4; }, 3s);
   CHECK(full);
 
   auto plain = request(s.port, "GET", "/child");
@@ -538,9 +543,10 @@ TEST_CASE("/admin/plan answers without seating anything", "[e2e][lanes]") {
   CHECK(request(s.port, "GET", "/api").status == 200);  // nothing was left seated
 }
 
-TEST_CASE("a request whose client stopped reading gives its slot back but keeps its lease, so its "
-          "children are still delegated",
-          "[e2e][lanes][slow]") {
+TEST_CASE(
+    "a request whose client stopped reading gives its slot back but keeps its lease, so its "
+    "children are still delegated",
+    "[e2e][lanes][slow]") {
   Upstream up(kUpstream);
   Sluice s(kSluice, env_for(up, {{"SLUICE_ROUTES", R"([{"prefix":"/","lane":"standard"}])"},
                                  {"SLUICE_CLIENT_SEND_BUFFER", "4KiB"}}));
@@ -550,8 +556,8 @@ TEST_CASE("a request whose client stopped reading gives its slot back but keeps 
   auto parent = Conn::open(s.port);
   int small = 4096;
   ::setsockopt(parent.fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-  REQUIRE(parent.send(format_request(
-      "GET", "/sse?echo=x-sluice-lease&n=100000000&interval_ms=0", s.port)));
+  REQUIRE(parent.send(
+      format_request("GET", "/sse?echo=x-sluice-lease&n=100000000&interval_ms=0", s.port)));
   std::string token;
   {
     BodyReader reader(parent);

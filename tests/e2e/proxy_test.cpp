@@ -1,9 +1,9 @@
 // End-to-end tests of the proxy: the real `sluice` in front of the real
 // `sluice-upstream`, both on free loopback ports, driven over real sockets.
-#include <signal.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 
 #include <catch2/catch.hpp>
@@ -20,13 +20,13 @@ using namespace std::chrono_literals;
 using nlohmann::json;
 using sluice::test::Conn;
 using sluice::test::format_request;
+using sluice::test::kSluice;
+using sluice::test::kUpstream;
 using sluice::test::request;
 using sluice::test::Sluice;
-using sluice::test::kSluice;
+using sluice::test::Upstream;
 using sluice::test::upstream_env;
 using sluice::test::upstream_stats;
-using sluice::test::kUpstream;
-using sluice::test::Upstream;
 
 namespace {
 
@@ -97,12 +97,13 @@ TEST_CASE("hop-by-hop headers, and those Connection names, never reach the upstr
   CHECK(seen["x-request-id"] == res.header("X-Request-Id"));
 }
 
-TEST_CASE("at the edge a client's X-Forwarded-For is replaced, and a TE without trailers goes nowhere",
-          "[e2e][proxy]") {
+TEST_CASE(
+    "at the edge a client's X-Forwarded-For is replaced, and a TE without trailers goes nowhere",
+    "[e2e][proxy]") {
   Upstream up(kUpstream);
   Sluice s(kSluice, upstream_env(up, {{"SLUICE_FORWARDED_FOR", "replace"}}));
-  auto res = request(s.port, "GET", "/headers",
-                     {{"X-Forwarded-For", "203.0.113.9"}, {"TE", "gzip"}});
+  auto res =
+      request(s.port, "GET", "/headers", {{"X-Forwarded-For", "203.0.113.9"}, {"TE", "gzip"}});
   REQUIRE(res.status == 200);
   auto seen = headers_seen(res);
   CHECK(seen["x-forwarded-for"] == "127.0.0.1");
@@ -191,7 +192,8 @@ TEST_CASE("keep-alive holds on both sides: one client connection, one upstream c
   }
   CHECK(s.metric("sluice_upstream_connections{upstream=\"api\"}") == 1);
   // Counted once the response is written, which the client may see first.
-  for (int i = 0; i < 100 && s.metric("sluice_requests_total{code=\"200\",lane=\"standard\"}") < 5; ++i)
+  for (int i = 0; i < 100 && s.metric("sluice_requests_total{code=\"200\",lane=\"standard\"}") < 5;
+       ++i)
     std::this_thread::sleep_for(10ms);
   CHECK(s.metric("sluice_requests_total{code=\"200\",lane=\"standard\"}") == 5);
 }
@@ -215,8 +217,9 @@ TEST_CASE("a body above SLUICE_MAX_BODY_BYTES gets 413 and never reaches the ups
   }
   SECTION("found while reading a chunked body") {
     auto c = Conn::open(s.port);
-    std::string raw = "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n7d0\r\n" +
-                      std::string(2000, 'b') + "\r\n0\r\n\r\n";
+    std::string raw =
+        "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n7d0\r\n" +
+        std::string(2000, 'b') + "\r\n0\r\n\r\n";
     REQUIRE(c.send(raw));
     auto res = c.read_response();
     REQUIRE(res);
@@ -265,8 +268,9 @@ TEST_CASE("an upstream that refuses connections gets 502", "[e2e][proxy][upstrea
   CHECK(s.metric("sluice_upstream_connect_failures_total{upstream=\"api\"}") >= 1);
 }
 
-TEST_CASE("an upstream answering a garbage status line or two Content-Lengths gets 502, never a replay",
-          "[e2e][proxy][upstream-failure]") {
+TEST_CASE(
+    "an upstream answering a garbage status line or two Content-Lengths gets 502, never a replay",
+    "[e2e][proxy][upstream-failure]") {
   Upstream up(kUpstream);
   Sluice s(kSluice, upstream_env(up, {{"SLUICE_THREADS", "1"}}));
   for (std::string kind : {"bad_status", "two_lengths"}) {
@@ -276,7 +280,7 @@ TEST_CASE("an upstream answering a garbage status line or two Content-Lengths ge
     CHECK(res.status == 502);
     CHECK(res.body.find("upstream_bad_response") != std::string::npos);
     CHECK(res.body.find("hello") == std::string::npos);  // nothing of the answer passes
-    CHECK(upstream_requests(up) - before == 1);  // it answered: not a cut, not replayed
+    CHECK(upstream_requests(up) - before == 1);          // it answered: not a cut, not replayed
   }
 }
 
@@ -305,8 +309,8 @@ TEST_CASE("a response body cut short by the upstream cuts the client's connectio
   }
   SECTION("an SSE stream reset mid-way: the events sent arrive, then the abort") {
     auto c = Conn::open(s.port);
-    REQUIRE(c.send(format_request("GET", "/raw?kind=sse_reset", s.port,
-                                  {{"Accept", "text/event-stream"}})));
+    REQUIRE(c.send(
+        format_request("GET", "/raw?kind=sse_reset", s.port, {{"Accept", "text/event-stream"}})));
     auto r = sluice::test::read_streamed(c, 5s);
     REQUIRE(r.head);
     CHECK_FALSE(r.complete);
@@ -366,14 +370,19 @@ TEST_CASE("malformed and ambiguous requests are refused and never forwarded",
   std::vector<Case> cases{
       {"garbage", "HELLO\r\n\r\n", 400},
       {"content-length with transfer-encoding",
-       "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+       "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nTransfer-Encoding: "
+       "chunked\r\n\r\n0\r\n\r\n",
        400},
       {"transfer-encoding with content-length",
-       "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
+       "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nContent-Length: "
+       "5\r\n\r\n0\r\n\r\n",
        400},
       {"two different content-lengths",
-       "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 400},
-      {"bad chunk size", "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+       "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+       400},
+      {"bad chunk size",
+       "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: "
+       "chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
        400},
       {"transfer-encoding not ending in chunked",
        "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked, identity\r\n\r\n", 400},
@@ -402,7 +411,8 @@ TEST_CASE("Expect: 100-continue gets its 100 from Sluice and the body goes throu
   Upstream up(kUpstream);
   Sluice s(kSluice, upstream_env(up));
   auto c = Conn::open(s.port);
-  REQUIRE(c.send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n"));
+  REQUIRE(c.send(
+      "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n"));
   auto interim = c.read_response(3s);
   REQUIRE(interim);
   CHECK(interim->status == 100);
@@ -416,13 +426,14 @@ TEST_CASE("Expect: 100-continue gets its 100 from Sluice and the body goes throu
 TEST_CASE("routes pick the lane and the upstream, no match gets 404", "[e2e][proxy][routes]") {
   Upstream a(kUpstream);
   Upstream b(kUpstream);
-  Sluice s(kSluice,
-           {{"SLUICE_UPSTREAMS", "a=127.0.0.1:" + std::to_string(a.port) + ";b=127.0.0.1:" +
-                                     std::to_string(b.port)},
-            {"SLUICE_THREADS", "1"},  // one log buffer: the lines come in request order
-            {"SLUICE_ROUTES",
-             R"([{"name":"uploads","prefix":"/up","methods":["POST"],"lane":"bulk","upstream":"b"},)"
-             R"({"name":"api","prefix":"/api","lane":"standard"}])"}});
+  Sluice s(
+      kSluice,
+      {{"SLUICE_UPSTREAMS",
+        "a=127.0.0.1:" + std::to_string(a.port) + ";b=127.0.0.1:" + std::to_string(b.port)},
+       {"SLUICE_THREADS", "1"},  // one log buffer: the lines come in request order
+       {"SLUICE_ROUTES",
+        R"([{"name":"uploads","prefix":"/up","methods":["POST"],"lane":"bulk","upstream":"b"},)"
+        R"({"name":"api","prefix":"/api","lane":"standard"}])"}});
   auto up = request(s.port, "POST", "/up/load", {}, "x");
   CHECK(up.status == 200);
   CHECK(up.header("X-Upstream-Port") == std::to_string(b.port));
@@ -463,19 +474,20 @@ TEST_CASE("every access log line carries SPEC's fields", "[e2e][proxy][log]") {
   CHECK(ts.back() == 'Z');
 }
 
-TEST_CASE("/metrics serves Prometheus text with the proxy's measurements", "[e2e][proxy][metrics]") {
+TEST_CASE("/metrics serves Prometheus text with the proxy's measurements",
+          "[e2e][proxy][metrics]") {
   Upstream up(kUpstream);
   Sluice s(kSluice, upstream_env(up));
   request(s.port, "GET", "/");
   auto res = request(s.admin, "GET", "/metrics");
   CHECK(res.status == 200);
   CHECK(res.header("Content-Type").starts_with("text/plain; version=0.0.4"));
-  for (auto* name : {"# TYPE sluice_requests_total counter", "# TYPE sluice_event_loop_lag_seconds histogram",
-                     "# TYPE sluice_upstream_wait_seconds histogram",
-                     "# TYPE sluice_request_duration_seconds histogram", "sluice_lane_in_flight{lane=\"heavy\"}",
-                     "sluice_upstream_wait_seconds_count{upstream=\"api\"} 1",
-                     "sluice_event_loop_stall_seconds{thread=\"0\"}",
-                     "\nsluice_handler_exceptions_total 0\n"})
+  for (auto* name :
+       {"# TYPE sluice_requests_total counter", "# TYPE sluice_event_loop_lag_seconds histogram",
+        "# TYPE sluice_upstream_wait_seconds histogram",
+        "# TYPE sluice_request_duration_seconds histogram", "sluice_lane_in_flight{lane=\"heavy\"}",
+        "sluice_upstream_wait_seconds_count{upstream=\"api\"} 1",
+        "sluice_event_loop_stall_seconds{thread=\"0\"}", "\nsluice_handler_exceptions_total 0\n"})
     CHECK(res.body.find(name) != std::string::npos);
   CHECK(request(s.admin, "GET", "/healthz").status == 200);
   CHECK(request(s.admin, "GET", "/readyz").status == 200);
@@ -484,7 +496,8 @@ TEST_CASE("/metrics serves Prometheus text with the proxy's measurements", "[e2e
 TEST_CASE("on SIGTERM /readyz turns 503 at once and a request in flight still completes",
           "[e2e][proxy][drain]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, upstream_env(up, {{"SLUICE_DRAIN_DELAY", "300ms"}, {"SLUICE_DRAIN_TIMEOUT", "10s"}}));
+  Sluice s(kSluice,
+           upstream_env(up, {{"SLUICE_DRAIN_DELAY", "300ms"}, {"SLUICE_DRAIN_TIMEOUT", "10s"}}));
   auto c = Conn::open(s.port);
   REQUIRE(c.send(format_request("GET", "/slow?ms=1500", s.port)));
   std::this_thread::sleep_for(200ms);  // the request is with the upstream
@@ -546,7 +559,8 @@ TEST_CASE("fault injection is off unless enabled and needs the token when one is
     Sluice s(kSluice, upstream_env(up));
     CHECK(request(s.admin, "POST", "/admin/debug/block?ms=10").status == 404);
   }
-  Sluice s(kSluice, upstream_env(up, {{"SLUICE_DEBUG_ENDPOINTS", "true"}, {"SLUICE_ADMIN_TOKEN", "t0k"}}));
+  Sluice s(kSluice,
+           upstream_env(up, {{"SLUICE_DEBUG_ENDPOINTS", "true"}, {"SLUICE_ADMIN_TOKEN", "t0k"}}));
   CHECK(request(s.admin, "POST", "/admin/debug/block?ms=10").status == 401);
   CHECK(request(s.admin, "POST", "/admin/debug/block?ms=10", {{"Authorization", "Bearer nope"}})
             .status == 401);
@@ -607,12 +621,14 @@ TEST_CASE("a pooled connection idle long enough is checked before use, so nothin
   CHECK(s.metric("sluice_upstream_retries_total{upstream=\"api\"}") == 0);
 }
 
-TEST_CASE("a WebSocket upgrade is tunnelled both ways for its lifetime", "[e2e][proxy][websocket]") {
+TEST_CASE("a WebSocket upgrade is tunnelled both ways for its lifetime",
+          "[e2e][proxy][websocket]") {
   Upstream up(kUpstream);
   Sluice s(kSluice, upstream_env(up));
   auto c = Conn::open(s.port);
-  REQUIRE(c.send("GET /ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
-                 "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"));
+  REQUIRE(
+      c.send("GET /ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+             "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"));
   auto head = c.read_response(3s);
   REQUIRE(head);
   CHECK(head->status == 101);
@@ -694,7 +710,8 @@ TEST_CASE("HEAD on the admin listener states the length and sends no body", "[e2
   Upstream up(kUpstream);
   Sluice s(kSluice, upstream_env(up));
   auto c = Conn::open(s.admin);
-  REQUIRE(c.send("HEAD /healthz HTTP/1.1\r\nHost: a\r\n\r\nGET /readyz HTTP/1.1\r\nHost: a\r\n\r\n"));
+  REQUIRE(
+      c.send("HEAD /healthz HTTP/1.1\r\nHost: a\r\n\r\nGET /readyz HTTP/1.1\r\nHost: a\r\n\r\n"));
   auto head = c.read_response(3s, true);
   REQUIRE(head);
   CHECK(head->status == 200);

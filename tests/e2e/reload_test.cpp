@@ -19,12 +19,12 @@
 using namespace std::chrono_literals;
 using nlohmann::json;
 using sluice::test::Conn;
-using sluice::test::format_request;
 using sluice::test::eventually;
-using sluice::test::request;
-using sluice::test::Sluice;
+using sluice::test::format_request;
 using sluice::test::kSluice;
 using sluice::test::kUpstream;
+using sluice::test::request;
+using sluice::test::Sluice;
 using sluice::test::Upstream;
 
 namespace {
@@ -109,7 +109,9 @@ TEST_CASE("a changed routes file takes effect without a restart", "[e2e][reload]
   CHECK(request(s.port, "GET", "/x").header("X-Upstream-Port") == std::to_string(a.port));
   routes.write(R"([{"prefix":"/x","upstream":"b"},{"prefix":"/","upstream":"a"}])");
   REQUIRE(eventually(
-      [&] { return request(s.port, "GET", "/x").header("X-Upstream-Port") == std::to_string(b.port); },
+      [&] {
+        return request(s.port, "GET", "/x").header("X-Upstream-Port") == std::to_string(b.port);
+      },
       5s));
   CHECK(request(s.port, "GET", "/y").header("X-Upstream-Port") == std::to_string(a.port));
 }
@@ -126,7 +128,8 @@ TEST_CASE("a variable that needs a restart is reported, not applied", "[e2e][rel
   CHECK(request(s.port, "POST", "/echo", {}, std::string(4000, 'x')).status == 200);
 }
 
-TEST_CASE("a reload changes the lanes' queue windows in the running bulkheads", "[e2e][reload][lanes]") {
+TEST_CASE("a reload changes the lanes' queue windows in the running bulkheads",
+          "[e2e][reload][lanes]") {
   Upstream up(kUpstream);
   TempFile config("config");
   config.write("SLUICE_QUEUE_WINDOW=heavy=0s\n");
@@ -135,7 +138,8 @@ TEST_CASE("a reload changes the lanes' queue windows in the running bulkheads", 
                      {"SLUICE_TICK", "100ms"},
                      {"SLUICE_HEAVY_MAX_IN_FLIGHT", "1"},
                      {"SLUICE_CONFIG_FILE", config.path.string()}});
-  const std::string sse = "GET /sse?n=600&interval_ms=100 HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n";
+  const std::string sse =
+      "GET /sse?n=600&interval_ms=100 HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n";
   auto stream = std::make_unique<Conn>(Conn::open(s.port));
   REQUIRE(stream->send(sse));
   {

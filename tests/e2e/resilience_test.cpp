@@ -1,7 +1,7 @@
 // Upstream resilience through the real binary, with several real upstream
 // processes on loopback: alternatives, closures and probes, pins, budgets.
-#include <catch2/catch.hpp>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -13,6 +13,7 @@
 #include "tests/support/sluice.hpp"
 
 using namespace std::chrono_literals;
+using Catch::Detail::Approx;
 using nlohmann::json;
 using sluice::test::eventually;
 using sluice::test::kSluice;
@@ -20,7 +21,6 @@ using sluice::test::kUpstream;
 using sluice::test::request;
 using sluice::test::Sluice;
 using sluice::test::Upstream;
-using Catch::Detail::Approx;
 
 namespace {
 
@@ -36,8 +36,10 @@ std::uint16_t dead_port() {
 
 }  // namespace
 
-TEST_CASE("an upstream stopped mid-load: its requests move to the alternative, one probe per interval finds it back",
-          "[e2e][resilience]") {
+TEST_CASE(
+    "an upstream stopped mid-load: its requests move to the alternative, one probe per interval "
+    "finds it back",
+    "[e2e][resilience]") {
   auto a = std::make_unique<Upstream>(kUpstream);
   const auto a_port = a->port;
   Upstream b(kUpstream);
@@ -78,14 +80,18 @@ TEST_CASE("an upstream stopped mid-load: its requests move to the alternative, o
     });
   REQUIRE(eventually([&] { return ok > 50; }, 10s));
   a.reset();  // SIGKILL: connections reset, the port refuses
-  REQUIRE(eventually([&] { return s.metric(R"(sluice_upstream_closed{upstream="a"})") == 1; }, 10s));
+  REQUIRE(
+      eventually([&] { return s.metric(R"(sluice_upstream_closed{upstream="a"})") == 1; }, 10s));
   auto probes_before = s.metric(R"(sluice_upstream_probes_total{upstream="a",result="failed"})");
   std::this_thread::sleep_for(3s);
-  auto probes = s.metric(R"(sluice_upstream_probes_total{upstream="a",result="failed"})") - probes_before;
+  auto probes =
+      s.metric(R"(sluice_upstream_probes_total{upstream="a",result="failed"})") - probes_before;
   int on_b_while_down = on_b;
   // Restart on the same port: the next probe reopens it.
-  a = std::make_unique<Upstream>(kUpstream, std::vector<std::string>{"--listen", "127.0.0.1:" + std::to_string(a_port)});
-  bool back = eventually([&] { return s.metric(R"(sluice_upstream_closed{upstream="a"})") == 0; }, 5s);
+  a = std::make_unique<Upstream>(
+      kUpstream, std::vector<std::string>{"--listen", "127.0.0.1:" + std::to_string(a_port)});
+  bool back =
+      eventually([&] { return s.metric(R"(sluice_upstream_closed{upstream="a"})") == 0; }, 5s);
   stop = true;
   for (auto& t : load) t.join();
 
@@ -136,7 +142,10 @@ TEST_CASE("a pinned route waits for its upstream and gets pool_closed while it i
   int retry = std::stoi(r.header("Retry-After"));
   CHECK(retry >= 1);
   CHECK(retry <= 30);  // until the next probe, in the standard band
-  CHECK(s.metric(R"(sluice_admission_decisions_total{lane="standard",outcome="shed",reason="pool_closed"})") == 1);
+  CHECK(
+      s.metric(
+          R"(sluice_admission_decisions_total{lane="standard",outcome="shed",reason="pool_closed"})") ==
+      1);
 }
 
 TEST_CASE("a connect refused before anything was sent moves even a POST to the alternative",
@@ -156,18 +165,21 @@ TEST_CASE("a connect refused before anything was sent moves even a POST to the a
 TEST_CASE("the budget reserve stops bulk borrowing first when the upstream's quota runs low",
           "[e2e][resilience]") {
   Upstream a(kUpstream);
-  Sluice s(kSluice, {{"SLUICE_UPSTREAMS", "a=127.0.0.1:" + std::to_string(a.port)},
-                     {"SLUICE_THREADS", "1"},
-                     {"SLUICE_BULKHEAD_SEED", "20"},
-                     {"SLUICE_ROUTES", R"([{"header":{"name":"X-Lane","value":"bulk"},"lane":"bulk"},)"
-                                       R"({"prefix":"/","lane":"standard"}])"}});
+  Sluice s(kSluice,
+           {{"SLUICE_UPSTREAMS", "a=127.0.0.1:" + std::to_string(a.port)},
+            {"SLUICE_THREADS", "1"},
+            {"SLUICE_BULKHEAD_SEED", "20"},
+            {"SLUICE_ROUTES", R"([{"header":{"name":"X-Lane","value":"bulk"},"lane":"bulk"},)"
+                              R"({"prefix":"/","lane":"standard"}])"}});
   // The upstream says 20 % of its quota is left for the next minute.
   CHECK(request(s.port, "GET", "/status/200?ratelimit=100,20,60").status == 200);
   json state;
-  REQUIRE(eventually([&] {
-    state = json::parse(request(s.admin, "GET", "/admin/state").body);
-    return state["upstreams"][0]["budget_remaining"].is_number();
-  }, 2s));
+  REQUIRE(eventually(
+      [&] {
+        state = json::parse(request(s.admin, "GET", "/admin/state").body);
+        return state["upstreams"][0]["budget_remaining"].is_number();
+      },
+      2s));
   CHECK(state["upstreams"][0]["budget_remaining"].get<double>() == Approx(0.2));
   // Hold slots with slow requests: bulk's floor (2 of 20) still starts, its
   // borrowing stops at its 30 % reserve; standard (reserve 5 %) borrows on.
@@ -186,11 +198,14 @@ TEST_CASE("the budget reserve stops bulk borrowing first when the upstream's quo
   CHECK(bulk.status == 503);
   CHECK(bulk.header("X-Sluice-Reject") == "queue_timeout");
   for (int i = 0; i < 12; ++i) slow(false);
-  CHECK(eventually([&] { return s.metric(R"(sluice_lane_in_flight{lane="standard"})") == 12; }, 5s));
+  CHECK(
+      eventually([&] { return s.metric(R"(sluice_lane_in_flight{lane="standard"})") == 12; }, 5s));
 }
 
-TEST_CASE("an upstream closed while only an alternative is probed and reopened through the route that falls back to it",
-          "[e2e][resilience]") {
+TEST_CASE(
+    "an upstream closed while only an alternative is probed and reopened through the route that "
+    "falls back to it",
+    "[e2e][resilience]") {
   Upstream b(kUpstream);
   auto port = dead_port();
   Sluice s(kSluice, {{"SLUICE_UPSTREAMS", "a=127.0.0.1:" + std::to_string(port) +
@@ -210,13 +225,13 @@ TEST_CASE("an upstream closed while only an alternative is probed and reopened t
   CHECK(s.metric(R"(sluice_upstream_probes_total{upstream="b",result="ok"})") >= 1);
 }
 
-TEST_CASE("one exhausted upstream holds back no other: each has its own bulkhead",
-          "[e2e][lanes]") {
+TEST_CASE("one exhausted upstream holds back no other: each has its own bulkhead", "[e2e][lanes]") {
   Upstream a(kUpstream, {"--capacity", "2", "--service-ms", "20"});
   Upstream b(kUpstream);
   Sluice s(kSluice, {{"SLUICE_UPSTREAMS", hosts(a, b)},
                      {"SLUICE_THREADS", "1"},
-                     {"SLUICE_ROUTES", R"([{"prefix":"/b","upstream":"b"},{"prefix":"/","upstream":"a"}])"}});
+                     {"SLUICE_ROUTES",
+                      R"([{"prefix":"/b","upstream":"b"},{"prefix":"/","upstream":"a"}])"}});
   std::atomic<bool> stop{false};
   std::vector<std::thread> flood;
   for (int i = 0; i < 8; ++i)
@@ -229,11 +244,13 @@ TEST_CASE("one exhausted upstream holds back no other: each has its own bulkhead
       }
     });
   // a's estimate shrinks (the views are published every heartbeat, 50 ms).
-  bool shrunk = eventually([&] {
-    return s.metric(R"(sluice_upstream_exhausted_total{upstream="a",why="refused"})") >= 1 &&
-           s.metric(R"(sluice_upstream_capacity_estimate{upstream="a"})") > 0 &&
-           s.metric(R"(sluice_upstream_capacity_estimate{upstream="a"})") < 4;
-  }, 10s);
+  bool shrunk = eventually(
+      [&] {
+        return s.metric(R"(sluice_upstream_exhausted_total{upstream="a",why="refused"})") >= 1 &&
+               s.metric(R"(sluice_upstream_capacity_estimate{upstream="a"})") > 0 &&
+               s.metric(R"(sluice_upstream_capacity_estimate{upstream="a"})") < 4;
+      },
+      10s);
   int ok = 0;
   for (int i = 0; i < 20; ++i) ok += request(s.port, "GET", "/b/x").status == 200 ? 1 : 0;
   std::this_thread::sleep_for(100ms);  // two heartbeats

@@ -21,21 +21,20 @@
 using namespace std::chrono_literals;
 using nlohmann::json;
 using sluice::test::Conn;
+using sluice::test::kSluice;
+using sluice::test::kUpstream;
 using sluice::test::Process;
 using sluice::test::request;
 using sluice::test::Sluice;
-using sluice::test::kSluice;
-using sluice::test::kUpstream;
 using sluice::test::Upstream;
 
 namespace {
 
-
 std::map<std::string, std::string> env_for(const Upstream& up) {
   return sluice::test::upstream_env(
       up, {{"SLUICE_ROUTES", R"([{"name":"uploads","prefix":"/bulk","lane":"bulk"},)"
-                            R"({"name":"api","prefix":"/","lane":"standard"}])"},
-          {"SLUICE_TICK", "100ms"}});
+                             R"({"name":"api","prefix":"/","lane":"standard"}])"},
+           {"SLUICE_TICK", "100ms"}});
 }
 
 // The text after the first occurrence of `attr` (e.g. `id="level-name"`) up to the next tag,
@@ -216,11 +215,13 @@ TEST_CASE("headless Chromium renders a closed upstream, its next probe, and anot
   REQUIRE(request(s.port, "GET", "/status/403").status == 403);
   // a is closed: this goes to b, which says 20 % of its quota is left for ten minutes.
   REQUIRE(request(s.port, "GET", "/status/200?ratelimit=100,20,600").status == 200);
-  REQUIRE(sluice::test::eventually([&] {
-    auto state = json::parse(request(s.admin, "GET", "/admin/state").body);
-    return state["upstreams"][0]["closed"] == true &&
-           state["upstreams"][1]["budget_remaining"].is_number();
-  }, 2s));
+  REQUIRE(sluice::test::eventually(
+      [&] {
+        auto state = json::parse(request(s.admin, "GET", "/admin/state").body);
+        return state["upstreams"][0]["closed"] == true &&
+               state["upstreams"][1]["budget_remaining"].is_number();
+      },
+      2s));
 
   auto dom = chromium_dump_dom("http://127.0.0.1:" + std::to_string(s.admin) + "/", 2000);
   INFO(dom);

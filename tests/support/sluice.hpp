@@ -82,8 +82,8 @@ struct Sluice {
   }
 
   // Waits until the access log has at least n lines (it is flushed every heartbeat).
-  std::vector<nlohmann::json> wait_log_lines(std::size_t n,
-                                             std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+  std::vector<nlohmann::json> wait_log_lines(
+      std::size_t n, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
     auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
       auto lines = log_lines();

@@ -1,3 +1,5 @@
+#include "proxy/access_log.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -5,8 +7,6 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
-
-#include "proxy/access_log.hpp"
 
 using sluice::proxy::AccessLog;
 using sluice::proxy::AccessRecord;

@@ -44,7 +44,8 @@ TEST_CASE("the token comparison is equality of every byte and of the length", "[
 TEST_CASE("the token comparison reads every byte of the token whatever byte differs first",
           "[proxy][admin]") {
   const std::string token = "0123456789abcdef0123456789abcdef";
-  for (std::size_t differs_at : {std::size_t{0}, std::size_t{1}, token.size() / 2, token.size() - 1}) {
+  for (std::size_t differs_at :
+       {std::size_t{0}, std::size_t{1}, token.size() / 2, token.size() - 1}) {
     INFO("the guess differs at byte " << differs_at);
     std::string guess_bytes = token;
     guess_bytes[differs_at] = '!';

@@ -1,9 +1,9 @@
 // The bulkhead's rules, one test each, on a fake clock (Micros values).
+#include "admission/bulkhead.hpp"
+
 #include <catch2/catch.hpp>
 #include <span>
 #include <vector>
-
-#include "admission/bulkhead.hpp"
 
 using namespace sluice::admission;
 using namespace std::chrono_literals;
@@ -18,7 +18,7 @@ struct TestSeat : Seat {
 };
 
 struct CountCap : LeaseCap {
-  explicit CountCap(int cap) : cap(cap) {}
+  explicit CountCap(int limit) : cap(limit) {}
   int cap, taken = 0;
   bool try_take() override { return taken < cap ? (++taken, true) : false; }
   void give_back() override { --taken; }
@@ -73,8 +73,9 @@ TEST_CASE("a lane with waiting work and a non-zero floor gets at least one slot"
   CHECK(guaranteed(p, census(3, true, seats(0, 1, 1), seats(1, 0, 0)))[0] == 0);
 }
 
-TEST_CASE("a lane below its floor is admitted while a slot is free, and beyond a never-measured estimate",
-          "[admission][bulkhead]") {
+TEST_CASE(
+    "a lane below its floor is admitted while a slot is free, and beyond a never-measured estimate",
+    "[admission][bulkhead]") {
   LanePolicy p;
   // Bulk borrowed 9 of 10; standard (floor 5) takes the last free slot.
   CHECK(decide(p, census(10, true, seats(9, 0, 0)), Lane::standard, kCertain) == Hold::none);
@@ -112,8 +113,10 @@ TEST_CASE("the borrowed part goes to the waiting lane with the least borrowed pe
   CHECK(decide(p, c, Lane::standard, 0.0) == Hold::none);
 }
 
-TEST_CASE("a marginal admission is certain while 30 % is free, impossible at the estimate and flatter for lighter lanes",
-          "[admission][bulkhead]") {
+TEST_CASE(
+    "a marginal admission is certain while 30 % is free, impossible at the estimate and flatter "
+    "for lighter lanes",
+    "[admission][bulkhead]") {
   LanePolicy p;  // weights bulk 1, standard 4: bulk's exponent is 4
   CHECK(marginal_probability(p, census(10, true, seats(7, 0, 0)), Lane::bulk) == 1.0);
   CHECK(marginal_probability(p, census(10, true, seats(10, 0, 0)), Lane::standard) == 0.0);
@@ -196,8 +199,9 @@ TEST_CASE("too much decreases the estimate once per burst and remembers the load
   CHECK(e.decreases() == 2);
 }
 
-TEST_CASE("after a decrease the estimate grows again only once a request admitted since answered cleanly",
-          "[admission][bulkhead]") {
+TEST_CASE(
+    "after a decrease the estimate grows again only once a request admitted since answered cleanly",
+    "[admission][bulkhead]") {
   EstimatePolicy p;
   p.seed = 16;
   Estimate e(p);
@@ -206,7 +210,7 @@ TEST_CASE("after a decrease the estimate grows again only once a request admitte
   REQUIRE(e.observe(Signal::refused, during, 20, 1ms, 1s));
   double shrunk = e.value();
   e.demand();
-  CHECK_FALSE(e.maybe_grow(2s));  // no answer yet at the smaller estimate
+  CHECK_FALSE(e.maybe_grow(2s));                 // no answer yet at the smaller estimate
   e.observe(Signal::clean, before, 0, 1ms, 2s);  // admitted before the decrease: proves nothing
   e.demand();
   CHECK_FALSE(e.maybe_grow(3s));
@@ -217,8 +221,9 @@ TEST_CASE("after a decrease the estimate grows again only once a request admitte
   CHECK(e.value() > shrunk);
 }
 
-TEST_CASE("a slow answer or a timeout remembers the load it ended in, a refusal the load it arrived into",
-          "[admission][bulkhead]") {
+TEST_CASE(
+    "a slow answer or a timeout remembers the load it ended in, a refusal the load it arrived into",
+    "[admission][bulkhead]") {
   EstimatePolicy ep;
   ep.seed = 16;
   for (Signal signal : {Signal::slow, Signal::timeout, Signal::refused}) {
@@ -233,8 +238,9 @@ TEST_CASE("a slow answer or a timeout remembers the load it ended in, a refusal 
   }
 }
 
-TEST_CASE("an upstream that queues: a window's mean head time over the floor sets K by Little's law",
-          "[admission][bulkhead]") {
+TEST_CASE(
+    "an upstream that queues: a window's mean head time over the floor sets K by Little's law",
+    "[admission][bulkhead]") {
   EstimatePolicy p;
   p.seed = 16;
   Estimate e(p);
@@ -259,8 +265,10 @@ TEST_CASE("an upstream that queues: a window's mean head time over the floor set
   // Off with queue_factor 0.
   p.queue_factor = 0;
   Estimate off(p);
-  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i) off.observe(Signal::clean, off.next_seq(), 3, 50ms, 1s);
-  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i) off.observe(Signal::clean, off.next_seq(), 15, 100ms, 2s);
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
+    off.observe(Signal::clean, off.next_seq(), 3, 50ms, 1s);
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
+    off.observe(Signal::clean, off.next_seq(), 15, 100ms, 2s);
   CHECK(off.decreases() == 0);
   CHECK(off.value() == 16);
 }
@@ -268,9 +276,11 @@ TEST_CASE("an upstream that queues: a window's mean head time over the floor set
 TEST_CASE("no queue: a window under queue_factor x the floor, one slow head, an aged floor",
           "[admission][bulkhead]") {
   Estimate e;
-  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i) e.observe(Signal::clean, e.next_seq(), 3, 50ms, 1s);
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
+    e.observe(Signal::clean, e.next_seq(), 3, 50ms, 1s);
   // 1.4 x the floor.
-  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i) e.observe(Signal::clean, e.next_seq(), 7, 70ms, 2s);
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
+    e.observe(Signal::clean, e.next_seq(), 7, 70ms, 2s);
   // One head of 600 ms among 50 ms ones: the window's mean is 67 ms.
   for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
     e.observe(Signal::clean, e.next_seq(), 7, i == 0 ? 600ms : 50ms, 3s);
@@ -280,11 +290,13 @@ TEST_CASE("no queue: a window under queue_factor x the floor, one slow head, an 
   // A floor older than kQueueFloorAge gives way to the current window: an upstream that
   // became slower for good is learnt, not fought.
   const auto later = 3s + EstimatePolicy::kQueueFloorAge + 1ms;
-  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i) e.observe(Signal::clean, e.next_seq(), 3, 200ms, later);
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
+    e.observe(Signal::clean, e.next_seq(), 3, 200ms, later);
   CHECK(e.decreases() == 0);
   CHECK(e.queue_floor() == 200ms);
   // A window faster than the floor lowers it at once.
-  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i) e.observe(Signal::clean, e.next_seq(), 3, 40ms, later);
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
+    e.observe(Signal::clean, e.next_seq(), 3, 40ms, later);
   CHECK(e.queue_floor() == 40ms);
 }
 
@@ -482,8 +494,10 @@ TEST_CASE("a heavy lease is held for the whole response and the cap counts live 
   CHECK_FALSE(b.youngest(Lane::heavy));
 }
 
-TEST_CASE("a lease refusal's Retry-After is the larger of the window waited and the youngest lease's age, in the band",
-          "[admission][bulkhead]") {
+TEST_CASE(
+    "a lease refusal's Retry-After is the larger of the window waited and the youngest lease's "
+    "age, in the band",
+    "[admission][bulkhead]") {
   CHECK(lease_retry_after(2s, Micros(44'200'000)) == Millis(44'200));
   CHECK(lease_retry_after(5s, Micros(1s)) == Millis(5'000));
   CHECK(lease_retry_after(2s, std::nullopt) == Millis(2'000));

@@ -122,12 +122,11 @@ TEST_CASE("the defaults in the table are the defaults load applies", "[config]")
     CHECK(to_json(load(minimal({{std::string(v.name), std::string(v.default_value)}}))) ==
           baseline);
   }
-  CHECK(not_literal == std::set<std::string_view>{"SLUICE_ADMIN_TOKEN", "SLUICE_UPSTREAMS",
-                                                  "SLUICE_ROUTES", "SLUICE_ROUTES_FILE",
-                                                  "SLUICE_THREADS", "SLUICE_PINS_FILE",
-                                                  "SLUICE_TICK_LOG", "SLUICE_CONFIG_FILE",
-                                                  "SLUICE_HEAVY_MAX_IN_FLIGHT",
-                                                  "SLUICE_LEASE_KEY", "SLUICE_CLOSE_STATUSES"});
+  CHECK(not_literal == std::set<std::string_view>{
+                           "SLUICE_ADMIN_TOKEN", "SLUICE_UPSTREAMS", "SLUICE_ROUTES",
+                           "SLUICE_ROUTES_FILE", "SLUICE_THREADS", "SLUICE_PINS_FILE",
+                           "SLUICE_TICK_LOG", "SLUICE_CONFIG_FILE", "SLUICE_HEAVY_MAX_IN_FLIGHT",
+                           "SLUICE_LEASE_KEY", "SLUICE_CLOSE_STATUSES"});
 
   // And the loaded defaults are the struct's.
   Config expected;
@@ -452,7 +451,8 @@ TEST_CASE("SLUICE_CLIENT_SEND_BUFFER is 0 (the kernel's) or 4KiB..64MiB", "[conf
   CHECK(error_of(minimal({{"SLUICE_CLIENT_SEND_BUFFER", "1KiB"}})) ==
         "SLUICE_CLIENT_SEND_BUFFER: \"1KiB\" is out of range; valid: 0 (the kernel's autotuning) "
         "or 4KiB..64MiB");
-  CHECK(variable_of(minimal({{"SLUICE_CLIENT_SEND_BUFFER", "65MiB"}})) == "SLUICE_CLIENT_SEND_BUFFER");
+  CHECK(variable_of(minimal({{"SLUICE_CLIENT_SEND_BUFFER", "65MiB"}})) ==
+        "SLUICE_CLIENT_SEND_BUFFER");
 }
 
 TEST_CASE("connection limits must be at least one", "[config]") {
@@ -638,7 +638,8 @@ TEST_CASE("the sentinel profile sets seed 003's timings and single variables ove
   CHECK(fast.controller.exit_ratio == 0.6);
   auto sentinel = load(minimal({{"SLUICE_ADMISSION_PROFILE", "sentinel"}})).admission;
   CHECK(sentinel.tick == 60'000ms);
-  CHECK(sentinel.controller.hold == std::array<sluice::config::Duration, 3>{300'000ms, 300'000ms, 300'000ms});
+  CHECK(sentinel.controller.hold ==
+        std::array<sluice::config::Duration, 3>{300'000ms, 300'000ms, 300'000ms});
   CHECK(sentinel.controller.exit_ratio == 1.0);
   CHECK(sentinel.controller.spacing == 300'000ms);
   CHECK(sentinel.controller.emergency_dwell == 180'000ms);
@@ -683,7 +684,8 @@ TEST_CASE("Retry-After bands need floor <= cap and a floor of at least 1s", "[co
              Catch::Contains("at least 1s"));
 }
 
-TEST_CASE("load_admission needs no upstreams but still refuses unknown names", "[config][admission]") {
+TEST_CASE("load_admission needs no upstreams but still refuses unknown names",
+          "[config][admission]") {
   auto a = sluice::config::load_admission({{"SLUICE_ADMISSION_MODE", "observe"}});
   CHECK(a.mode == sluice::admission::Mode::observe);
   CHECK_THROWS_AS(sluice::config::load_admission({{"SLUICE_ADMISION_MODE", "observe"}}),
@@ -803,8 +805,9 @@ TEST_CASE("the limits of the bulkhead and lease variables are accepted", "[confi
   CHECK(a.estimate.seed == 100'000.0);
   CHECK(a.estimate.slow_factor == 0.0);
   CHECK(load(minimal({{"SLUICE_BULKHEAD_SEED", "1"}})).admission.estimate.seed == 1.0);
-  CHECK(load(minimal({{"SLUICE_LANE_FLOORS", "bulk=1;standard=0;heavy=0"}}))
-            .admission.lanes.floors == std::array<double, 3>{1, 0, 0});
+  CHECK(
+      load(minimal({{"SLUICE_LANE_FLOORS", "bulk=1;standard=0;heavy=0"}})).admission.lanes.floors ==
+      std::array<double, 3>{1, 0, 0});
 }
 
 TEST_CASE("SLUICE_LANE_FLOORS: each in 0..1, together at most 1, lanes by name",
@@ -863,8 +866,7 @@ TEST_CASE("SLUICE_HEAVY_MAX_IN_FLIGHT is a whole number of at least 1", "[config
         "SLUICE_HEAVY_MAX_IN_FLIGHT: \"0\" is out of range; valid: at least 1");
   CHECK(error_of(minimal({{"SLUICE_HEAVY_MAX_IN_FLIGHT", "2.5"}})) ==
         "SLUICE_HEAVY_MAX_IN_FLIGHT: \"2.5\" is not a whole number; e.g. 512");
-  CHECK(variable_of(minimal({{"SLUICE_HEAVY_MAX_IN_FLIGHT", ""}})) ==
-        "SLUICE_HEAVY_MAX_IN_FLIGHT");
+  CHECK(variable_of(minimal({{"SLUICE_HEAVY_MAX_IN_FLIGHT", ""}})) == "SLUICE_HEAVY_MAX_IN_FLIGHT");
 }
 
 TEST_CASE("SLUICE_BULKHEAD_SEED is a number in 1..100000", "[config][admission]") {

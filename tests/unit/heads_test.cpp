@@ -1,13 +1,13 @@
 // What Sluice writes on the wire (proxy/heads.hpp), read back with Beast's own
 // parser: a head is right when a client parses it to what was meant.
+#include "proxy/heads.hpp"
+
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <catch2/catch.hpp>
 #include <memory_resource>
 #include <nlohmann/json.hpp>
 #include <string>
-
-#include "proxy/heads.hpp"
 
 using namespace sluice::proxy;
 namespace http = boost::beast::http;
@@ -31,7 +31,8 @@ http::response<http::string_body> parse(const std::string& wire, bool head_reque
 // An upstream's response head as the session holds it.
 struct Upstream {
   std::pmr::monotonic_buffer_resource arena;
-  ResponseParser parser{std::piecewise_construct, std::make_tuple(), std::make_tuple(HeadAlloc(&arena))};
+  ResponseParser parser{std::piecewise_construct, std::make_tuple(),
+                        std::make_tuple(HeadAlloc(&arena))};
   explicit Upstream(std::string_view head) {
     boost::beast::error_code ec;
     parser.put(boost::asio::buffer(head.data(), head.size()), ec);
@@ -83,8 +84,10 @@ TEST_CASE("a body without a length goes chunked to HTTP/1.1 and to the close for
   CHECK_FALSE(frame_response(false, 200, 5, 11, false).keep_alive);
 }
 
-TEST_CASE("the client's head drops hop-by-hop fields and the upstream's request id, and states its framing",
-          "[proxy][heads]") {
+TEST_CASE(
+    "the client's head drops hop-by-hop fields and the upstream's request id, and states its "
+    "framing",
+    "[proxy][heads]") {
   Upstream up(
       "HTTP/1.1 200 Fine\r\nConnection: keep-alive, X-Hop\r\nKeep-Alive: timeout=5\r\nX-Hop: 1\r\n"
       "X-Request-Id: upstream-id\r\nTransfer-Encoding: chunked\r\nX-Kept: yes\r\n\r\n");
@@ -113,12 +116,14 @@ TEST_CASE("the client's head drops hop-by-hop fields and the upstream's request 
 }
 
 TEST_CASE("a 101's head keeps Connection and Upgrade: the switch is agreed", "[proxy][heads]") {
-  Upstream up("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
-              "Keep-Alive: 1\r\n\r\n");
+  Upstream up(
+      "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+      "Keep-Alive: 1\r\n\r\n");
   std::string h;
   append_switch_head(h, up.parser.get(), "rid");
-  CHECK(h == "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
-             "X-Request-Id: rid\r\n\r\n");
+  CHECK(h ==
+        "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+        "X-Request-Id: rid\r\n\r\n");
 }
 
 TEST_CASE("Sluice's refusal is SPEC's 503: Retry-After, X-Sluice-Reject and the JSON body",
@@ -141,12 +146,16 @@ TEST_CASE("Sluice's refusal is SPEC's 503: Retry-After, X-Sluice-Reject and the 
   CHECK(res[http::field::content_type] == "application/json");
   CHECK(res.count(http::field::connection) == 0);
   auto j = nlohmann::json::parse(res.body());
-  CHECK(j == nlohmann::json{{"error", "admission_rejected"}, {"reason", "queue_timeout"},
-                            {"lane", "bulk"}, {"level", 2}, {"retry_after_s", 17},
+  CHECK(j == nlohmann::json{{"error", "admission_rejected"},
+                            {"reason", "queue_timeout"},
+                            {"lane", "bulk"},
+                            {"level", 2},
+                            {"retry_after_s", 17},
                             {"request_id", "id\"1"}});
 }
 
-TEST_CASE("Sluice's own errors name their error and status, and close when asked", "[proxy][heads]") {
+TEST_CASE("Sluice's own errors name their error and status, and close when asked",
+          "[proxy][heads]") {
   OwnAnswer a;
   a.status = 431;
   a.error = "header_too_large";

@@ -1,10 +1,10 @@
 // The upstream pool's host choice on test time: power of two choices on
 // requests in flight, ejection with backoff, the ejection epoch, a replay's
 // avoided host.
-#include <catch2/catch.hpp>
-#include <array>
-
 #include "proxy/host_set.hpp"
+
+#include <array>
+#include <catch2/catch.hpp>
 
 using sluice::admission::Rng;
 using sluice::proxy::Clock;
@@ -21,7 +21,8 @@ bool fail(HostSet& hosts, std::size_t h, Clock::time_point at) {
 }
 
 template <std::size_t N>
-std::array<int, N> picks(const HostSet& hosts, Clock::time_point at, int n, std::size_t avoid = HostSet::kNoHost) {
+std::array<int, N> picks(const HostSet& hosts, Clock::time_point at, int n,
+                         std::size_t avoid = HostSet::kNoHost) {
   Rng rng(7);
   std::array<int, N> count{};
   for (int i = 0; i < n; ++i) ++count.at(hosts.choose(at, rng, avoid));
@@ -30,7 +31,8 @@ std::array<int, N> picks(const HostSet& hosts, Clock::time_point at, int n, std:
 
 }  // namespace
 
-TEST_CASE("of two hosts drawn, the one with fewer requests in flight is chosen", "[proxy][host_set]") {
+TEST_CASE("of two hosts drawn, the one with fewer requests in flight is chosen",
+          "[proxy][host_set]") {
   HostSet hosts(2, 1s, 30s);
   for (int i = 0; i < 3; ++i) hosts.bind(0);
   hosts.bind(1);
@@ -57,8 +59,9 @@ TEST_CASE("a tie on requests in flight goes to either host at random", "[proxy][
   CHECK(count[1] > 850);
 }
 
-TEST_CASE("an ejected host is not chosen while another is eligible, and is again once its backoff ends",
-          "[proxy][host_set]") {
+TEST_CASE(
+    "an ejected host is not chosen while another is eligible, and is again once its backoff ends",
+    "[proxy][host_set]") {
   HostSet hosts(3, 1s, 30s);
   hosts.bind(1);  // the ejected host is the least loaded: only the ejection keeps it out
   hosts.bind(2);
@@ -102,16 +105,17 @@ TEST_CASE("a cap below the base ejects for the base", "[proxy][host_set]") {
 
 TEST_CASE("with every host ejected, the one back soonest is chosen", "[proxy][host_set]") {
   HostSet hosts(3, 1s, 30s);
-  fail(hosts, 0, t0);                                     // until t0 + 1s
-  fail(hosts, 1, t0 - 900ms);                             // until t0 + 100ms
+  fail(hosts, 0, t0);          // until t0 + 1s
+  fail(hosts, 1, t0 - 900ms);  // until t0 + 100ms
   fail(hosts, 2, t0 - 1s);
-  fail(hosts, 2, t0);                                     // until t0 + 2s
+  fail(hosts, 2, t0);  // until t0 + 2s
   REQUIRE(hosts.all_ejected(t0 + 50ms));
   CHECK(picks<3>(hosts, t0 + 50ms, 100) == std::array<int, 3>{0, 100, 0});
   CHECK_FALSE(hosts.all_ejected(t0 + 100ms));
 }
 
-TEST_CASE("connects begun before the latest ejection fail without counting again", "[proxy][host_set]") {
+TEST_CASE("connects begun before the latest ejection fail without counting again",
+          "[proxy][host_set]") {
   HostSet hosts(2, 1s, 30s);
   // Three connects to host 0 under way at once, all begun before any failed.
   auto epoch = hosts.epoch(0);

@@ -1,9 +1,9 @@
 // Lease tokens: SipHash-2-4 and the token's format and MAC.
+#include "admission/lease_token.hpp"
+
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
-
-#include "admission/lease_token.hpp"
 
 using namespace sluice::admission;
 
@@ -65,7 +65,8 @@ TEST_CASE("a forged or altered lease token earns nothing", "[admission][lease]")
     CHECK_FALSE(parse_lease_token(key, t));
   }
   // Malformed ones.
-  for (const std::string& bad : std::vector<std::string>{"", "-", "1-2-3-4-5", "0-7-3-0-" + std::string(17, 'a'), token + "-0",
-                          "A" + token.substr(1), " " + token, "0" + token})
+  for (const std::string& bad :
+       std::vector<std::string>{"", "-", "1-2-3-4-5", "0-7-3-0-" + std::string(17, 'a'),
+                                token + "-0", "A" + token.substr(1), " " + token, "0" + token})
     CHECK_FALSE(parse_lease_token(key, bad));
 }

@@ -13,7 +13,8 @@ TEST_CASE("no test name contains a semicolon, which ctest would split", "[meta]"
   namespace fs = std::filesystem;
   const std::regex name(R"(TEST_CASE\(\s*"([^"]*)\")");
   int names = 0;
-  for (const auto& entry : fs::recursive_directory_iterator(fs::path(SLUICE_SOURCE_DIR) / "tests")) {
+  for (const auto& entry :
+       fs::recursive_directory_iterator(fs::path(SLUICE_SOURCE_DIR) / "tests")) {
     if (entry.path().extension() != ".cpp") continue;
     std::ifstream in(entry.path());
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -1,10 +1,10 @@
 // Placement's rules and the lease's, one test each, on test time: real
 // bulkheads and closures behind a plain Upstreams.
+#include "admission/placement.hpp"
+
 #include <catch2/catch.hpp>
 #include <deque>
 #include <vector>
-
-#include "admission/placement.hpp"
 
 using namespace sluice::admission;
 using namespace std::chrono_literals;
@@ -18,7 +18,7 @@ struct TestSeat : Seat {
 };
 
 struct CountCap : LeaseCap {
-  explicit CountCap(int cap) : cap(cap) {}
+  explicit CountCap(int limit) : cap(limit) {}
   int cap, taken = 0;
   bool try_take() override { return taken < cap ? (++taken, true) : false; }
   void give_back() override { --taken; }
@@ -200,8 +200,10 @@ TEST_CASE("a closed upstream refuses a request that may not move pool_closed, to
   CHECK(ups.running(0) + ups.running(1) == 0);
 }
 
-TEST_CASE("a closed upstream sends a movable request to an alternative that seats it now, else one it waits on",
-          "[admission][placement]") {
+TEST_CASE(
+    "a closed upstream sends a movable request to an alternative that seats it now, else one it "
+    "waits on",
+    "[admission][placement]") {
   TestUpstreams ups(2);
   Rng rng(1);
   ups.closures[0].close(0us);
@@ -271,12 +273,12 @@ TEST_CASE("a request whose connect failed moves to an alternative that seats it,
   TestSeat s;
   auto p = place(ask_for(0, kOne), s, ups, 0us, rng);
   REQUIRE(p.upstream == 0);
-  auto q = relocate(ask_for(0, kOne), s, p.lease, Signal::timeout, 0us, Fallback::connect_failed, ups,
-                    1s, rng);
+  auto q = relocate(ask_for(0, kOne), s, p.lease, Signal::timeout, 0us, Fallback::connect_failed,
+                    ups, 1s, rng);
   CHECK(q.how == Placed::seated);
   CHECK(q.upstream == 1);
   CHECK(q.fell_back == Fallback::connect_failed);
-  CHECK(ups.running(0) == 0);  // its seat where it was went back
+  CHECK(ups.running(0) == 0);               // its seat where it was went back
   CHECK(ups.bulkheads[0].failures() == 1);  // teaching what it learnt
   ups.closures[0].close(1s);
   auto r = relocate(ask_for(1, {}), s, q.lease, Signal::timeout, 0us, Fallback::connect_failed, ups,
@@ -361,7 +363,8 @@ TEST_CASE("a lease completes once: a moved-from or completed lease gives nothing
   CHECK(ups.bulkheads[0].successes() == 1);
 }
 
-TEST_CASE("a completed lease left behind never touches its seat's next lease", "[admission][lease]") {
+TEST_CASE("a completed lease left behind never touches its seat's next lease",
+          "[admission][lease]") {
   TestUpstreams ups(1, 2.0);
   Rng rng(1);
   TestSeat s;

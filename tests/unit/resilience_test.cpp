@@ -1,10 +1,11 @@
 // Upstream resilience rules on a fake clock: Thompson sampling, closure and
 // probes, budget readings and the budget guard.
+#include "admission/resilience.hpp"
+
 #include <catch2/catch.hpp>
 #include <vector>
 
 #include "admission/bulkhead.hpp"
-#include "admission/resilience.hpp"
 
 using namespace sluice::admission;
 using namespace std::chrono_literals;
@@ -30,7 +31,7 @@ TEST_CASE("Thompson sampling favours the alternative that succeeds, and still ex
   std::array<int, 3> picks{};
   for (int i = 0; i < 3000; ++i) ++picks[thompson_pick(c, rng)];
   CHECK(picks[0] > picks[1] * 10);
-  CHECK(picks[2] > 300);   // unexplored: Beta(1, 1) wins often enough to be tried
+  CHECK(picks[2] > 300);  // unexplored: Beta(1, 1) wins often enough to be tried
   CHECK(picks[1] < 100);
 }
 
@@ -49,8 +50,8 @@ TEST_CASE("a closed upstream lets one probe through per interval, only while not
   CHECK(c.ask(0s, 0) == Verdict::admit);
   c.close(1s);
   CHECK(c.closed());
-  CHECK(c.ask(2s, 0) == Verdict::closed);       // before the first probe time
-  CHECK(c.ask(11s, 1) == Verdict::closed);      // something still runs on it
+  CHECK(c.ask(2s, 0) == Verdict::closed);   // before the first probe time
+  CHECK(c.ask(11s, 1) == Verdict::closed);  // something still runs on it
   CHECK(c.ask(11s, 0) == Verdict::probe);
   CHECK(c.ask(11s + 1ms, 0) == Verdict::closed);
   // One probe at a time: still out after its interval (another thread's view of
@@ -78,8 +79,9 @@ TEST_CASE("a closure lasts until the upstream's own reset when it gave one, else
   CHECK(d.closed_until() == Micros(35min));
 }
 
-TEST_CASE("RateLimit headers give a budget reading, and a reading from an ended window stops nobody",
-          "[admission][resilience]") {
+TEST_CASE(
+    "RateLimit headers give a budget reading, and a reading from an ended window stops nobody",
+    "[admission][resilience]") {
   auto b = read_budget("100", "20", "30", 1s, 1'700'000'000);
   REQUIRE(b);
   CHECK(b->remaining == Approx(0.2));

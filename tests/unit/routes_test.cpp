@@ -20,6 +20,10 @@ void* counted_alloc(std::size_t size) {
 }
 }  // namespace
 
+// These replace the global allocation functions, so malloc and free pair up by
+// design; GCC cannot see that and warns on the free.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void* operator new(std::size_t size) {
   if (void* p = counted_alloc(size)) return p;
   throw std::bad_alloc();
@@ -38,6 +42,7 @@ void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
 void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace {
 

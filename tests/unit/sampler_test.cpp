@@ -1,10 +1,10 @@
 // The sampler's rules on test time: only lag tagged with this tick's epoch is
 // fresh evidence, and the upstream-wait p95 reads the last 1.5 ticks only.
+#include "proxy/sampler.hpp"
+
 #include <catch2/catch.hpp>
 #include <memory>
 #include <vector>
-
-#include "proxy/sampler.hpp"
 
 using namespace sluice::proxy;
 using namespace std::chrono_literals;
@@ -15,7 +15,8 @@ namespace {
 const Clock::time_point t0 = Clock::time_point{} + 1h;  // test time
 }  // namespace
 
-TEST_CASE("the tick's lag is the largest of the loops that sampled in its epoch", "[proxy][sampler]") {
+TEST_CASE("the tick's lag is the largest of the loops that sampled in its epoch",
+          "[proxy][sampler]") {
   std::vector<LagSample> loops{{7, 12.0}, {7, 30.0}, {6, 250.0}};
   auto lag = tick_lag(loops, 7, 5.0);
   CHECK(lag.fresh);
@@ -55,7 +56,8 @@ TEST_CASE("an upstream wait older than 1.5 ticks is left out of the p95", "[prox
   CHECK(p95[0] == Approx(900.0));
 }
 
-TEST_CASE("the upstream-wait p95 is taken per upstream over every loop's samples", "[proxy][sampler]") {
+TEST_CASE("the upstream-wait p95 is taken per upstream over every loop's samples",
+          "[proxy][sampler]") {
   auto a = std::make_unique<WaitRing>();
   auto b = std::make_unique<WaitRing>();
   const auto now = t0 + 10s;
@@ -68,7 +70,8 @@ TEST_CASE("the upstream-wait p95 is taken per upstream over every loop's samples
   CHECK(p95[1] == Approx(700.0));
 }
 
-TEST_CASE("the reading takes the worst upstream's wait and any upstream's timeout", "[proxy][sampler]") {
+TEST_CASE("the reading takes the worst upstream's wait and any upstream's timeout",
+          "[proxy][sampler]") {
   std::vector<UpstreamPressure> upstreams(3);
   upstreams[0].wait_p95_ms = 30.0;
   upstreams[0].oldest_wait_ms = 80.0;  // a request still queued is evidence too
