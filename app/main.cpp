@@ -24,7 +24,7 @@ extern char** environ;
 
 namespace {
 
-constexpr std::string_view kVersion = "0.1.0";
+constexpr std::string_view kVersion = SLUICE_VERSION;  // CMake's project version
 
 int config_error(const std::exception& e) {
   std::fprintf(stderr, "sluice: config: %s\n", e.what());

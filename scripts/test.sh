@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs every test: the operations files' validators, then
+# Sets up, builds and runs every test: the format check and the operations files' validators, then
 # unit tests and end-to-end tests that start the real binaries on loopback.
 # Then the sanitizer and fuzzing jobs, each in its own build folder:
 #   asan   the whole suite built with ASan+UBSan (build/asan)
@@ -16,6 +16,7 @@ cores="$(nproc)"
 ./scripts/setup.sh
 
 if [[ $jobs == *" release "* ]]; then
+  ./scripts/check-format.sh
   ./scripts/build.sh release
   ./scripts/check-ops.sh
   ctest --preset release -j "$cores" --timeout 180

@@ -51,3 +51,11 @@ TEST_CASE("no library folder calls exit: start-up errors return to main", "[meta
   CHECK(files > 20);
   CHECK(calls == std::vector<std::string>{});
 }
+
+TEST_CASE("one version string: the Kubernetes deployment runs the image of this version", "[meta]") {
+  std::ifstream in(std::filesystem::path(SLUICE_SOURCE_DIR) / "docker/k8s/deployment.yaml");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::smatch m;
+  REQUIRE(std::regex_search(text, m, std::regex(R"(image:\s*\S+/sluice:(\S+))")));
+  CHECK(m[1].str() == SLUICE_VERSION);
+}
