@@ -60,6 +60,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // The body as the session relays it: decoded pieces, framed again.
   std::string body;
   char block[kPiece];
+  bool ended = false;  // the last piece's framing is written
   while (!up.is_done()) {
     up.get().body().data = block;
     up.get().body().size = sizeof block;
@@ -73,6 +74,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (ec && ec != http::error::need_more) return 0;
       up.put_eof(ec);
       if (ec) return 0;  // truncated: the session cuts the client connection
+      wire += frame_piece(framing.chunked, 0, true).tail;  // the end, as write_client(0, true)
+      ended = true;
       break;
     }
     auto f = frame_piece(framing.chunked, n, up.is_done());
@@ -80,8 +83,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     wire.append(block, n);
     wire += f.tail;
     body.append(block, n);
+    ended = up.is_done();
   }
-  if (framing.chunked && !wire.ends_with("0\r\n\r\n")) wire += "0\r\n\r\n";
+  if (!ended) wire += frame_piece(framing.chunked, 0, true).tail;  // no body: just the end
 
   http::response_parser<http::string_body> client;
   client.header_limit(UINT32_MAX);
