@@ -218,7 +218,7 @@ Decision Controller::pin(Level level, std::optional<Millis> ttl, Millis now, std
   return d;
 }
 
-Decision Controller::unpin(Millis now, std::string /*who*/) {
+Decision Controller::unpin(Millis now, std::string_view /*who*/) {
   Decision d;
   d.t = now;
   d.from = d.to = level_;

@@ -145,7 +145,7 @@ class Controller {
   Decision pin(Level level, std::optional<Millis> ttl, Millis now, std::string reason,
                std::string who);
   // Removes the pin (no-op Decision when none); the level stays, automatic decisions resume.
-  Decision unpin(Millis now, std::string who);
+  Decision unpin(Millis now, std::string_view who);
 
   Level level() const { return level_; }
   Trigger trigger() const { return trigger_; }  // of the last change

@@ -10,7 +10,7 @@ packages=(
   curl python3
   python3-yaml               # the corpus suite reads http-desync-guardian's cases
   clang libclang-rt-14-dev   # libFuzzer targets (the fuzz preset)
-  clang-format               # the format check (scripts/check-format.sh)
+  clang-format clang-tidy    # the format and tidy checks (scripts/check-format.sh, check-tidy.sh)
   chromium  # the status page test renders / in headless Chromium
 )
 if [ "$#" -gt 0 ]; then packages+=("$@"); fi

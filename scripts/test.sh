@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs every test: the format check and the operations files' validators, then
-# unit tests and end-to-end tests that start the real binaries on loopback.
+# Sets up, builds and runs every test: the format and clang-tidy checks, the operations
+# files' validators, then unit tests and end-to-end tests that start the real binaries on
+# loopback.
 # Then the sanitizer and fuzzing jobs, each in its own build folder:
 #   asan   the whole suite built with ASan+UBSan (build/asan)
 #   tsan   the concurrency tests (ctest label "concurrency") built with TSan (build/tsan)
@@ -18,6 +19,7 @@ cores="$(nproc)"
 if [[ $jobs == *" release "* ]]; then
   ./scripts/check-format.sh
   ./scripts/build.sh release
+  ./scripts/check-tidy.sh
   ./scripts/check-ops.sh
   ctest --preset release -j "$cores" --timeout 180
 fi

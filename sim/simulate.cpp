@@ -397,7 +397,7 @@ std::string format_text(const std::vector<Table>& tables) {
     cells.push_back(head);
     for (const Row& r : t.rows) {
       std::string drain = spread_text(r.drain, true);
-      if (r.drained < r.runs) drain = ">" + drain;
+      if (r.drained < r.runs) drain.insert(0, 1, '>');
       Spread total{r.upstream_refusals.mean + r.policy_refusals.mean,
                    r.upstream_refusals.min + r.policy_refusals.min,
                    r.upstream_refusals.max + r.policy_refusals.max};
