@@ -287,9 +287,9 @@ const FamilySpec kFamilies[] = {
                  s.rt, [&](Shard & sh) -> auto& {
                    return sh.lane[admission::index(lane)].decisions[o][r];
                  });
-             // Admissions always show (a dashboard's denominator); refusals once they happen.
-             if (n == 0 && o != 0) continue;
-             if (o == 0 && r != 0) continue;
+             // Every decision the core can make, at 0 until it happens: admitted has no
+             // reason, a refusal always has one.
+             if ((o == 0) != (r == 0)) continue;
              out.add(n, {{"lane", to_string(lane)},
                          {"outcome", admission::to_string(static_cast<admission::Outcome>(o))},
                          {"reason", admission::to_string(static_cast<admission::Reason>(r))}});

@@ -156,7 +156,7 @@ TEST_CASE(
 
 TEST_CASE(
     "a fresh instance exports every known label set of level changes, suppressed rises, "
-    "client errors and fallbacks at 0",
+    "client errors, fallbacks and admission decisions at 0",
     "[e2e][admin][metrics]") {
   Upstream api(kUpstream);
   Upstream spare(kUpstream);
@@ -194,7 +194,17 @@ TEST_CASE(
   for (auto why : {"closed", "full", "connect_failed", "replay"})
     fallbacks.insert(std::string(R"(from="api",to="spare",why=")") + why + "\"");
 
+  std::set<std::string> decisions;
+  for (auto lane : {"bulk", "standard", "heavy"}) {
+    auto prefix = std::string("lane=\"") + lane + "\",outcome=\"";
+    decisions.insert(prefix + R"(admitted",reason="none")");
+    for (auto outcome : {"shed", "would_shed"})
+      for (auto reason : {"level", "queue_timeout", "pool_closed"})
+        decisions.insert(prefix + outcome + "\",reason=\"" + reason + "\"");
+  }
+
   for (const auto& [family, expected] : std::vector<std::pair<std::string, std::set<std::string>>>{
+           {"sluice_admission_decisions_total", decisions},
            {"sluice_admission_level_changes_total", changes},
            {"sluice_admission_rise_suppressed_total", suppressed},
            {"sluice_client_errors_total", client_errors},
