@@ -1,7 +1,8 @@
 #pragma once
-// Configuration: every SLUICE_ variable parsed and validated once, at start-up,
-// into plain structs. Nothing downstream reads the environment again.
-// One table (variables()) feeds --help, check-config and docs/configuration.md.
+// Configuration: every SLUICE_ variable parsed and validated at start-up (and
+// again on a reload) into plain structs. Nothing downstream reads the environment.
+// One table (variables()) feeds parsing, check-config, --help, docs/configuration.md
+// and which variables a reload changes at once.
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -27,11 +28,13 @@ struct Endpoint {
   std::uint16_t port = 0;
   std::string str() const;      // "host:port" ("[::1]:port" for IPv6)
   bool is_loopback() const;     // 127.0.0.0/8, ::1, localhost
+  bool operator==(const Endpoint&) const = default;
 };
 
 struct Upstream {
   std::string name;
   std::vector<Endpoint> hosts;  // at least one
+  bool operator==(const Upstream&) const = default;
 };
 
 enum class AccessLog { stdout_, stderr_, off, file };
@@ -117,13 +120,23 @@ class ConfigError : public std::runtime_error {
   std::string variable_;
 };
 
+// What a reload (SIGHUP, or a change of SLUICE_CONFIG_FILE or SLUICE_ROUTES_FILE) does
+// with a variable's new value: puts it in force at once, or leaves it for the next start.
+// No zero: every variable says which.
+enum class Reload { live = 1, restart };
+
 struct Variable {
   std::string_view name;           // "SLUICE_LISTEN"
   std::string_view default_value;  // as shown to users
   std::string_view meaning;        // one sentence
+  Reload reload;
+  std::string_view key;  // check-config's JSON key; empty: not shown on its own
+  bool secret = false;   // check-config shows only whether it is set, never the value
 };
 
-// The single table of variables, in documentation order.
+// The single table of variables, in documentation order. Each row also says how
+// the variable is read and shown (config.cpp): load, to_json, help_text,
+// reference_markdown and reload all walk it.
 std::span<const Variable> variables();
 
 using Env = std::map<std::string, std::string, std::less<>>;
@@ -138,19 +151,34 @@ Config load(const Env& env);
 // env with SLUICE_CONFIG_FILE's lines laid over it (env itself when unset).
 Env with_config_file(const Env& env);
 
-// Only the admission variables (for `sluice replay`): SLUICE_UPSTREAMS is not
-// required; every other variable is still validated. Throws ConfigError.
+// Only the admission variables (for `sluice replay` and `sluice simulate`):
+// SLUICE_UPSTREAMS is not required and the other variables are not read, but
+// unknown SLUICE_ names are still refused. Throws ConfigError.
 Admission load_admission(const Env& env);
 
 // Effective configuration as pretty JSON (check-config); the admin token and the
 // lease key are redacted.
 std::string to_json(const Config& config);
 
+// A reload of `next` over the configuration `running`: what is in force then
+// (each live variable from next, every other as it was) and the check-config
+// keys of the variables that differ, in table order.
+struct Reloaded {
+  Config config;
+  std::vector<std::string_view> live;     // changed, and in force now
+  std::vector<std::string_view> restart;  // changed, kept until a restart
+};
+Reloaded reload(const Config& running, const Config& next);
+
 // `sluice --help` text: usage plus the variable table.
 std::string help_text();
 
 // docs/configuration.md, generated from variables().
 std::string reference_markdown();
+
+// The table as JSON (`sluice config-reference --json`): per variable its name,
+// default, reload (live or restart), check-config key (null: none) and secret.
+std::string reference_json();
 
 // Value parsers, exposed for tests. Throw std::invalid_argument with a message.
 Duration parse_duration(std::string_view text);  // "250ms", "5s", "2m", "1h"; "0" allowed
