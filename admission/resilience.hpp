@@ -76,6 +76,7 @@ class Closure {
   // or the end of the closure if that comes first.
   Micros reopen_hint(Micros now) const;
   void set_policy(const ClosurePolicy& p) { p_ = p; }
+  const ClosurePolicy& policy() const { return p_; }
 
  private:
   ClosurePolicy p_;

@@ -188,7 +188,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "config-reference") {
-    std::cout << sluice::config::reference_markdown();
+    // --json: the variable table itself, for tests and tools that walk it.
+    bool json = argc > 2 && std::string_view(argv[2]) == "--json";
+    std::cout << (json ? sluice::config::reference_json() + "\n"
+                       : sluice::config::reference_markdown());
     return 0;
   }
   if (cmd == "replay") return replay(argc, argv);

@@ -4,206 +4,24 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 namespace sluice::config {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-// The one table: --help, check-config and docs/configuration.md all read it.
-constexpr Variable kVariables[] = {
-    {"SLUICE_LISTEN", "0.0.0.0:8080",
-     "Address the proxy accepts client connections on, as host:port or [IPv6]:port."},
-    {"SLUICE_ADMIN_LISTEN", "127.0.0.1:9901",
-     "Address of the admin listener, which serves /metrics, /healthz, /readyz and /admin/... and "
-     "is never gated by admission; an address that is not loopback needs SLUICE_ADMIN_TOKEN (no "
-     "opt-out)."},
-    {"SLUICE_ADMIN_TOKEN", "unset",
-     "Bearer token that mutating admin calls (POST and DELETE /admin/pins, POST "
-     "/admin/debug/block) must present as Authorization: Bearer <token>, compared in constant "
-     "time; required when SLUICE_ADMIN_LISTEN is not loopback. A secret: no output shows it."},
-    {"SLUICE_UPSTREAMS", "required",
-     "Upstreams as name=host:port[|host:port...] entries separated by ; (a bare host:port names "
-     "upstream default); the first one is where routes send requests unless they say otherwise."},
-    {"SLUICE_ROUTES", "built-in table",
-     "Routes as a JSON array, first match wins (schema in docs/configuration.md); without it and "
-     "without SLUICE_ROUTES_FILE, SSE requests go to lane heavy and the rest to lane standard, "
-     "all to the first upstream."},
-    {"SLUICE_ROUTES_FILE", "unset",
-     "Path of a file holding the routes JSON array, read at start-up and again when it "
-     "changes (a live reload); set it or SLUICE_ROUTES, not both."},
-    {"SLUICE_CONFIG_FILE", "unset",
-     "Path of a file of SLUICE_X=value lines (# comments) laid over the environment, read at "
-     "start-up and again on SIGHUP or when it changes: routes, admission thresholds, timings, "
-     "mode, factors, Retry-After bands, lane floors, weights, queue windows, starvation time, "
-     "budget reserves, close statuses, close time and probe interval reload live; other "
-     "variables need a restart."},
-    {"SLUICE_THREADS", "number of cores", "I/O threads, each running its own event loop (1..256)."},
-    {"SLUICE_ACCESS_LOG", "stdout",
-     "Where the JSON access log goes, one line per request: stdout, stderr, off, or a file path "
-     "(absolute or starting with ./)."},
-    {"SLUICE_UPSTREAM_MAX_CONNECTIONS", "512",
-     "Most connections open to each upstream, split evenly across the I/O threads' pools; a "
-     "request that finds its pool exhausted waits for a connection, and that wait is a pressure "
-     "signal."},
-    {"SLUICE_UPSTREAM_IDLE_TIMEOUT", "30s",
-     "A pooled upstream connection left idle this long is closed."},
-    {"SLUICE_HOST_EJECT", "1s:30s",
-     "base:max; a host of an upstream that refuses connections is left out of the balancing for "
-     "base, doubling at each new refusal up to max (base greater than 0, max at least base)."},
-    {"SLUICE_MAX_HEADER_BYTES", "16KiB",
-     "A request head (request line and headers) above this gets 431 (1KiB..1MiB)."},
-    {"SLUICE_MAX_BODY_BYTES", "64MiB",
-     "A request body above this gets 413; 0 refuses every request that has a body."},
-    {"SLUICE_FORWARDED_FOR", "append",
-     "append: the client's X-Forwarded-For is kept and its address added (Sluice behind a load "
-     "balancer that sets it); replace: Sluice is the edge, a client's X-Forwarded-For is dropped "
-     "and only its address is sent. X-Real-IP is always the connecting address."},
-    {"SLUICE_MAX_CONNECTIONS", "20000",
-     "Most client connections open at once; a connection beyond it is closed as soon as it is "
-     "accepted."},
-    {"SLUICE_HEADER_TIMEOUT", "10s",
-     "A request head not complete within this time gets 408 and the connection is closed "
-     "(slowloris)."},
-    {"SLUICE_IDLE_TIMEOUT", "60s",
-     "A keep-alive client connection idle this long between two requests is closed."},
-    {"SLUICE_BODY_TIMEOUT", "30s",
-     "Each 16KiB of a request body (or its end) must arrive within this much time spent waiting "
-     "on the client, else 408 and the connection is closed: a stalled body and one trickled in "
-     "alike. The first 16KiB is read before admission, so a slow body holds no slot and no "
-     "upstream connection while it arrives."},
-    {"SLUICE_SEND_TIMEOUT", "30s",
-     "Each write of a piece of a response (up to 16KiB) to the client must be done within this "
-     "time, else the connection is closed and the upstream connection released (a client that "
-     "stops reading, or reads slower than 16KiB per this time). A write still pending after 250ms "
-     "gives the request's bulkhead slot back at once (heavy leases excepted): the response then "
-     "waits on the client, not on the upstream."},
-    {"SLUICE_CLIENT_SEND_BUFFER", "256KiB",
-     "The kernel send buffer of each client connection (SO_SNDBUF, 4KiB..64MiB; 0 leaves it to the "
-     "kernel's autotuning, up to net.ipv4.tcp_wmem's maximum): bounds the memory a client that "
-     "stops reading pins in the kernel, and lets its write stall, so SLUICE_SEND_TIMEOUT can cut "
-     "it, before megabytes are queued for it."},
-    {"SLUICE_UPSTREAM_CONNECT_TIMEOUT", "2s",
-     "An upstream connect that fails or does not complete within this gets 502."},
-    {"SLUICE_UPSTREAM_RESPONSE_TIMEOUT", "30s",
-     "No upstream response head within this after the request was sent gets 504; a response "
-     "body that stalls this long is cut."},
-    {"SLUICE_SSE_IDLE_TIMEOUT", "5m",
-     "An SSE stream that receives nothing from the upstream for this long is closed."},
-    {"SLUICE_LAG_PROBE_INTERVAL", "50ms",
-     "How often each I/O thread measures its event-loop lag, the admission core's main pressure "
-     "signal (10ms..1s)."},
-    {"SLUICE_DRAIN_DELAY", "5s",
-     "On SIGTERM /readyz turns 503 at once and the listener keeps serving this long so load "
-     "balancers can deregister the instance (0 allowed)."},
-    {"SLUICE_DRAIN_TIMEOUT", "30s",
-     "After the drain delay the listener stops accepting and in-flight requests, SSE streams "
-     "included, get this long to finish before the process exits."},
-    {"SLUICE_ADMISSION_MODE", "enforce",
-     "enforce (refuse with 503), observe (decide and count would_shed, forward everything) or "
-     "off."},
-    {"SLUICE_ADMISSION_PROFILE", "fast",
-     "Timing defaults: fast (a tick controller, seconds) or sentinel (tick 1m, hold 5m,5m,5m, "
-     "exit ratio 1.0, spacing 5m, emergency dwell 3m); any variable below overrides its profile "
-     "value."},
-    {"SLUICE_TICK", "1s", "The admission controller's tick: one reading, one decision (10ms..1h)."},
-    {"SLUICE_ADMISSION_LAG_MS", "200,250,600",
-     "Event-loop lag entry thresholds of levels 1,2,3 in ms; strictly increasing."},
-    {"SLUICE_ADMISSION_UPSTREAM_WAIT_MS", "150,200,600",
-     "Upstream-wait (p95 over 1.5 ticks) entry thresholds of levels 1,2,3 in ms; strictly "
-     "increasing."},
-    {"SLUICE_ADMISSION_RISE_TICKS", "3",
-     "Consecutive ticks of fresh evidence before a level rises (1..100)."},
-    {"SLUICE_ADMISSION_EMERGENCY_MS", "1000",
-     "A single stall (or lag sample) this long in ms goes to level 3 at once."},
-    {"SLUICE_ADMISSION_HOLD", "5s,15s,15s",
-     "Per level 1,2,3: how long the signals must stay under the exit line before the level "
-     "steps down one."},
-    {"SLUICE_ADMISSION_EXIT_RATIO", "0.6",
-     "Exit line = ratio x the level's entry threshold (0 < ratio <= 1)."},
-    {"SLUICE_ADMISSION_SPACING", "0s",
-     "Least time between two automatic level changes (5m in sentinel)."},
-    {"SLUICE_ADMISSION_EMERGENCY_DWELL", "0s",
-     "Level 2 must have lasted this long before sustained pressure may enter level 3 (3m in "
-     "sentinel); stalls and pins excepted."},
-    {"SLUICE_ADMISSION_TIMEOUT_PIN", "30s",
-     "An upstream timeout within this window is evidence for level 2."},
-    {"SLUICE_LANE_FACTORS", "bulk=1,0.5,0,0;standard=1,1,1,0.5;heavy=1,0.5,0.25,0.25",
-     "Per lane, the admitted fraction of new requests at levels 0..3 (each in 0..1, never rising "
-     "with the level); lanes left out keep their defaults."},
-    {"SLUICE_RETRY_AFTER", "bulk=120s:180s;standard=1s:30s;heavy=2s:60s",
-     "Per lane, floor and cap of the derived Retry-After; lanes left out keep their defaults."},
-    {"SLUICE_LANE_FLOORS", "bulk=0.1;standard=0.5;heavy=0.2",
-     "Per lane, the fraction of an upstream's measured capacity guaranteed to the lane while it "
-     "has work (each in 0..1, together at most 1); lanes left out keep their defaults."},
-    {"SLUICE_LANE_WEIGHTS", "bulk=1;standard=4;heavy=2",
-     "Per lane, its share of borrowed capacity (weighted fair share above the floors) and how "
-     "eagerly it takes the last free slots (each a finite number above 0); lanes left out keep "
-     "their defaults."},
-    {"SLUICE_QUEUE_WINDOW", "bulk=0s;standard=500ms;heavy=2s",
-     "Per lane, how long a request that finds no free slot may wait for one before a 503 "
-     "queue_timeout (0s..5m; 0s refuses at once); lanes left out keep their defaults."},
-    {"SLUICE_STARVED_AFTER", "5s",
-     "A lane below its floor whose queue has stayed non-empty this long is listed as starving "
-     "and counted (greater than 0)."},
-    {"SLUICE_BUDGET_RESERVE", "bulk=30%;standard=5%;heavy=15%",
-     "Per lane, the share of an upstream's published quota (RateLimit-* or X-RateLimit-* "
-     "response headers) left to the lanes above it: once the remaining quota falls to the lane's "
-     "reserve, the lane borrows nothing more on that upstream until the quota resets (each a "
-     "percentage 0%..100% or a fraction 0..1, e.g. 30% or 0.3); lanes left out keep their "
-     "defaults."},
-    {"SLUICE_HEAVY_MAX_IN_FLIGHT", "unset",
-     "Optional absolute cap (at least 1) on live heavy leases across the process (a heavy lease "
-     "lasts the whole response, an SSE stream included); unset, heavy requests are limited only "
-     "relative to the measured capacity."},
-    {"SLUICE_BULKHEAD_SEED", "4",
-     "The capacity estimate an upstream starts from (split across the I/O threads, at least 1 "
-     "each) before slow start grows it (1..100000)."},
-    {"SLUICE_BULKHEAD_GROWTH_INTERVAL", "250ms",
-     "Least time between two growths of an upstream's capacity estimate, and never faster than "
-     "the upstream's baseline response time (at least 1ms)."},
-    {"SLUICE_BULKHEAD_SLOW_FACTOR", "4",
-     "A response head this many times slower than the upstream's recent baseline counts as too "
-     "much load and lowers the estimate; 0 turns this off, otherwise at least 1.5."},
-    {"SLUICE_CLOSE_STATUSES", "unset",
-     "Comma-separated upstream response statuses that close the upstream: a refusal no load "
-     "change cures, such as a quota 402 or 403 (each 400..599; not 429 or 503, which are load "
-     "and only shrink the estimate); unset, no status closes an upstream."},
-    {"SLUICE_CLOSE_FOR", "35m",
-     "How long a status in SLUICE_CLOSE_STATUSES closes the upstream when the upstream gave no "
-     "Retry-After or RateLimit-Reset (greater than 0, at most 24h)."},
-    {"SLUICE_PROBE_EVERY", "10s",
-     "While an upstream is closed, one probe request is let through this often, and only while "
-     "nothing runs on it; a probe that ends cleanly reopens the upstream (100ms..1h)."},
-    {"SLUICE_DELEGATION", "on",
-     "on or off; on: each forwarded request carries a signed lease token (header "
-     "X-Sluice-Lease), and a request that carries a live lease's token is seated at once on its "
-     "parent's lane."},
-    {"SLUICE_LEASE_KEY", "generated at start",
-     "32 hex digits (16 bytes), the key that signs lease tokens; set the same key on all "
-     "instances only if tokens must verify across restarts. check-config shows it only as "
-     "(set)."},
-    {"SLUICE_PINS_FILE", "unset",
-     "A JSON file of pins ({\"level\":N,\"ttl\":\"10m\",\"reason\":\"...\"} or {} for none), "
-     "re-read when it changes; a missing or unreadable file acts as no pin."},
-    {"SLUICE_TICK_LOG", "unset",
-     "Append every tick's reading and decision to this file in the trace format `sluice replay` "
-     "reads."},
-    {"SLUICE_DEBUG_ENDPOINTS", "false",
-     "true enables fault injection on the admin listener (POST /admin/debug/block stalls an I/O "
-     "thread's event loop) for tests and game days; mutating calls still need the admin token."},
-};
 
 constexpr std::string_view kUpstreamsExample =
     "api=127.0.0.1:9000|127.0.0.1:9001;auth=127.0.0.1:9100";
@@ -214,12 +32,6 @@ constexpr std::string_view kDurationHint = "use e.g. 250ms, 5s, 2m";
 std::string in_quotes(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
 [[noreturn]] void invalid(const std::string& message) { throw std::invalid_argument(message); }
-
-std::string_view default_of(std::string_view name) {
-  for (const auto& v : kVariables)
-    if (v.name == name) return v.default_value;
-  return {};
-}
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
@@ -329,7 +141,7 @@ void refuse_unknown(const Env& env) {
     if (!name.starts_with("SLUICE_")) continue;
     const Variable* nearest = nullptr;
     std::size_t best = 4;  // suggest only names within edit distance 3
-    for (const auto& v : kVariables) {
+    for (const auto& v : variables()) {
       // The distance is at least the difference in length: skip what cannot be within 3.
       if (name.size() > v.name.size() + 3 || v.name.size() > name.size() + 3) continue;
       std::size_t d = edit_distance(name, v.name);
@@ -355,54 +167,43 @@ const std::string* lookup(const Env& env, std::string_view name) {
   return it == env.end() ? nullptr : &it->second;
 }
 
-// Runs parse on the variable's value when it is set; parse errors name the variable.
-template <class T, class Parse>
-void read(const Env& env, std::string_view name, T& out, Parse parse) {
-  const std::string* value = lookup(env, name);
-  if (!value) return;
-  try {
-    out = parse(*value);
-  } catch (const std::logic_error& e) {  // invalid_argument and out_of_range
-    throw ConfigError(std::string(name), e.what());
-  }
-}
-
-void read_duration(const Env& env, std::string_view name, Duration& out, Duration lo, Duration hi) {
-  read(env, name, out, [&](const std::string& text) {
-    Duration d = parse_duration(text);
-    if (d < lo || d > hi)
-      invalid(in_quotes(text) + " is out of range; valid: " + format_duration(lo) + ".." +
-              format_duration(hi));
-    return d;
-  });
-}
-
 // Zero would mean "expire at once"; nobody wants that, and "never" is not offered.
-void read_timeout(const Env& env, std::string_view name, Duration& out) {
-  read(env, name, out, [&](const std::string& text) {
-    Duration d = parse_duration(text);
-    if (d.count() <= 0)
-      invalid(in_quotes(text) + " is not allowed; valid: greater than 0, e.g. " +
-              std::string(default_of(name)));
-    return d;
-  });
+Duration parse_timeout(const std::string& text, const Variable& v) {
+  Duration d = parse_duration(text);
+  if (d.count() <= 0)
+    invalid(in_quotes(text) + " is not allowed; valid: greater than 0, e.g. " +
+            std::string(v.default_value));
+  return d;
 }
 
-// A whole number (or a byte size) in lo..hi; without hi, anything the field can hold.
-template <class T>
-void read_count(const Env& env, std::string_view name, T& out, std::uint64_t lo,
-                std::optional<std::uint64_t> hi, bool bytes) {
-  read(env, name, out, [&](const std::string& text) {
-    std::uint64_t n = bytes ? parse_bytes(text) : parse_count(text);
-    auto limit = hi.value_or(static_cast<std::uint64_t>(std::numeric_limits<T>::max()));
-    if (n < lo || n > limit) {
-      std::string range = !hi     ? "at least " + std::to_string(lo)
-                          : bytes ? format_bytes(lo) + ".." + format_bytes(*hi)
-                                  : std::to_string(lo) + ".." + std::to_string(*hi);
-      invalid(in_quotes(text) + " is out of range; valid: " + range);
-    }
-    return static_cast<T>(n);
-  });
+template <Duration::rep Lo, Duration::rep Hi>
+Duration duration_in(const std::string& text) {
+  Duration d = parse_duration(text);
+  if (d < Duration{Lo} || d > Duration{Hi})
+    invalid(in_quotes(text) + " is out of range; valid: " + format_duration(Duration{Lo}) + ".." +
+            format_duration(Duration{Hi}));
+  return d;
+}
+
+constexpr std::uint64_t kNoMax = std::numeric_limits<std::uint64_t>::max();
+
+// A whole number (or a byte size) in Lo..Hi; without Hi, anything a T can hold.
+template <class T, std::uint64_t Lo, std::uint64_t Hi = kNoMax, bool Bytes = false>
+T count_in(const std::string& text) {
+  std::uint64_t n = Bytes ? parse_bytes(text) : parse_count(text);
+  auto limit = Hi != kNoMax ? Hi : static_cast<std::uint64_t>(std::numeric_limits<T>::max());
+  if (n < Lo || n > limit) {
+    std::string range = Hi == kNoMax ? "at least " + std::to_string(Lo)
+                        : Bytes      ? format_bytes(Lo) + ".." + format_bytes(Hi)
+                                     : std::to_string(Lo) + ".." + std::to_string(Hi);
+    invalid(in_quotes(text) + " is out of range; valid: " + range);
+  }
+  return static_cast<T>(n);
+}
+
+template <class T, std::uint64_t Lo, std::uint64_t Hi = kNoMax>
+T bytes_in(const std::string& text) {
+  return count_in<T, Lo, Hi, true>(text);
 }
 
 std::string read_file(const std::string& path) {
@@ -531,8 +332,6 @@ bool Endpoint::is_loopback() const {
   }
   return false;
 }
-
-std::span<const Variable> variables() { return kVariables; }
 
 Env sluice_environment(char** envp) {
   Env env;
@@ -707,8 +506,9 @@ std::array<double, 3> parse_thresholds(std::string_view text) {
     if (out[i] <= 0) invalid(in_quotes(text) + ": thresholds must be above 0");
   }
   if (!(out[0] < out[1] && out[1] < out[2]))
-    invalid(in_quotes(text) + " is not strictly increasing; each level's entry must be above "
-                              "the one below, e.g. 200,250,600");
+    invalid(in_quotes(text) +
+            " is not strictly increasing; each level's entry must be above "
+            "the one below, e.g. 200,250,600");
   return out;
 }
 
@@ -740,34 +540,42 @@ void parse_per_lane(std::string_view text, std::array<T, admission::kLaneCount>&
 }
 
 admission::LaneFactors parse_factors(std::string_view text, admission::LaneFactors out) {
-  parse_per_lane(text, out, [&](std::string_view v) {
-    auto parts = split(v, ',');
-    if (parts.size() != admission::kLevelCount)
-      invalid(in_quotes(v) + " needs four factors for levels 0..3; e.g. bulk=1,0.5,0,0");
-    std::array<double, admission::kLevelCount> f{};
-    for (std::size_t i = 0; i < f.size(); ++i) {
-      f[i] = parse_decimal(parts[i]);
-      if (f[i] > 1) invalid(in_quotes(parts[i]) + " is above 1; a factor is a fraction 0..1");
-      // More pressure never admits more of a lane.
-      if (i > 0 && f[i] > f[i - 1])
-        invalid(in_quotes(v) + " rises with the level; factors must not increase from level 0 to 3");
-    }
-    return f;
-  }, "bulk=1,0.5,0,0;standard=1,1,1,0.5");
+  parse_per_lane(
+      text, out,
+      [&](std::string_view v) {
+        auto parts = split(v, ',');
+        if (parts.size() != admission::kLevelCount)
+          invalid(in_quotes(v) + " needs four factors for levels 0..3; e.g. bulk=1,0.5,0,0");
+        std::array<double, admission::kLevelCount> f{};
+        for (std::size_t i = 0; i < f.size(); ++i) {
+          f[i] = parse_decimal(parts[i]);
+          if (f[i] > 1) invalid(in_quotes(parts[i]) + " is above 1; a factor is a fraction 0..1");
+          // More pressure never admits more of a lane.
+          if (i > 0 && f[i] > f[i - 1])
+            invalid(in_quotes(v) +
+                    " rises with the level; factors must not increase from level 0 to 3");
+        }
+        return f;
+      },
+      "bulk=1,0.5,0,0;standard=1,1,1,0.5");
   return out;
 }
 
 admission::RetryBands parse_bands(std::string_view text, admission::RetryBands out) {
-  parse_per_lane(text, out, [&](std::string_view v) {
-    auto colon = v.find(':');
-    if (colon == std::string_view::npos)
-      invalid(in_quotes(v) + " is not floor:cap; e.g. standard=1s:30s");
-    admission::RetryBand band{parse_duration(v.substr(0, colon)), parse_duration(v.substr(colon + 1))};
-    if (band.floor < Duration{1000})
-      invalid(in_quotes(v) + ": the floor must be at least 1s (Retry-After is whole seconds)");
-    if (band.cap < band.floor) invalid(in_quotes(v) + ": the cap is below the floor");
-    return band;
-  }, "bulk=120s:180s;standard=1s:30s");
+  parse_per_lane(
+      text, out,
+      [&](std::string_view v) {
+        auto colon = v.find(':');
+        if (colon == std::string_view::npos)
+          invalid(in_quotes(v) + " is not floor:cap; e.g. standard=1s:30s");
+        admission::RetryBand band{parse_duration(v.substr(0, colon)),
+                                  parse_duration(v.substr(colon + 1))};
+        if (band.floor < Duration{1000})
+          invalid(in_quotes(v) + ": the floor must be at least 1s (Retry-After is whole seconds)");
+        if (band.cap < band.floor) invalid(in_quotes(v) + ": the cap is below the floor");
+        return band;
+      },
+      "bulk=120s:180s;standard=1s:30s");
   return out;
 }
 
@@ -781,11 +589,15 @@ admission::Micros to_micros(std::string_view text, Duration d) {
 using LaneNumbers = std::array<double, admission::kLaneCount>;
 
 LaneNumbers parse_floors(std::string_view text, LaneNumbers out) {
-  parse_per_lane(text, out, [&](std::string_view v) {
-    double f = parse_decimal(v);
-    if (f > 1) invalid(in_quotes(v) + " is above 1; a floor is a fraction 0..1 of the capacity");
-    return f;
-  }, "bulk=0.1;standard=0.5;heavy=0.2");
+  parse_per_lane(
+      text, out,
+      [&](std::string_view v) {
+        double f = parse_decimal(v);
+        if (f > 1)
+          invalid(in_quotes(v) + " is above 1; a floor is a fraction 0..1 of the capacity");
+        return f;
+      },
+      "bulk=0.1;standard=0.5;heavy=0.2");
   double sum = 0;
   for (double f : out) sum += f;
   // A little slack for decimal fractions that do not add up exactly in binary (0.2+0.5+0.3).
@@ -799,40 +611,51 @@ LaneNumbers parse_floors(std::string_view text, LaneNumbers out) {
 }
 
 LaneNumbers parse_weights(std::string_view text, LaneNumbers out) {
-  parse_per_lane(text, out, [&](std::string_view v) {
-    double w = parse_decimal(v);
-    if (w <= 0 || !std::isfinite(w))
-      invalid(in_quotes(v) + " is out of range; valid: a finite number above 0, e.g. standard=4");
-    return w;
-  }, "bulk=1;standard=4;heavy=2");
+  parse_per_lane(
+      text, out,
+      [&](std::string_view v) {
+        double w = parse_decimal(v);
+        if (w <= 0 || !std::isfinite(w))
+          invalid(in_quotes(v) +
+                  " is out of range; valid: a finite number above 0, e.g. standard=4");
+        return w;
+      },
+      "bulk=1;standard=4;heavy=2");
   return out;
 }
 
 std::array<admission::Micros, admission::kLaneCount> parse_windows(
     std::string_view text, std::array<admission::Micros, admission::kLaneCount> out) {
-  parse_per_lane(text, out, [&](std::string_view v) {
-    Duration d = parse_duration(v);
-    if (d > Duration{300'000}) invalid(in_quotes(v) + " is out of range; valid: 0s..5m");
-    return to_micros(v, d);
-  }, "bulk=0s;standard=500ms;heavy=2s");
+  parse_per_lane(
+      text, out,
+      [&](std::string_view v) {
+        Duration d = parse_duration(v);
+        if (d > Duration{300'000}) invalid(in_quotes(v) + " is out of range; valid: 0s..5m");
+        return to_micros(v, d);
+      },
+      "bulk=0s;standard=500ms;heavy=2s");
   return out;
 }
 
 LaneNumbers parse_reserves(std::string_view text, LaneNumbers out) {
-  parse_per_lane(text, out, [&](std::string_view v) {
-    bool percent = v.ends_with('%');
-    std::string_view number = percent ? v.substr(0, v.size() - 1) : v;
-    double r = 0;
-    try {
-      r = parse_decimal(number);
-    } catch (const std::invalid_argument&) {
-      invalid(in_quotes(v) + " is not a percentage or a fraction; e.g. bulk=30% or bulk=0.3");
-    }
-    if (percent) r /= 100;
-    if (r > 1)
-      invalid(in_quotes(v) + " is out of range; valid: 0%..100% or a fraction 0..1 of the quota");
-    return r;
-  }, "bulk=30%;standard=5%;heavy=15%");
+  parse_per_lane(
+      text, out,
+      [&](std::string_view v) {
+        bool percent = v.ends_with('%');
+        std::string_view number = percent ? v.substr(0, v.size() - 1) : v;
+        double r = 0;
+        try {
+          r = parse_decimal(number);
+        } catch (const std::invalid_argument&) {
+          invalid(in_quotes(v) + " is not a percentage or a fraction; e.g. bulk=30% or bulk=0.3");
+        }
+        if (percent) r /= 100;
+        if (r > 1)
+          invalid(in_quotes(v) +
+                  " is out of range; valid: 0%..100% or a fraction 0..1 of the quota");
+        return r;
+      },
+      "bulk=30%;standard=5%;heavy=15%");
   return out;
 }
 
@@ -842,8 +665,9 @@ std::vector<int> parse_close_statuses(const std::string& text) {
   std::vector<int> out;
   for (auto entry : split(text, ',')) {
     if (entry.empty())
-      invalid(in_quotes(text) + " has an empty entry; give status codes separated by commas, "
-                                "e.g. 402,403");
+      invalid(in_quotes(text) +
+              " has an empty entry; give status codes separated by commas, "
+              "e.g. 402,403");
     std::uint64_t status = 0;
     try {
       status = parse_count(entry);
@@ -855,7 +679,8 @@ std::vector<int> parse_close_statuses(const std::string& text) {
     if (status == 429 || status == 503)
       invalid(in_quotes(entry) +
               " is load, not a refusal to close for: it shrinks the upstream's estimate and "
-              "closes nothing; " + std::string(kValid));
+              "closes nothing; " +
+              std::string(kValid));
     if (std::find(out.begin(), out.end(), static_cast<int>(status)) != out.end())
       invalid(in_quotes(entry) + " is given twice; list each status once");
     out.push_back(static_cast<int>(status));
@@ -889,8 +714,7 @@ std::string parse_lease_key(const std::string& v) {
   const std::string kHint = "give 32 hex digits (16 bytes), e.g. from openssl rand -hex 16";
   if (v.empty())
     invalid("set but empty; " + kHint + ", or unset it to have one generated at start");
-  if (v.size() != 32)
-    invalid("has " + std::to_string(v.size()) + " characters, not 32; " + kHint);
+  if (v.size() != 32) invalid("has " + std::to_string(v.size()) + " characters, not 32; " + kHint);
   for (std::size_t i = 0; i < v.size(); ++i) {
     char c = v[i];
     if (!is_digit(c) && !(c >= 'a' && c <= 'f') && !(c >= 'A' && c <= 'F'))
@@ -899,119 +723,776 @@ std::string parse_lease_key(const std::string& v) {
   return v;
 }
 
-Admission read_admission(const Env& env) {
-  Admission a;
-  read(env, "SLUICE_ADMISSION_MODE", a.mode, [](const std::string& v) {
-    if (v == "enforce") return admission::Mode::enforce;
-    if (v == "observe") return admission::Mode::observe;
-    if (v == "off") return admission::Mode::off;
-    invalid(in_quotes(v) + " is not a mode; valid: enforce, observe, off");
-  });
-  read(env, "SLUICE_ADMISSION_PROFILE", a.profile, [](const std::string& v) {
-    if (v != "fast" && v != "sentinel")
-      invalid(in_quotes(v) + " is not a profile; valid: fast, sentinel");
-    return v;
-  });
-  auto& c = a.controller;
-  if (a.profile == "sentinel") {
-    c = admission::ControllerConfig::sentinel();
-    a.tick = Duration{60'000};
+// The values of single variables, each as its row in the table below reads it.
+
+std::string parse_admin_token(const std::string& v) {
+  // An empty token usually means a secret that failed to expand; refusing beats running open.
+  if (v.empty()) invalid("set but empty; give a token or unset it");
+  return v;
+}
+
+// Checked when the file was laid over the environment (with_config_file).
+std::string parse_config_file(const std::string& v) { return v; }
+
+std::size_t parse_send_buffer(const std::string& v) {
+  auto n = bytes_in<std::size_t, 0, 64ull << 20>(v);
+  if (n != 0 && n < 4096)
+    invalid(in_quotes(v) + " is out of range; valid: 0 (the kernel's autotuning) or 4KiB..64MiB");
+  return n;
+}
+
+bool parse_forwarded_for(const std::string& v) {
+  if (v == "append") return false;
+  if (v == "replace") return true;
+  invalid(in_quotes(v) + " is not a mode; valid: append, replace");
+}
+
+admission::Mode parse_mode(const std::string& v) {
+  if (v == "enforce") return admission::Mode::enforce;
+  if (v == "observe") return admission::Mode::observe;
+  if (v == "off") return admission::Mode::off;
+  invalid(in_quotes(v) + " is not a mode; valid: enforce, observe, off");
+}
+
+std::string parse_profile(const std::string& v) {
+  if (v != "fast" && v != "sentinel")
+    invalid(in_quotes(v) + " is not a profile; valid: fast, sentinel");
+  return v;
+}
+
+Duration parse_emergency_ms(const std::string& v) {
+  return Duration{static_cast<Duration::rep>(count_in<std::uint64_t, 1, 3'600'000>(v))};
+}
+
+double parse_exit_ratio(const std::string& v) {
+  double r = parse_decimal(v);
+  if (r <= 0 || r > 1) invalid(in_quotes(v) + " is out of range; valid: above 0, at most 1");
+  return r;
+}
+
+admission::Micros parse_starved_after(const std::string& v, const Variable& variable) {
+  return to_micros(v, parse_timeout(v, variable));
+}
+
+std::optional<std::size_t> parse_heavy_cap(const std::string& v) {
+  return count_in<std::size_t, 1>(v);
+}
+
+double parse_seed(const std::string& v) {
+  double seed = parse_decimal(v);
+  if (seed < 1 || seed > 100'000) invalid(in_quotes(v) + " is out of range; valid: 1..100000");
+  return seed;
+}
+
+admission::Micros parse_growth_interval(const std::string& v) {
+  Duration d = parse_duration(v);
+  if (d < Duration{1}) invalid(in_quotes(v) + " is out of range; valid: at least 1ms");
+  return to_micros(v, d);
+}
+
+double parse_slow_factor(const std::string& v) {
+  double factor = parse_decimal(v);
+  if (factor != 0 && !(factor >= 1.5 && std::isfinite(factor)))
+    invalid(in_quotes(v) + " is out of range; valid: 0 (off) or a number of at least 1.5");
+  return factor;
+}
+
+admission::Micros parse_close_for(const std::string& v) {
+  return parse_micros_in(v, Duration{1}, Duration{86'400'000}, "greater than 0, at most 24h");
+}
+
+admission::Micros parse_probe_every(const std::string& v) {
+  return parse_micros_in(v, Duration{100}, Duration{3'600'000}, "100ms..1h");
+}
+
+bool parse_delegation(const std::string& v) {
+  if (v == "on") return true;
+  if (v == "off") return false;
+  invalid(in_quotes(v) + " is neither on nor off; valid: on, off");
+}
+
+std::string parse_pins_file(const std::string& v) {
+  if (v.empty()) invalid("empty; give the path of a JSON pins file");
+  return v;
+}
+
+std::string parse_tick_log(const std::string& v) {
+  if (v.empty()) invalid("empty; give the path of a file to append ticks to");
+  return v;
+}
+
+bool parse_debug_endpoints(const std::string& v) {
+  if (v == "true" || v == "1") return true;
+  if (v == "false" || v == "0") return false;
+  invalid(in_quotes(v) + " is not a boolean; valid: true, false");
+}
+
+// How check-config shows single values.
+
+Json upstreams_json(const std::vector<Upstream>& upstreams) {
+  Json out = Json::array();
+  for (const auto& u : upstreams) {
+    Json hosts = Json::array();
+    for (const auto& h : u.hosts) hosts.push_back(h.str());
+    out.push_back({{"name", u.name}, {"hosts", hosts}});
   }
-  read_duration(env, "SLUICE_TICK", a.tick, Duration{10}, Duration{3'600'000});
-  read(env, "SLUICE_ADMISSION_LAG_MS", c.lag_ms, parse_thresholds);
-  read(env, "SLUICE_ADMISSION_UPSTREAM_WAIT_MS", c.upstream_wait_ms, parse_thresholds);
-  read_count(env, "SLUICE_ADMISSION_RISE_TICKS", c.rise_ticks, 1, 100, false);
-  std::uint64_t emergency = static_cast<std::uint64_t>(c.emergency_stall.count());
-  read_count(env, "SLUICE_ADMISSION_EMERGENCY_MS", emergency, 1, 3'600'000, false);
-  c.emergency_stall = Duration{static_cast<Duration::rep>(emergency)};
-  read(env, "SLUICE_ADMISSION_HOLD", c.hold, parse_holds);
-  read(env, "SLUICE_ADMISSION_EXIT_RATIO", c.exit_ratio, [](const std::string& v) {
-    double r = parse_decimal(v);
-    if (r <= 0 || r > 1) invalid(in_quotes(v) + " is out of range; valid: above 0, at most 1");
+  return out;
+}
+
+// The secrets: only whether one is set.
+Json hidden(const std::string& secret) { return secret.empty() ? Json(nullptr) : Json("(set)"); }
+
+Json path_or_null(const std::string& path) { return path.empty() ? Json(nullptr) : Json(path); }
+
+std::string forwarded_for_text(bool replace) { return replace ? "replace" : "append"; }
+
+std::string mode_text(admission::Mode mode) { return std::string(admission::to_string(mode)); }
+
+std::int64_t millis_count(Duration d) { return d.count(); }
+
+template <class Values, class Format>
+std::string listed(const Values& values, Format format) {
+  std::string out;
+  for (const auto& v : values) out += (out.empty() ? "" : ",") + format(v);
+  return out;
+}
+
+std::string thresholds_text(const std::array<double, 3>& ms) { return listed(ms, format_number); }
+
+std::string holds_text(const std::array<Duration, 3>& holds) {
+  return listed(holds, format_duration);
+}
+
+std::string factors_text(const admission::LaneFactors& factors) {
+  return per_lane(factors, [](const auto& f) { return listed(f, format_number); });
+}
+
+std::string bands_text(const admission::RetryBands& bands) {
+  return per_lane(bands, [](const admission::RetryBand& band) {
+    return format_duration(band.floor) + ":" + format_duration(band.cap);
+  });
+}
+
+std::string numbers_text(const LaneNumbers& numbers) { return per_lane(numbers, format_number); }
+
+std::string windows_text(const std::array<admission::Micros, admission::kLaneCount>& windows) {
+  return per_lane(windows, format_micros);
+}
+
+std::string reserves_text(const LaneNumbers& reserves) {
+  return per_lane(reserves, format_percent);
+}
+
+Json cap_json(const std::optional<std::size_t>& cap) { return cap ? Json(*cap) : Json(nullptr); }
+
+Json statuses_json(const std::vector<int>& statuses) {
+  if (statuses.empty()) return nullptr;
+  return listed(statuses, [](int s) { return std::to_string(s); });
+}
+
+std::string on_off(bool on) { return on ? "on" : "off"; }
+
+// The table's rows. A row is one variable: what --help and the reference say
+// about it, how it is read into the Config, how check-config shows it, and
+// whether a reload puts a new value in force at once or it waits for a restart.
+struct Row {
+  Variable about;
+  // Reads the variable's text into its fields; throws std::invalid_argument (or
+  // out_of_range) with the message. nullptr: read by the rules between
+  // variables (apply_rules), after every row.
+  void (*parse)(Config&, const std::string& text, const Variable& about) = nullptr;
+  // check-config's value under about.key; nullptr when the row has no key.
+  Json (*show)(const Config&) = nullptr;
+  // For a secret, which check-config shows only as (set): whether two configurations hold
+  // the same one.
+  bool (*same_secret)(const Config&, const Config&) = nullptr;
+  // Copies the variable's fields from one configuration to another: what a live reload takes.
+  void (*take)(Config& to, const Config& from) = nullptr;
+  bool admission = false;        // all its fields are in Config::admission (load_admission)
+  std::string_view shown_after;  // check-config shows it right after this key, not in table order
+
+  constexpr Row after(std::string_view key) const {
+    Row r = *this;
+    r.shown_after = key;
     return r;
-  });
-  read(env, "SLUICE_ADMISSION_SPACING", c.spacing, parse_duration);
-  read(env, "SLUICE_ADMISSION_EMERGENCY_DWELL", c.emergency_dwell, parse_duration);
-  read_timeout(env, "SLUICE_ADMISSION_TIMEOUT_PIN", c.timeout_window);
-  read(env, "SLUICE_LANE_FACTORS", a.factors,
-       [&](const std::string& v) { return parse_factors(v, a.factors); });
-  read(env, "SLUICE_RETRY_AFTER", a.retry,
-       [&](const std::string& v) { return parse_bands(v, a.retry); });
-  auto& lanes = a.lanes;
-  read(env, "SLUICE_LANE_FLOORS", lanes.floors,
-       [&](const std::string& v) { return parse_floors(v, lanes.floors); });
-  read(env, "SLUICE_LANE_WEIGHTS", lanes.weights,
-       [&](const std::string& v) { return parse_weights(v, lanes.weights); });
-  read(env, "SLUICE_QUEUE_WINDOW", lanes.queue_window,
-       [&](const std::string& v) { return parse_windows(v, lanes.queue_window); });
-  read(env, "SLUICE_STARVED_AFTER", lanes.starved_after, [](const std::string& v) {
-    Duration d = parse_duration(v);
-    if (d.count() <= 0)
-      invalid(in_quotes(v) + " is not allowed; valid: greater than 0, e.g. " +
-              std::string(default_of("SLUICE_STARVED_AFTER")));
-    return to_micros(v, d);
-  });
-  read(env, "SLUICE_BUDGET_RESERVE", lanes.reserve,
-       [&](const std::string& v) { return parse_reserves(v, lanes.reserve); });
-  if (lookup(env, "SLUICE_HEAVY_MAX_IN_FLIGHT")) {
-    std::size_t cap = 0;
-    read_count(env, "SLUICE_HEAVY_MAX_IN_FLIGHT", cap, 1, {}, false);
-    a.heavy_max_in_flight = cap;
   }
-  auto& estimate = a.estimate;
-  read(env, "SLUICE_BULKHEAD_SEED", estimate.seed, [](const std::string& v) {
-    double seed = parse_decimal(v);
-    if (seed < 1 || seed > 100'000) invalid(in_quotes(v) + " is out of range; valid: 1..100000");
-    return seed;
-  });
-  read(env, "SLUICE_BULKHEAD_GROWTH_INTERVAL", estimate.growth_interval, [](const std::string& v) {
-    Duration d = parse_duration(v);
-    if (d < Duration{1}) invalid(in_quotes(v) + " is out of range; valid: at least 1ms");
-    return to_micros(v, d);
-  });
-  read(env, "SLUICE_BULKHEAD_SLOW_FACTOR", estimate.slow_factor, [](const std::string& v) {
-    double factor = parse_decimal(v);
-    if (factor != 0 && !(factor >= 1.5 && std::isfinite(factor)))
-      invalid(in_quotes(v) + " is out of range; valid: 0 (off) or a number of at least 1.5");
-    return factor;
-  });
-  read(env, "SLUICE_CLOSE_STATUSES", a.close_statuses, parse_close_statuses);
-  read(env, "SLUICE_CLOSE_FOR", a.closure.close_for, [](const std::string& v) {
-    return parse_micros_in(v, Duration{1}, Duration{86'400'000}, "greater than 0, at most 24h");
-  });
-  read(env, "SLUICE_PROBE_EVERY", a.closure.probe_every, [](const std::string& v) {
-    return parse_micros_in(v, Duration{100}, Duration{3'600'000}, "100ms..1h");
-  });
-  read(env, "SLUICE_DELEGATION", a.delegation, [](const std::string& v) {
-    if (v == "on") return true;
-    if (v == "off") return false;
-    invalid(in_quotes(v) + " is neither on nor off; valid: on, off");
-  });
-  read(env, "SLUICE_LEASE_KEY", a.lease_key, parse_lease_key);
-  read(env, "SLUICE_PINS_FILE", a.pins_file, [](const std::string& v) {
-    if (v.empty()) invalid("empty; give the path of a JSON pins file");
-    return v;
-  });
-  read(env, "SLUICE_TICK_LOG", a.tick_log, [](const std::string& v) {
-    if (v.empty()) invalid("empty; give the path of a file to append ticks to");
-    return v;
-  });
-  return a;
+};
+
+constexpr Reload live = Reload::live, restart = Reload::restart;
+constexpr std::string_view kNotShown{};
+
+// The field a chain of member pointers leads to: member<&Config::admission, &Admission::tick>(c).
+template <auto... Path>
+constexpr auto& member(auto& config) {
+  return (config.*....*Path);
+}
+
+template <auto First, auto...>
+constexpr bool kInAdmission = std::is_same_v<decltype(First), Admission Config::*>;
+
+// Parse's value for a field holding `current`. A parser that takes the current value
+// merges into it (per lane: lanes left out keep theirs); one that takes the Variable
+// names its default in its messages.
+template <auto Parse, class T>
+T parsed(const std::string& text, const T& current, const Variable& about) {
+  if constexpr (std::is_invocable_v<decltype(Parse), const std::string&, const T&>)
+    return Parse(text, current);
+  else if constexpr (std::is_invocable_v<decltype(Parse), const std::string&, const Variable&>)
+    return Parse(text, about);
+  else
+    return Parse(text);
+}
+
+// Show = as_is: the field's value is its JSON as it is (numbers, booleans, strings).
+struct AsIs {};
+constexpr AsIs as_is;
+
+template <auto Show, class T>
+Json shown(const T& value) {
+  if constexpr (std::is_same_v<std::remove_cv_t<decltype(Show)>, AsIs>)
+    return Json(value);
+  else
+    return Json(std::invoke(Show, value));
+}
+
+// A variable held in one field of the Config, at Path.
+template <auto Parse, auto Show, auto... Path>
+constexpr Row field(Reload reload, std::string_view key, Variable about) {
+  about.reload = reload;
+  about.key = key;
+  Row r{about};
+  r.parse = [](Config& c, const std::string& text, const Variable& v) {
+    auto& out = member<Path...>(c);
+    out = parsed<Parse>(text, out, v);
+  };
+  r.show = [](const Config& c) { return shown<Show>(member<Path...>(c)); };
+  r.take = [](Config& to, const Config& from) { member<Path...>(to) = member<Path...>(from); };
+  r.admission = kInAdmission<Path...>;
+  return r;
+}
+
+// A secret in one field: check-config shows only whether it is set.
+template <auto Parse, auto... Path>
+constexpr Row secret(Reload reload, std::string_view key, Variable about) {
+  about.secret = true;
+  Row r = field<Parse, hidden, Path...>(reload, key, about);
+  r.same_secret = [](const Config& a, const Config& b) {
+    return member<Path...>(a) == member<Path...>(b);
+  };
+  return r;
+}
+
+template <auto Parse, auto Show, auto Member>
+constexpr Row controller(Reload reload, std::string_view key, Variable about) {
+  return field<Parse, Show, &Config::admission, &Admission::controller, Member>(reload, key, about);
+}
+
+template <auto Parse, auto Show, auto Member>
+constexpr Row lanes(Reload reload, std::string_view key, Variable about) {
+  return field<Parse, Show, &Config::admission, &Admission::lanes, Member>(reload, key, about);
+}
+
+template <auto Parse, auto Show, auto Member>
+constexpr Row estimate(Reload reload, std::string_view key, Variable about) {
+  return field<Parse, Show, &Config::admission, &Admission::estimate, Member>(reload, key, about);
+}
+
+template <auto Parse, auto Show, auto Member>
+constexpr Row closure(Reload reload, std::string_view key, Variable about) {
+  return field<Parse, Show, &Config::admission, &Admission::closure, Member>(reload, key, about);
+}
+
+// SLUICE_ROUTES and SLUICE_ROUTES_FILE: the routes need the upstreams' names and
+// one variable excludes the other, so apply_rules reads them (load_routes).
+constexpr Row routes_row(Reload reload, std::string_view key, Variable about) {
+  about.reload = reload;
+  about.key = key;
+  Row r{about};
+  if (!key.empty())
+    r.show = [](const Config& c) {
+      Json out = Json::array();
+      for (const auto& route : c.routes.routes()) out.push_back(route_json(route, c.upstreams));
+      return out;
+    };
+  r.take = [](Config& to, const Config& from) {
+    to.routes = from.routes;
+    to.routes_file = from.routes_file;
+  };
+  return r;
+}
+
+constexpr Row access_log_row(Reload reload, std::string_view key, Variable about) {
+  about.reload = reload;
+  about.key = key;
+  Row r{about};
+  r.parse = [](Config& c, const std::string& v, const Variable&) {
+    if (v == "stdout") {
+      c.access_log = AccessLog::stdout_;
+    } else if (v == "stderr") {
+      c.access_log = AccessLog::stderr_;
+    } else if (v == "off") {
+      c.access_log = AccessLog::off;
+    } else {
+      if (!v.starts_with("/") && !v.starts_with("./"))
+        invalid(in_quotes(v) +
+                " is not stdout, stderr, off or a file path; a path must be absolute or start "
+                "with ./");
+      c.access_log = AccessLog::file;
+      c.access_log_path = v;
+    }
+  };
+  r.show = [](const Config& c) -> Json {
+    switch (c.access_log) {
+      case AccessLog::stdout_:
+        return "stdout";
+      case AccessLog::stderr_:
+        return "stderr";
+      case AccessLog::off:
+        return "off";
+      case AccessLog::file:
+        break;
+    }
+    return c.access_log_path;
+  };
+  r.take = [](Config& to, const Config& from) {
+    to.access_log = from.access_log;
+    to.access_log_path = from.access_log_path;
+  };
+  return r;
+}
+
+constexpr Row host_eject_row(Reload reload, std::string_view key, Variable about) {
+  about.reload = reload;
+  about.key = key;
+  Row r{about};
+  r.parse = [](Config& c, const std::string& v, const Variable&) {
+    std::tie(c.host_eject_base, c.host_eject_max) = parse_host_eject(v);
+  };
+  r.show = [](const Config& c) {
+    return Json(format_duration(c.host_eject_base) + ":" + format_duration(c.host_eject_max));
+  };
+  r.take = [](Config& to, const Config& from) {
+    to.host_eject_base = from.host_eject_base;
+    to.host_eject_max = from.host_eject_max;
+  };
+  return r;
+}
+
+using admission::ClosurePolicy;
+using admission::ControllerConfig;
+using admission::EstimatePolicy;
+using admission::LanePolicy;
+
+// The one table: load, check-config, --help, docs/configuration.md and the
+// reload's live-or-restart split all walk it. In documentation order.
+constexpr Row kRows[] = {
+    field<parse_endpoint, &Endpoint::str, &Config::listen>(
+        restart, "listen",
+        {"SLUICE_LISTEN", "0.0.0.0:8080",
+         "Address the proxy accepts client connections on, as host:port or [IPv6]:port."}),
+    field<parse_endpoint, &Endpoint::str, &Config::admin_listen>(
+        restart, "admin_listen",
+        {"SLUICE_ADMIN_LISTEN", "127.0.0.1:9901",
+         "Address of the admin listener, which serves /metrics, /healthz, /readyz and /admin/... "
+         "and "
+         "is never gated by admission; an address that is not loopback needs SLUICE_ADMIN_TOKEN "
+         "(no "
+         "opt-out)."}),
+    secret<parse_admin_token, &Config::admin_token>(
+        restart, "admin_token",
+        {"SLUICE_ADMIN_TOKEN", "unset",
+         "Bearer token that mutating admin calls (POST and DELETE /admin/pins, POST "
+         "/admin/debug/block) must present as Authorization: Bearer <token>, compared in constant "
+         "time; required when SLUICE_ADMIN_LISTEN is not loopback. A secret: no output shows it."}),
+    field<parse_upstreams, upstreams_json, &Config::upstreams>(
+        restart, "upstreams",
+        {"SLUICE_UPSTREAMS", "required",
+         "Upstreams as name=host:port[|host:port...] entries separated by ; (a bare host:port "
+         "names "
+         "upstream default); the first one is where routes send requests unless they say "
+         "otherwise."}),
+    routes_row(
+        live, "routes",
+        {"SLUICE_ROUTES", "built-in table",
+         "Routes as a JSON array, first match wins (schema in docs/configuration.md); without it "
+         "and "
+         "without SLUICE_ROUTES_FILE, SSE requests go to lane heavy and the rest to lane standard, "
+         "all to the first upstream."}),
+    routes_row(live, kNotShown,
+               {"SLUICE_ROUTES_FILE", "unset",
+                "Path of a file holding the routes JSON array, read at start-up and again when it "
+                "changes (a live reload); set it or SLUICE_ROUTES, not both."}),
+    field<parse_config_file, path_or_null, &Config::config_file>(
+        restart, "config_file",
+        {"SLUICE_CONFIG_FILE", "unset",
+         "Path of a file of SLUICE_X=value lines (# comments) laid over the environment, read at "
+         "start-up and again on SIGHUP or when it changes: the variables that reload live take "
+         "their new values at once, the others keep theirs until a restart."})
+        .after("debug_endpoints"),
+    field<count_in<int, 1, 256>, as_is, &Config::threads>(
+        restart, "threads",
+        {"SLUICE_THREADS", "number of cores",
+         "I/O threads, each running its own event loop (1..256)."}),
+    access_log_row(restart, "access_log",
+                   {"SLUICE_ACCESS_LOG", "stdout",
+                    "Where the JSON access log goes, one line per request: stdout, stderr, off, or "
+                    "a file path "
+                    "(absolute or starting with ./)."}),
+    field<count_in<std::size_t, 1>, as_is, &Config::upstream_max_connections>(
+        restart, "upstream_max_connections",
+        {"SLUICE_UPSTREAM_MAX_CONNECTIONS", "512",
+         "Most connections open to each upstream, split evenly across the I/O threads' pools; a "
+         "request that finds its pool exhausted waits for a connection, and that wait is a "
+         "pressure "
+         "signal."}),
+    field<parse_timeout, format_duration, &Config::upstream_idle_timeout>(
+        restart, "upstream_idle_timeout",
+        {"SLUICE_UPSTREAM_IDLE_TIMEOUT", "30s",
+         "A pooled upstream connection left idle this long is closed."}),
+    host_eject_row(
+        restart, "host_eject",
+        {"SLUICE_HOST_EJECT", "1s:30s",
+         "base:max; a host of an upstream that refuses connections is left out of the balancing "
+         "for "
+         "base, doubling at each new refusal up to max (base greater than 0, max at least base)."}),
+    field<bytes_in<std::size_t, 1ull << 10, 1ull << 20>, as_is, &Config::max_header_bytes>(
+        restart, "max_header_bytes",
+        {"SLUICE_MAX_HEADER_BYTES", "16KiB",
+         "A request head (request line and headers) above this gets 431 (1KiB..1MiB)."}),
+    field<bytes_in<std::uint64_t, 0>, as_is, &Config::max_body_bytes>(
+        restart, "max_body_bytes",
+        {"SLUICE_MAX_BODY_BYTES", "64MiB",
+         "A request body above this gets 413; 0 refuses every request that has a body."}),
+    field<parse_forwarded_for, forwarded_for_text, &Config::forwarded_for_replace>(
+        restart, "forwarded_for",
+        {"SLUICE_FORWARDED_FOR", "append",
+         "append: the client's X-Forwarded-For is kept and its address added (Sluice behind a load "
+         "balancer that sets it); replace: Sluice is the edge, a client's X-Forwarded-For is "
+         "dropped "
+         "and only its address is sent. X-Real-IP is always the connecting address."})
+        .after("client_send_buffer"),
+    field<count_in<std::size_t, 1>, as_is, &Config::max_connections>(
+        restart, "max_connections",
+        {"SLUICE_MAX_CONNECTIONS", "20000",
+         "Most client connections open at once; a connection beyond it is closed as soon as it is "
+         "accepted."}),
+    field<parse_timeout, format_duration, &Config::header_timeout>(
+        restart, "header_timeout",
+        {"SLUICE_HEADER_TIMEOUT", "10s",
+         "A request head not complete within this time gets 408 and the connection is closed "
+         "(slowloris)."}),
+    field<parse_timeout, format_duration, &Config::idle_timeout>(
+        restart, "idle_timeout",
+        {"SLUICE_IDLE_TIMEOUT", "60s",
+         "A keep-alive client connection idle this long between two requests is closed."}),
+    field<parse_timeout, format_duration, &Config::body_timeout>(
+        restart, "body_timeout",
+        {"SLUICE_BODY_TIMEOUT", "30s",
+         "Each 16KiB of a request body (or its end) must arrive within this much time spent "
+         "waiting "
+         "on the client, else 408 and the connection is closed: a stalled body and one trickled in "
+         "alike. The first 16KiB is read before admission, so a slow body holds no slot and no "
+         "upstream connection while it arrives."}),
+    field<parse_timeout, format_duration, &Config::send_timeout>(
+        restart, "send_timeout",
+        {"SLUICE_SEND_TIMEOUT", "30s",
+         "Each write of a piece of a response (up to 16KiB) to the client must be done within this "
+         "time, else the connection is closed and the upstream connection released (a client that "
+         "stops reading, or reads slower than 16KiB per this time). A write still pending after "
+         "250ms "
+         "gives the request's bulkhead slot back at once (heavy leases excepted): the response "
+         "then "
+         "waits on the client, not on the upstream."}),
+    field<parse_send_buffer, as_is, &Config::client_send_buffer>(
+        restart, "client_send_buffer",
+        {"SLUICE_CLIENT_SEND_BUFFER", "256KiB",
+         "The kernel send buffer of each client connection (SO_SNDBUF, 4KiB..64MiB; 0 leaves it to "
+         "the "
+         "kernel's autotuning, up to net.ipv4.tcp_wmem's maximum): bounds the memory a client that "
+         "stops reading pins in the kernel, and lets its write stall, so SLUICE_SEND_TIMEOUT can "
+         "cut "
+         "it, before megabytes are queued for it."})
+        .after("max_connections"),
+    field<parse_timeout, format_duration, &Config::connect_timeout>(
+        restart, "upstream_connect_timeout",
+        {"SLUICE_UPSTREAM_CONNECT_TIMEOUT", "2s",
+         "An upstream connect that fails or does not complete within this gets 502."}),
+    field<parse_timeout, format_duration, &Config::response_timeout>(
+        restart, "upstream_response_timeout",
+        {"SLUICE_UPSTREAM_RESPONSE_TIMEOUT", "30s",
+         "No upstream response head within this after the request was sent gets 504; a response "
+         "body that stalls this long is cut."}),
+    field<parse_timeout, format_duration, &Config::sse_idle_timeout>(
+        restart, "sse_idle_timeout",
+        {"SLUICE_SSE_IDLE_TIMEOUT", "5m",
+         "An SSE stream that receives nothing from the upstream for this long is closed."}),
+    field<duration_in<10, 1'000>, format_duration, &Config::lag_probe_interval>(
+        restart, "lag_probe_interval",
+        {"SLUICE_LAG_PROBE_INTERVAL", "50ms",
+         "How often each I/O thread measures its event-loop lag, the admission core's main "
+         "pressure "
+         "signal (10ms..1s)."}),
+    field<parse_duration, format_duration, &Config::drain_delay>(
+        restart, "drain_delay",
+        {"SLUICE_DRAIN_DELAY", "5s",
+         "On SIGTERM /readyz turns 503 at once and the listener keeps serving this long so load "
+         "balancers can deregister the instance (0 allowed)."}),
+    field<parse_timeout, format_duration, &Config::drain_timeout>(
+        restart, "drain_timeout",
+        {"SLUICE_DRAIN_TIMEOUT", "30s",
+         "After the drain delay the listener stops accepting and in-flight requests, SSE streams "
+         "included, get this long to finish before the process exits."}),
+    field<parse_mode, mode_text, &Config::admission, &Admission::mode>(
+        live, "admission_mode",
+        {"SLUICE_ADMISSION_MODE", "enforce",
+         "enforce (refuse with 503), observe (decide and count would_shed, forward everything) or "
+         "off."}),
+    field<parse_profile, as_is, &Config::admission, &Admission::profile>(
+        live, "admission_profile",
+        {"SLUICE_ADMISSION_PROFILE", "fast",
+         "Timing defaults: fast (a tick controller, seconds) or sentinel (tick 1m, hold 5m,5m,5m, "
+         "exit ratio 1.0, spacing 5m, emergency dwell 3m); any variable below overrides its "
+         "profile "
+         "value."}),
+    field<duration_in<10, 3'600'000>, format_duration, &Config::admission, &Admission::tick>(
+        live, "tick",
+        {"SLUICE_TICK", "1s",
+         "The admission controller's tick: one reading, one decision (10ms..1h)."}),
+    controller<parse_thresholds, thresholds_text, &ControllerConfig::lag_ms>(
+        live, "admission_lag_ms",
+        {"SLUICE_ADMISSION_LAG_MS", "200,250,600",
+         "Event-loop lag entry thresholds of levels 1,2,3 in ms; strictly increasing."}),
+    controller<parse_thresholds, thresholds_text, &ControllerConfig::upstream_wait_ms>(
+        live, "admission_upstream_wait_ms",
+        {"SLUICE_ADMISSION_UPSTREAM_WAIT_MS", "150,200,600",
+         "Upstream-wait (p95 over 1.5 ticks) entry thresholds of levels 1,2,3 in ms; strictly "
+         "increasing."}),
+    controller<count_in<int, 1, 100>, as_is, &ControllerConfig::rise_ticks>(
+        live, "admission_rise_ticks",
+        {"SLUICE_ADMISSION_RISE_TICKS", "3",
+         "Consecutive ticks of fresh evidence before a level rises (1..100)."}),
+    controller<parse_emergency_ms, millis_count, &ControllerConfig::emergency_stall>(
+        live, "admission_emergency_ms",
+        {"SLUICE_ADMISSION_EMERGENCY_MS", "1000",
+         "A single stall (or lag sample) this long in ms goes to level 3 at once."}),
+    controller<parse_holds, holds_text, &ControllerConfig::hold>(
+        live, "admission_hold",
+        {"SLUICE_ADMISSION_HOLD", "5s,15s,15s",
+         "Per level 1,2,3: how long the signals must stay under the exit line before the level "
+         "steps down one."}),
+    controller<parse_exit_ratio, as_is, &ControllerConfig::exit_ratio>(
+        live, "admission_exit_ratio",
+        {"SLUICE_ADMISSION_EXIT_RATIO", "0.6",
+         "Exit line = ratio x the level's entry threshold (0 < ratio <= 1)."}),
+    controller<parse_duration, format_duration, &ControllerConfig::spacing>(
+        live, "admission_spacing",
+        {"SLUICE_ADMISSION_SPACING", "0s",
+         "Least time between two automatic level changes (5m in sentinel)."}),
+    controller<parse_duration, format_duration, &ControllerConfig::emergency_dwell>(
+        live, "admission_emergency_dwell",
+        {"SLUICE_ADMISSION_EMERGENCY_DWELL", "0s",
+         "Level 2 must have lasted this long before sustained pressure may enter level 3 (3m in "
+         "sentinel); stalls and pins excepted."}),
+    controller<parse_timeout, format_duration, &ControllerConfig::timeout_window>(
+        live, "admission_timeout_pin",
+        {"SLUICE_ADMISSION_TIMEOUT_PIN", "30s",
+         "An upstream timeout within this window is evidence for level 2."}),
+    field<parse_factors, factors_text, &Config::admission, &Admission::factors>(
+        live, "lane_factors",
+        {"SLUICE_LANE_FACTORS", "bulk=1,0.5,0,0;standard=1,1,1,0.5;heavy=1,0.5,0.25,0.25",
+         "Per lane, the admitted fraction of new requests at levels 0..3 (each in 0..1, never "
+         "rising "
+         "with the level); lanes left out keep their defaults."}),
+    field<parse_bands, bands_text, &Config::admission, &Admission::retry>(
+        live, "retry_after",
+        {"SLUICE_RETRY_AFTER", "bulk=120s:180s;standard=1s:30s;heavy=2s:60s",
+         "Per lane, floor and cap of the derived Retry-After; lanes left out keep their "
+         "defaults."}),
+    lanes<parse_floors, numbers_text, &LanePolicy::floors>(
+        live, "lane_floors",
+        {"SLUICE_LANE_FLOORS", "bulk=0.1;standard=0.5;heavy=0.2",
+         "Per lane, the fraction of an upstream's measured capacity guaranteed to the lane while "
+         "it "
+         "has work (each in 0..1, together at most 1); lanes left out keep their defaults."}),
+    lanes<parse_weights, numbers_text, &LanePolicy::weights>(
+        live, "lane_weights",
+        {"SLUICE_LANE_WEIGHTS", "bulk=1;standard=4;heavy=2",
+         "Per lane, its share of borrowed capacity (weighted fair share above the floors) and how "
+         "eagerly it takes the last free slots (each a finite number above 0); lanes left out keep "
+         "their defaults."}),
+    lanes<parse_windows, windows_text, &LanePolicy::queue_window>(
+        live, "queue_window",
+        {"SLUICE_QUEUE_WINDOW", "bulk=0s;standard=500ms;heavy=2s",
+         "Per lane, how long a request that finds no free slot may wait for one before a 503 "
+         "queue_timeout (0s..5m; 0s refuses at once); lanes left out keep their defaults."}),
+    lanes<parse_starved_after, format_micros, &LanePolicy::starved_after>(
+        live, "starved_after",
+        {"SLUICE_STARVED_AFTER", "5s",
+         "A lane below its floor whose queue has stayed non-empty this long is listed as starving "
+         "and counted (greater than 0)."}),
+    lanes<parse_reserves, reserves_text, &LanePolicy::reserve>(
+        live, "budget_reserve",
+        {"SLUICE_BUDGET_RESERVE", "bulk=30%;standard=5%;heavy=15%",
+         "Per lane, the share of an upstream's published quota (RateLimit-* or X-RateLimit-* "
+         "response headers) left to the lanes above it: once the remaining quota falls to the "
+         "lane's "
+         "reserve, the lane borrows nothing more on that upstream until the quota resets (each a "
+         "percentage 0%..100% or a fraction 0..1, e.g. 30% or 0.3); lanes left out keep their "
+         "defaults."}),
+    field<parse_heavy_cap, cap_json, &Config::admission, &Admission::heavy_max_in_flight>(
+        restart, "heavy_max_in_flight",
+        {"SLUICE_HEAVY_MAX_IN_FLIGHT", "unset",
+         "Optional absolute cap (at least 1) on live heavy leases across the process (a heavy "
+         "lease "
+         "lasts the whole response, an SSE stream included); unset, heavy requests are limited "
+         "only "
+         "relative to the measured capacity."}),
+    estimate<parse_seed, as_is, &EstimatePolicy::seed>(
+        restart, "bulkhead_seed",
+        {"SLUICE_BULKHEAD_SEED", "4",
+         "The capacity estimate an upstream starts from (split across the I/O threads, at least 1 "
+         "each) before slow start grows it (1..100000)."}),
+    estimate<parse_growth_interval, format_micros, &EstimatePolicy::growth_interval>(
+        restart, "bulkhead_growth_interval",
+        {"SLUICE_BULKHEAD_GROWTH_INTERVAL", "250ms",
+         "Least time between two growths of an upstream's capacity estimate, and never faster than "
+         "the upstream's baseline response time (at least 1ms)."}),
+    estimate<parse_slow_factor, as_is, &EstimatePolicy::slow_factor>(
+        restart, "bulkhead_slow_factor",
+        {"SLUICE_BULKHEAD_SLOW_FACTOR", "4",
+         "A response head this many times slower than the upstream's recent baseline counts as too "
+         "much load and lowers the estimate; 0 turns this off, otherwise at least 1.5."}),
+    field<parse_close_statuses, statuses_json, &Config::admission, &Admission::close_statuses>(
+        live, "close_statuses",
+        {"SLUICE_CLOSE_STATUSES", "unset",
+         "Comma-separated upstream response statuses that close the upstream: a refusal no load "
+         "change cures, such as a quota 402 or 403 (each 400..599; not 429 or 503, which are load "
+         "and only shrink the estimate); unset, no status closes an upstream."}),
+    closure<parse_close_for, format_micros, &ClosurePolicy::close_for>(
+        live, "close_for",
+        {"SLUICE_CLOSE_FOR", "35m",
+         "How long a status in SLUICE_CLOSE_STATUSES closes the upstream when the upstream gave no "
+         "Retry-After or RateLimit-Reset (greater than 0, at most 24h)."}),
+    closure<parse_probe_every, format_micros, &ClosurePolicy::probe_every>(
+        live, "probe_every",
+        {"SLUICE_PROBE_EVERY", "10s",
+         "While an upstream is closed, one probe request is let through this often, and only while "
+         "nothing runs on it; a probe that ends cleanly reopens the upstream (100ms..1h)."}),
+    field<parse_delegation, on_off, &Config::admission, &Admission::delegation>(
+        restart, "delegation",
+        {"SLUICE_DELEGATION", "on",
+         "on or off; on: each forwarded request carries a signed lease token (header "
+         "X-Sluice-Lease), and a request that carries a live lease's token is seated at once on "
+         "its "
+         "parent's lane."}),
+    secret<parse_lease_key, &Config::admission, &Admission::lease_key>(
+        restart, "lease_key",
+        {"SLUICE_LEASE_KEY", "generated at start",
+         "32 hex digits (16 bytes), the key that signs lease tokens; set the same key on all "
+         "instances only if tokens must verify across restarts. check-config shows it only as "
+         "(set)."}),
+    field<parse_pins_file, path_or_null, &Config::admission, &Admission::pins_file>(
+        restart, "pins_file",
+        {"SLUICE_PINS_FILE", "unset",
+         "A JSON file of pins ({\"level\":N,\"ttl\":\"10m\",\"reason\":\"...\"} or {} for none), "
+         "re-read when it changes; a missing or unreadable file acts as no pin."}),
+    field<parse_tick_log, path_or_null, &Config::admission, &Admission::tick_log>(
+        restart, "tick_log",
+        {"SLUICE_TICK_LOG", "unset",
+         "Append every tick's reading and decision to this file in the trace format `sluice "
+         "replay` "
+         "reads."}),
+    field<parse_debug_endpoints, as_is, &Config::debug_endpoints>(
+        restart, "debug_endpoints",
+        {"SLUICE_DEBUG_ENDPOINTS", "false",
+         "true enables fault injection on the admin listener (POST /admin/debug/block stalls an "
+         "I/O "
+         "thread's event loop) for tests and game days; mutating calls still need the admin "
+         "token."}),
+};
+
+static_assert(
+    std::all_of(std::begin(kRows), std::end(kRows),
+                [](const Row& r) {
+                  bool shows_after =
+                      r.shown_after.empty() ||
+                      std::any_of(std::begin(kRows), std::end(kRows), [&](const Row& other) {
+                        return !other.about.key.empty() && other.about.key == r.shown_after;
+                      });
+                  return (r.about.reload == Reload::live || r.about.reload == Reload::restart) &&
+                         r.take && r.about.key.empty() == !r.show &&
+                         r.about.secret == (r.same_secret != nullptr) && shows_after;
+                }),
+    "every row says live or restart, can be taken by a reload, and is shown under its key "
+    "(a secret hidden) or not at all");
+
+constexpr auto kVariables = [] {
+  std::array<Variable, std::size(kRows)> out{};
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = kRows[i].about;
+  return out;
+}();
+
+// Every row that is set in env, each on its own; errors name the variable.
+void read_variables(const Env& env, Config& c, bool admission_only) {
+  for (const Row& row : kRows) {
+    if (!row.parse || (admission_only && !row.admission)) continue;
+    const std::string* text = lookup(env, row.about.name);
+    if (!text) continue;
+    try {
+      row.parse(c, *text, row.about);
+    } catch (const std::logic_error& e) {  // invalid_argument and out_of_range
+      throw ConfigError(std::string(row.about.name), e.what());
+    }
+  }
+}
+
+// The rules between variables, after every variable was read on its own: all in
+// this one place.
+void apply_rules(const Env& env, Config& c, bool admission_only) {
+  // A profile's values are defaults: each admission variable left unset takes
+  // the profile's value, each one set overrides it.
+  if (c.admission.profile == "sentinel") {
+    Config profile;
+    profile.admission.controller = ControllerConfig::sentinel();
+    profile.admission.tick = Duration{60'000};
+    for (const Row& row : kRows)
+      if (row.admission && !lookup(env, row.about.name)) row.take(c, profile);
+  }
+  if (admission_only) return;
+
+  // Off loopback, anyone who reaches the port could pin the level: the
+  // listener refuses to bind there unless mutating calls need a token.
+  if (c.admin_token.empty() && !c.admin_listen.is_loopback())
+    throw ConfigError("SLUICE_ADMIN_LISTEN",
+                      c.admin_listen.str() +
+                          " is not loopback and SLUICE_ADMIN_TOKEN is unset; set "
+                          "SLUICE_ADMIN_TOKEN (mutating admin calls then need it) or listen on "
+                          "127.0.0.1");
+
+  // SLUICE_ROUTES or SLUICE_ROUTES_FILE, not both, naming SLUICE_UPSTREAMS' upstreams.
+  load_routes(env, c);
 }
 
 }  // namespace
+
+std::span<const Variable> variables() { return kVariables; }
 
 Admission load_admission(const Env& given) {
   refuse_unknown(given);
   const Env env = with_config_file(given);
   refuse_unknown(env);
-  return read_admission(env);
+  Config c;
+  read_variables(env, c, true);
+  apply_rules(env, c, true);
+  return c.admission;
 }
 
 Env with_config_file(const Env& env) {
   const std::string* path = lookup(env, "SLUICE_CONFIG_FILE");
   if (!path) return env;
-  if (path->empty()) throw ConfigError("SLUICE_CONFIG_FILE", "empty; give the path of a file of SLUICE_X=value lines");
+  if (path->empty())
+    throw ConfigError("SLUICE_CONFIG_FILE",
+                      "empty; give the path of a file of SLUICE_X=value lines");
   std::FILE* f = std::fopen(path->c_str(), "rb");
   if (!f)
     throw ConfigError("SLUICE_CONFIG_FILE",
@@ -1032,10 +1513,11 @@ Env with_config_file(const Env& env) {
     auto eq = line.find('=');
     auto name = line.substr(0, eq);
     if (eq == std::string_view::npos || !name.starts_with("SLUICE_"))
-      throw ConfigError("SLUICE_CONFIG_FILE", in_quotes(*path) + " line " + std::to_string(line_no) +
-                                                  ": not SLUICE_X=value");
+      throw ConfigError("SLUICE_CONFIG_FILE", in_quotes(*path) + " line " +
+                                                  std::to_string(line_no) + ": not SLUICE_X=value");
     if (name == "SLUICE_CONFIG_FILE")
-      throw ConfigError("SLUICE_CONFIG_FILE", in_quotes(*path) + " line " + std::to_string(line_no) +
+      throw ConfigError("SLUICE_CONFIG_FILE", in_quotes(*path) + " line " +
+                                                  std::to_string(line_no) +
                                                   ": a config file cannot name another");
     out[std::string(name)] = std::string(line.substr(eq + 1));
   }
@@ -1046,179 +1528,40 @@ Config load(const Env& given) {
   refuse_unknown(given);
   const Env env = with_config_file(given);
   refuse_unknown(env);
-  Config c;
-
-  const std::string* upstreams = lookup(env, "SLUICE_UPSTREAMS");
-  if (!upstreams)
+  if (!lookup(env, "SLUICE_UPSTREAMS"))
     throw ConfigError("SLUICE_UPSTREAMS",
                       "required; e.g. SLUICE_UPSTREAMS=" + std::string(kUpstreamsExample));
-  read(env, "SLUICE_UPSTREAMS", c.upstreams, parse_upstreams);
-
-  read(env, "SLUICE_LISTEN", c.listen, parse_endpoint);
-  read(env, "SLUICE_ADMIN_LISTEN", c.admin_listen, parse_endpoint);
-  if (const std::string* token = lookup(env, "SLUICE_ADMIN_TOKEN")) {
-    // An empty token usually means a secret that failed to expand; refusing beats running open.
-    if (token->empty())
-      throw ConfigError("SLUICE_ADMIN_TOKEN", "set but empty; give a token or unset it");
-    c.admin_token = *token;
-  }
-  // Off loopback, anyone who reaches the port could pin the level: the
-  // listener refuses to bind there unless mutating calls need a token.
-  if (c.admin_token.empty() && !c.admin_listen.is_loopback())
-    throw ConfigError("SLUICE_ADMIN_LISTEN",
-                      c.admin_listen.str() +
-                          " is not loopback and SLUICE_ADMIN_TOKEN is unset; set "
-                          "SLUICE_ADMIN_TOKEN (mutating admin calls then need it) or listen on "
-                          "127.0.0.1");
-
-  load_routes(env, c);
-
+  Config c;
   c.threads = static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1u, 256u));
-  read_count(env, "SLUICE_THREADS", c.threads, 1, 256, false);
-
-  read(env, "SLUICE_ACCESS_LOG", c.access_log, [&](const std::string& v) {
-    if (v == "stdout") return AccessLog::stdout_;
-    if (v == "stderr") return AccessLog::stderr_;
-    if (v == "off") return AccessLog::off;
-    if (!v.starts_with("/") && !v.starts_with("./"))
-      invalid(in_quotes(v) +
-              " is not stdout, stderr, off or a file path; a path must be absolute or start "
-              "with ./");
-    c.access_log_path = v;
-    return AccessLog::file;
-  });
-
-  read_count(env, "SLUICE_UPSTREAM_MAX_CONNECTIONS", c.upstream_max_connections, 1, {}, false);
-  read_timeout(env, "SLUICE_UPSTREAM_IDLE_TIMEOUT", c.upstream_idle_timeout);
-  std::pair eject{c.host_eject_base, c.host_eject_max};
-  read(env, "SLUICE_HOST_EJECT", eject, parse_host_eject);
-  std::tie(c.host_eject_base, c.host_eject_max) = eject;
-  read_count(env, "SLUICE_MAX_HEADER_BYTES", c.max_header_bytes, 1ull << 10, 1ull << 20, true);
-  read_count(env, "SLUICE_MAX_BODY_BYTES", c.max_body_bytes, 0, {}, true);
-  read_count(env, "SLUICE_MAX_CONNECTIONS", c.max_connections, 1, {}, false);
-  read_count(env, "SLUICE_CLIENT_SEND_BUFFER", c.client_send_buffer, 0, 64ull << 20, true);
-  if (c.client_send_buffer != 0 && c.client_send_buffer < 4096)
-    throw ConfigError("SLUICE_CLIENT_SEND_BUFFER",
-                      in_quotes(*lookup(env, "SLUICE_CLIENT_SEND_BUFFER")) +
-                          " is out of range; valid: 0 (the kernel's autotuning) or 4KiB..64MiB");
-  read(env, "SLUICE_FORWARDED_FOR", c.forwarded_for_replace, [](const std::string& v) {
-    if (v == "append") return false;
-    if (v == "replace") return true;
-    invalid(in_quotes(v) + " is not a mode; valid: append, replace");
-  });
-  read_timeout(env, "SLUICE_HEADER_TIMEOUT", c.header_timeout);
-  read_timeout(env, "SLUICE_IDLE_TIMEOUT", c.idle_timeout);
-  read_timeout(env, "SLUICE_BODY_TIMEOUT", c.body_timeout);
-  read_timeout(env, "SLUICE_SEND_TIMEOUT", c.send_timeout);
-  read_timeout(env, "SLUICE_UPSTREAM_CONNECT_TIMEOUT", c.connect_timeout);
-  read_timeout(env, "SLUICE_UPSTREAM_RESPONSE_TIMEOUT", c.response_timeout);
-  read_timeout(env, "SLUICE_SSE_IDLE_TIMEOUT", c.sse_idle_timeout);
-  read_duration(env, "SLUICE_LAG_PROBE_INTERVAL", c.lag_probe_interval, Duration{10},
-                Duration{1'000});
-  read(env, "SLUICE_DRAIN_DELAY", c.drain_delay, parse_duration);  // 0: stop at once
-  read_timeout(env, "SLUICE_DRAIN_TIMEOUT", c.drain_timeout);
-  c.admission = read_admission(env);
-  if (const std::string* file = lookup(env, "SLUICE_CONFIG_FILE")) c.config_file = *file;
-  read(env, "SLUICE_DEBUG_ENDPOINTS", c.debug_endpoints, [](const std::string& v) {
-    if (v == "true" || v == "1") return true;
-    if (v == "false" || v == "0") return false;
-    invalid(in_quotes(v) + " is not a boolean; valid: true, false");
-  });
+  read_variables(env, c, false);
+  apply_rules(env, c, false);
   return c;
 }
 
 std::string to_json(const Config& c) {
   Json j;
-  j["listen"] = c.listen.str();
-  j["admin_listen"] = c.admin_listen.str();
-  j["admin_token"] = c.admin_token.empty() ? Json(nullptr) : Json("(set)");
-  j["upstreams"] = Json::array();
-  for (const auto& u : c.upstreams) {
-    Json hosts = Json::array();
-    for (const auto& h : u.hosts) hosts.push_back(h.str());
-    j["upstreams"].push_back({{"name", u.name}, {"hosts", hosts}});
-  }
-  j["routes"] = Json::array();
-  for (const auto& r : c.routes.routes()) j["routes"].push_back(route_json(r, c.upstreams));
-  j["threads"] = c.threads;
-  switch (c.access_log) {
-    case AccessLog::stdout_:
-      j["access_log"] = "stdout";
-      break;
-    case AccessLog::stderr_:
-      j["access_log"] = "stderr";
-      break;
-    case AccessLog::off:
-      j["access_log"] = "off";
-      break;
-    case AccessLog::file:
-      j["access_log"] = c.access_log_path;
-      break;
-  }
-  j["upstream_max_connections"] = c.upstream_max_connections;
-  j["upstream_idle_timeout"] = format_duration(c.upstream_idle_timeout);
-  j["host_eject"] = format_duration(c.host_eject_base) + ":" + format_duration(c.host_eject_max);
-  j["max_header_bytes"] = c.max_header_bytes;
-  j["max_body_bytes"] = c.max_body_bytes;
-  j["max_connections"] = c.max_connections;
-  j["client_send_buffer"] = c.client_send_buffer;
-  j["forwarded_for"] = c.forwarded_for_replace ? "replace" : "append";
-  j["header_timeout"] = format_duration(c.header_timeout);
-  j["idle_timeout"] = format_duration(c.idle_timeout);
-  j["body_timeout"] = format_duration(c.body_timeout);
-  j["send_timeout"] = format_duration(c.send_timeout);
-  j["upstream_connect_timeout"] = format_duration(c.connect_timeout);
-  j["upstream_response_timeout"] = format_duration(c.response_timeout);
-  j["sse_idle_timeout"] = format_duration(c.sse_idle_timeout);
-  j["lag_probe_interval"] = format_duration(c.lag_probe_interval);
-  j["drain_delay"] = format_duration(c.drain_delay);
-  j["drain_timeout"] = format_duration(c.drain_timeout);
-  const auto& a = c.admission;
-  const auto& k = a.controller;
-  auto list = [](const auto& values, auto format) {
-    std::string out;
-    for (const auto& v : values) out += (out.empty() ? "" : ",") + format(v);
-    return out;
+  // Table order, but for rows shown right after another one.
+  auto show = [&](auto& self, const Row& row) -> void {
+    j[std::string(row.about.key)] = row.show(c);
+    for (const Row& next : kRows)
+      if (next.shown_after == row.about.key) self(self, next);
   };
-  j["admission_mode"] = std::string(admission::to_string(a.mode));
-  j["admission_profile"] = a.profile;
-  j["tick"] = format_duration(a.tick);
-  j["admission_lag_ms"] = list(k.lag_ms, format_number);
-  j["admission_upstream_wait_ms"] = list(k.upstream_wait_ms, format_number);
-  j["admission_rise_ticks"] = k.rise_ticks;
-  j["admission_emergency_ms"] = k.emergency_stall.count();
-  j["admission_hold"] = list(k.hold, format_duration);
-  j["admission_exit_ratio"] = k.exit_ratio;
-  j["admission_spacing"] = format_duration(k.spacing);
-  j["admission_emergency_dwell"] = format_duration(k.emergency_dwell);
-  j["admission_timeout_pin"] = format_duration(k.timeout_window);
-  j["lane_factors"] =
-      per_lane(a.factors, [&](const auto& factors) { return list(factors, format_number); });
-  j["retry_after"] = per_lane(a.retry, [](const admission::RetryBand& band) {
-    return format_duration(band.floor) + ":" + format_duration(band.cap);
-  });
-  j["lane_floors"] = per_lane(a.lanes.floors, format_number);
-  j["lane_weights"] = per_lane(a.lanes.weights, format_number);
-  j["queue_window"] = per_lane(a.lanes.queue_window, format_micros);
-  j["starved_after"] = format_micros(a.lanes.starved_after);
-  j["budget_reserve"] = per_lane(a.lanes.reserve, format_percent);
-  j["heavy_max_in_flight"] =
-      a.heavy_max_in_flight ? Json(*a.heavy_max_in_flight) : Json(nullptr);
-  j["bulkhead_seed"] = a.estimate.seed;
-  j["bulkhead_growth_interval"] = format_micros(a.estimate.growth_interval);
-  j["bulkhead_slow_factor"] = a.estimate.slow_factor;
-  j["close_statuses"] = a.close_statuses.empty()
-                            ? Json(nullptr)
-                            : Json(list(a.close_statuses, [](int s) { return std::to_string(s); }));
-  j["close_for"] = format_micros(a.closure.close_for);
-  j["probe_every"] = format_micros(a.closure.probe_every);
-  j["delegation"] = a.delegation ? "on" : "off";
-  j["lease_key"] = a.lease_key.empty() ? Json(nullptr) : Json("(set)");
-  j["pins_file"] = a.pins_file.empty() ? Json(nullptr) : Json(a.pins_file);
-  j["tick_log"] = a.tick_log.empty() ? Json(nullptr) : Json(a.tick_log);
-  j["debug_endpoints"] = c.debug_endpoints;
-  j["config_file"] = c.config_file.empty() ? Json(nullptr) : Json(c.config_file);
+  for (const Row& row : kRows)
+    if (row.show && row.shown_after.empty()) show(show, row);
   return j.dump(2);
+}
+
+Reloaded reload(const Config& running, const Config& next) {
+  Reloaded out{running, {}, {}};
+  for (const Row& row : kRows) {
+    bool is_live = row.about.reload == Reload::live;
+    if (is_live) row.take(out.config, next);
+    if (!row.show) continue;  // SLUICE_ROUTES_FILE: what it holds is compared as routes
+    bool same =
+        row.same_secret ? row.same_secret(running, next) : row.show(running) == row.show(next);
+    if (!same) (is_live ? out.live : out.restart).push_back(row.about.key);
+  }
+  return out;
 }
 
 std::string help_text() {
@@ -1253,7 +1596,9 @@ std::string help_text() {
     out += "  (default: ";
     out += v.default_value;
     out += ")\n";
-    wrap(out, v.meaning, 6, kWidth);
+    std::string meaning(v.meaning);
+    if (v.reload == Reload::live) meaning += " Reloads live.";
+    wrap(out, meaning, 6, kWidth);
   }
   return out;
 }
@@ -1266,14 +1611,17 @@ std::string reference_markdown() {
       "a unit test in CI fails when this file and the table differ, so edit the table, not this\n"
       "file.\n"
       "\n"
-      "Sluice reads its configuration once, at start-up, from environment variables with the\n"
-      "prefix `SLUICE_`. A bad value, or an unknown `SLUICE_` name (a typo), stops start-up with\n"
+      "Sluice reads its configuration at start-up from environment variables with the prefix\n"
+      "`SLUICE_`. A bad value, or an unknown `SLUICE_` name (a typo), stops start-up with\n"
       "`sluice: config: SLUICE_X: <what is wrong and what would be valid>` and exit status 2.\n"
       "`sluice check-config` validates the environment and prints the effective configuration\n"
-      "as JSON (the admin token and the lease key shown only as `(set)`).\n"
+      "as JSON (the admin token and the lease key shown only as `(set)`). A reload (`SIGHUP`,\n"
+      "or a change of `SLUICE_CONFIG_FILE` or `SLUICE_ROUTES_FILE`) puts the new value of a\n"
+      "`live` variable in force at once; a `restart` variable keeps its value until the next\n"
+      "start, and the reload lists it under `needs_restart`.\n"
       "\n"
-      "| variable | default | meaning |\n"
-      "|---|---|---|\n";
+      "| variable | default | reload | meaning |\n"
+      "|---|---|---|---|\n";
   for (const auto& v : kVariables) {
     out += "| `";
     out += v.name;
@@ -1283,7 +1631,7 @@ std::string reference_markdown() {
     } else {
       out += escape_cell(v.default_value);
     }
-    out += " | ";
+    out += v.reload == Reload::live ? " | live | " : " | restart | ";
     out += escape_cell(v.meaning);
     out += " |\n";
   }
@@ -1363,6 +1711,17 @@ std::string reference_markdown() {
       "\n"
       "```\n";
   return out;
+}
+
+std::string reference_json() {
+  Json out = Json::array();
+  for (const auto& v : kVariables)
+    out.push_back({{"name", std::string(v.name)},
+                   {"default", std::string(v.default_value)},
+                   {"reload", v.reload == Reload::live ? "live" : "restart"},
+                   {"key", v.key.empty() ? Json(nullptr) : Json(std::string(v.key))},
+                   {"secret", v.secret}});
+  return out.dump(2);
 }
 
 }  // namespace sluice::config

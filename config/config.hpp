@@ -1,7 +1,8 @@
 #pragma once
-// Configuration: every SLUICE_ variable parsed and validated once, at start-up,
-// into plain structs. Nothing downstream reads the environment again.
-// One table (variables()) feeds --help, check-config and docs/configuration.md.
+// Configuration: every SLUICE_ variable parsed and validated at start-up (and
+// again on a reload) into plain structs. Nothing downstream reads the environment.
+// One table (variables()) feeds parsing, check-config, --help, docs/configuration.md
+// and which variables a reload changes at once.
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -25,13 +26,15 @@ using Duration = std::chrono::milliseconds;
 struct Endpoint {
   std::string host;  // IPv4/IPv6 literal or a name resolved at start-up
   std::uint16_t port = 0;
-  std::string str() const;      // "host:port" ("[::1]:port" for IPv6)
-  bool is_loopback() const;     // 127.0.0.0/8, ::1, localhost
+  std::string str() const;   // "host:port" ("[::1]:port" for IPv6)
+  bool is_loopback() const;  // 127.0.0.0/8, ::1, localhost
+  bool operator==(const Endpoint&) const = default;
 };
 
 struct Upstream {
   std::string name;
   std::vector<Endpoint> hosts;  // at least one
+  bool operator==(const Upstream&) const = default;
 };
 
 enum class AccessLog { stdout_, stderr_, off, file };
@@ -44,12 +47,12 @@ struct Admission {
   admission::ControllerConfig controller = admission::ControllerConfig::fast();
   admission::LaneFactors factors = admission::default_lane_factors();
   admission::RetryBands retry = admission::default_retry_bands();
-  admission::LanePolicy lanes;  // floors, weights, queue_window, reserve, starved_after
+  admission::LanePolicy lanes;         // floors, weights, queue_window, reserve, starved_after
   admission::EstimatePolicy estimate;  // seed, growth_interval, slow_factor (max: set by the proxy)
   // Upstream statuses that close the upstream (each 400..599, never 429 or 503),
   // ascending, each once; empty: none.
   std::vector<int> close_statuses;
-  admission::ClosurePolicy closure;  // close_for, probe_every
+  admission::ClosurePolicy closure;                // close_for, probe_every
   std::optional<std::size_t> heavy_max_in_flight;  // unset: none
   bool delegation = true;
   std::string lease_key;  // 32 hex digits (16 bytes); empty: generated at start
@@ -67,8 +70,8 @@ struct Config {
   int threads = 1;          // default: number of cores
 
   // upstreams and routes
-  std::vector<Upstream> upstreams;  // at least one; order as given
-  routes::Table routes;             // default table when neither variable is set
+  std::vector<Upstream> upstreams;             // at least one; order as given
+  routes::Table routes;                        // default table when neither variable is set
   std::size_t upstream_max_connections = 512;  // per upstream, split across threads
   Duration upstream_idle_timeout{30'000};      // idle pooled connection closed after
   // A host that refuses connections is left out of the balancing for base,
@@ -76,18 +79,18 @@ struct Config {
   std::chrono::milliseconds host_eject_base{1000}, host_eject_max{30000};
 
   // limits and timeouts
-  std::size_t max_header_bytes = 16 * 1024;           // 431 above
+  std::size_t max_header_bytes = 16 * 1024;            // 431 above
   std::uint64_t max_body_bytes = 64ull * 1024 * 1024;  // 413 above
-  std::size_t max_connections = 20'000;               // client connections
-  std::size_t client_send_buffer = 256 * 1024;        // SO_SNDBUF of client sockets; 0: the kernel's
-  bool forwarded_for_replace = false;  // SLUICE_FORWARDED_FOR=replace: Sluice is the edge
-  Duration header_timeout{10'000};    // whole request head must arrive within (408)
-  Duration idle_timeout{60'000};      // keep-alive idle between requests
-  Duration body_timeout{30'000};      // between two reads of a request body
-  Duration send_timeout{30'000};      // a write to the client must progress within
-  Duration connect_timeout{2'000};    // upstream connect (502 on failure)
-  Duration response_timeout{30'000};  // upstream response head (504)
-  Duration sse_idle_timeout{300'000};  // between two reads of an SSE stream
+  std::size_t max_connections = 20'000;                // client connections
+  std::size_t client_send_buffer = 256 * 1024;  // SO_SNDBUF of client sockets; 0: the kernel's
+  bool forwarded_for_replace = false;           // SLUICE_FORWARDED_FOR=replace: Sluice is the edge
+  Duration header_timeout{10'000};              // whole request head must arrive within (408)
+  Duration idle_timeout{60'000};                // keep-alive idle between requests
+  Duration body_timeout{30'000};                // between two reads of a request body
+  Duration send_timeout{30'000};                // a write to the client must progress within
+  Duration connect_timeout{2'000};              // upstream connect (502 on failure)
+  Duration response_timeout{30'000};            // upstream response head (504)
+  Duration sse_idle_timeout{300'000};           // between two reads of an SSE stream
 
   // measurement
   Duration lag_probe_interval{50};  // event-loop lag probe period per I/O thread
@@ -117,13 +120,23 @@ class ConfigError : public std::runtime_error {
   std::string variable_;
 };
 
+// What a reload (SIGHUP, or a change of SLUICE_CONFIG_FILE or SLUICE_ROUTES_FILE) does
+// with a variable's new value: puts it in force at once, or leaves it for the next start.
+// No zero: every variable says which.
+enum class Reload { live = 1, restart };
+
 struct Variable {
   std::string_view name;           // "SLUICE_LISTEN"
   std::string_view default_value;  // as shown to users
   std::string_view meaning;        // one sentence
+  Reload reload;
+  std::string_view key;  // check-config's JSON key; empty: not shown on its own
+  bool secret = false;   // check-config shows only whether it is set, never the value
 };
 
-// The single table of variables, in documentation order.
+// The single table of variables, in documentation order. Each row also says how
+// the variable is read and shown (config.cpp): load, to_json, help_text,
+// reference_markdown and reload all walk it.
 std::span<const Variable> variables();
 
 using Env = std::map<std::string, std::string, std::less<>>;
@@ -138,13 +151,24 @@ Config load(const Env& env);
 // env with SLUICE_CONFIG_FILE's lines laid over it (env itself when unset).
 Env with_config_file(const Env& env);
 
-// Only the admission variables (for `sluice replay`): SLUICE_UPSTREAMS is not
-// required; every other variable is still validated. Throws ConfigError.
+// Only the admission variables (for `sluice replay` and `sluice simulate`):
+// SLUICE_UPSTREAMS is not required and the other variables are not read, but
+// unknown SLUICE_ names are still refused. Throws ConfigError.
 Admission load_admission(const Env& env);
 
 // Effective configuration as pretty JSON (check-config); the admin token and the
 // lease key are redacted.
 std::string to_json(const Config& config);
+
+// A reload of `next` over the configuration `running`: what is in force then
+// (each live variable from next, every other as it was) and the check-config
+// keys of the variables that differ, in table order.
+struct Reloaded {
+  Config config;
+  std::vector<std::string_view> live;     // changed, and in force now
+  std::vector<std::string_view> restart;  // changed, kept until a restart
+};
+Reloaded reload(const Config& running, const Config& next);
 
 // `sluice --help` text: usage plus the variable table.
 std::string help_text();
@@ -152,8 +176,12 @@ std::string help_text();
 // docs/configuration.md, generated from variables().
 std::string reference_markdown();
 
+// The table as JSON (`sluice config-reference --json`): per variable its name,
+// default, reload (live or restart), check-config key (null: none) and secret.
+std::string reference_json();
+
 // Value parsers, exposed for tests. Throw std::invalid_argument with a message.
-Duration parse_duration(std::string_view text);  // "250ms", "5s", "2m", "1h"; "0" allowed
+Duration parse_duration(std::string_view text);    // "250ms", "5s", "2m", "1h"; "0" allowed
 std::uint64_t parse_bytes(std::string_view text);  // "16384", "16KiB", "64MiB", "1GiB"
 Endpoint parse_endpoint(std::string_view text);    // "host:port", "[::1]:port"
 std::vector<Upstream> parse_upstreams(std::string_view text);

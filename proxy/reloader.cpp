@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -45,58 +44,42 @@ bool Reloader::reload(std::string_view why) {
     audit_.flush();
     return false;
   }
-  // Compare what each configuration shows: the live parts change now, the
-  // rest waits for a restart (listeners, threads, pools, limits).
-  static constexpr std::string_view kLive[] = {
-      "routes", "admission_mode", "admission_profile", "tick", "admission_lag_ms",
-      "admission_upstream_wait_ms", "admission_rise_ticks", "admission_emergency_ms",
-      "admission_hold", "admission_exit_ratio", "admission_spacing", "admission_emergency_dwell",
-      "admission_timeout_pin", "lane_factors", "retry_after", "lane_floors", "lane_weights",
-      "queue_window", "starved_after", "budget_reserve", "close_statuses", "close_for",
-      "probe_every"};
-  auto before = Json::parse(config::to_json(current_));
-  auto after = Json::parse(config::to_json(next));
+  // The variable table says what changes now and what waits for a restart
+  // (listeners, threads, pools, limits): those keep the values they started with.
+  auto reloaded = config::reload(current_, next);
   Json changed = Json::array(), needs_restart = Json::array();
-  for (auto& [key, value] : after.items()) {
-    if (before.contains(key) && before[key] == value) continue;
-    bool live = std::find(std::begin(kLive), std::end(kLive), key) != std::end(kLive);
-    (live ? changed : needs_restart).push_back(key);
+  for (auto key : reloaded.live) changed.push_back(std::string(key));
+  for (auto key : reloaded.restart) {
+    needs_restart.push_back(std::string(key));
+    std::fprintf(stderr, "sluice: reload: %.*s changed; it takes effect on restart\n",
+                 static_cast<int>(key.size()), key.data());
   }
-  // The secrets show only as "(set)": a changed one is noticed by value, reported by name.
-  if (next.admin_token != current_.admin_token && !next.admin_token.empty() &&
-      !current_.admin_token.empty())
-    needs_restart.push_back("admin_token");
-  if (next.admission.lease_key != current_.admission.lease_key &&
-      !next.admission.lease_key.empty() && !current_.admission.lease_key.empty())
-    needs_restart.push_back("lease_key");
-  for (auto& key : needs_restart)
-    std::fprintf(stderr, "sluice: reload: %s changed; it takes effect on restart\n",
-                 key.get<std::string>().c_str());
   // Routes name upstreams by position: a changed upstream list needs a restart.
-  if (after["upstreams"] != before["upstreams"]) {
+  if (next.upstreams != current_.upstreams) {
     ++reloads_[0];
-    std::fprintf(stderr, "sluice: reload refused: SLUICE_UPSTREAMS changed; restart to change upstreams\n");
+    std::fprintf(stderr,
+                 "sluice: reload refused: SLUICE_UPSTREAMS changed; restart to change upstreams\n");
     audit_line["ok"] = false;
     audit_line["error"] = "SLUICE_UPSTREAMS changed; restart to change upstreams";
     audit_.write_line(audit_line.dump());
     audit_.flush();
     return false;
   }
-  rt_.generations.push_back(std::make_unique<Live>(make_live(next)));
+  // Kept until the next reload: what is in force, what later reloads compare against.
+  current_ = std::move(reloaded.config);
+  rt_.generations.push_back(std::make_unique<Live>(make_live(current_)));
   live_ = rt_.generations.back().get();
   for (auto& w : rt_.workers)
     net::post(w->ioc(), [w = w.get(), live = live_] { w->set_live(live); });
-  for (auto& gate : rt_.gates) gate->set_policy(next.admission.closure);
-  // Kept until the next reload: what later reloads compare against. Listeners,
-  // pools and limits keep the values they started with.
-  current_ = std::move(next);
+  for (auto& gate : rt_.gates) gate->set_policy(current_.admission.closure);
   ++reloads_[1];
   audit_line["ok"] = true;
   audit_line["changed"] = changed;
   audit_line["needs_restart"] = needs_restart;
   audit_.write_line(audit_line.dump());
   audit_.flush();
-  std::fprintf(stderr, "sluice: reloaded (%s): %s\n", std::string(why).c_str(), changed.dump().c_str());
+  std::fprintf(stderr, "sluice: reloaded (%s): %s\n", std::string(why).c_str(),
+               changed.dump().c_str());
   return true;
 }
 

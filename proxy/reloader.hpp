@@ -1,11 +1,12 @@
 #pragma once
 // Live reload (SIGHUP, or a change of SLUICE_CONFIG_FILE / SLUICE_ROUTES_FILE,
 // looked for once per tick): re-reads the configuration; an invalid one is
-// refused and the old one stays. Routes, the mode, factors and bands (a new
-// Live generation, posted to every worker) and the closure policy change here;
-// the ticker gives its controller the new thresholds and timings. The level,
-// the pin and every connection carry on; listeners, threads, pools and limits
-// keep what they started with (a change to them is reported as needing a restart).
+// refused and the old one stays. The variables the table marks live come into
+// force (config::reload): routes, the mode, factors, bands and lanes (a new
+// Live generation, posted to every worker) and the closure policy here; the
+// ticker gives its controller the new thresholds and timings. The level, the
+// pin and every connection carry on; every other variable keeps the value it
+// started with (a change to it is reported as needing a restart).
 //
 // Threading: the admin thread only (the ticker's).
 #include <array>
@@ -26,7 +27,7 @@ class Reloader {
   // Reload outcomes go to `audit` as JSON lines.
   Reloader(Runtime& rt, AccessLog& audit);
   const config::Config& config() const { return current_; }  // the configuration in force
-  const Live& live() const { return *live_; }                 // the current generation
+  const Live& live() const { return *live_; }                // the current generation
   // True when the config file or the routes file changed since the last look.
   bool files_changed();
   // True when the new configuration is in force.
@@ -37,7 +38,7 @@ class Reloader {
   Runtime& rt_;
   AccessLog& audit_;
   const Live* live_;
-  config::Config current_;  // the configuration in force (reloads compare to it)
+  config::Config current_;  // in force: live variables as last reloaded, others as started
   std::array<std::uint64_t, 2> reloads_{};  // [failed, ok]
   std::string config_file_key_, routes_file_key_;
 };

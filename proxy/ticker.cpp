@@ -346,7 +346,27 @@ std::string Ticker::state_json() const {
                        {"cap", rt_.heavy_cap ? Json(rt_.heavy_cap->cap()) : Json(nullptr)}};
   for (auto& entry : starving) closed_upstreams.push_back(entry);
   j["starving"] = closed_upstreams;
+  j["config"] = Json::parse(config::to_json(running()));
   return j.dump(2);
+}
+
+config::Config Ticker::running() const {
+  // What the process started with, and for what a reload can change, what each
+  // part holds now: the workers' generation, the controller, the gates.
+  config::Config c = rt_.config;
+  const Live& l = live();
+  c.routes = l.routes;
+  c.admission.mode = l.gate.mode();
+  c.admission.factors = l.gate.factors();
+  c.admission.retry = l.retry;
+  c.admission.lanes = l.lanes;
+  c.admission.close_statuses = l.close_statuses;
+  c.admission.controller = controller_.config();
+  c.admission.closure = rt_.gates.front()->policy();  // every gate gets the same
+  // The tick is the ticker's own; the profile only names the timings above.
+  c.admission.tick = in_force().admission.tick;
+  c.admission.profile = in_force().admission.profile;
+  return c;
 }
 
 }  // namespace sluice::proxy

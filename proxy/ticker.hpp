@@ -42,7 +42,10 @@ class Ticker {
   bool reload(std::string_view why);
   std::uint64_t reloads(bool ok) const { return reloader_.reloads(ok); }
 
+  // /admin/state; its "config" is the configuration running (as check-config shows one).
   std::string state_json() const;
+  // The configuration the process runs with, read from the parts that use it.
+  config::Config running() const;
   const admission::Controller& controller() const { return controller_; }
   std::uint64_t tick_log_errors() const { return tick_log_errors_; }
 

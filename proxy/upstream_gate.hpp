@@ -54,6 +54,10 @@ struct UpstreamGate {
     std::lock_guard lock(mutex);
     closure.set_policy(p);
   }
+  admission::ClosurePolicy policy() {
+    std::lock_guard lock(mutex);
+    return closure.policy();
+  }
   View view() {
     std::lock_guard lock(mutex);
     return {closure.closed(), closure.closed_until(), closure.last_probe(), closure.next_probe()};

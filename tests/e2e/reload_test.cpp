@@ -8,9 +8,11 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/support/client.hpp"
 #include "tests/support/process.hpp"
@@ -24,6 +26,7 @@ using sluice::test::format_request;
 using sluice::test::kSluice;
 using sluice::test::kUpstream;
 using sluice::test::request;
+using sluice::test::run;
 using sluice::test::Sluice;
 using sluice::test::Upstream;
 
@@ -167,4 +170,152 @@ TEST_CASE("a reload changes the lanes' queue windows in the running bulkheads",
   auto head = third_reader.read_head(10s);
   REQUIRE(head);
   CHECK(head->status == 200);
+}
+
+TEST_CASE(
+    "a reload puts every live variable of the table in force and keeps every other until a "
+    "restart",
+    "[e2e][reload]") {
+  // The table as the binary has it: per variable, live or restart, and its check-config key.
+  auto table = json::parse(run({"config-reference", "--json"}, {}).out);
+  TempFile routes("routes");
+  routes.write(R"([{"prefix":"/file","lane":"heavy"},{"prefix":"/"}])");
+  // A valid value other than the one in force, for every variable.
+  const std::map<std::string, std::string> changed{
+      {"SLUICE_LISTEN", "127.0.0.1:1"},
+      {"SLUICE_ADMIN_LISTEN", "127.0.0.1:2"},
+      {"SLUICE_ADMIN_TOKEN", "hunter2"},
+      {"SLUICE_UPSTREAMS", "127.0.0.1:9;b=127.0.0.1:10"},
+      {"SLUICE_ROUTES", R"([{"prefix":"/","lane":"bulk"}])"},
+      {"SLUICE_ROUTES_FILE", routes.path.string()},
+      {"SLUICE_CONFIG_FILE", "/nonexistent/other.env"},
+      {"SLUICE_THREADS", "3"},
+      {"SLUICE_ACCESS_LOG", "stderr"},
+      {"SLUICE_UPSTREAM_MAX_CONNECTIONS", "7"},
+      {"SLUICE_UPSTREAM_IDLE_TIMEOUT", "7s"},
+      {"SLUICE_HOST_EJECT", "2s:1m"},
+      {"SLUICE_MAX_HEADER_BYTES", "32KiB"},
+      {"SLUICE_MAX_BODY_BYTES", "1KiB"},
+      {"SLUICE_FORWARDED_FOR", "replace"},
+      {"SLUICE_MAX_CONNECTIONS", "7"},
+      {"SLUICE_HEADER_TIMEOUT", "7s"},
+      {"SLUICE_IDLE_TIMEOUT", "7s"},
+      {"SLUICE_BODY_TIMEOUT", "7s"},
+      {"SLUICE_SEND_TIMEOUT", "7s"},
+      {"SLUICE_CLIENT_SEND_BUFFER", "128KiB"},
+      {"SLUICE_UPSTREAM_CONNECT_TIMEOUT", "7s"},
+      {"SLUICE_UPSTREAM_RESPONSE_TIMEOUT", "7s"},
+      {"SLUICE_SSE_IDLE_TIMEOUT", "7s"},
+      {"SLUICE_LAG_PROBE_INTERVAL", "70ms"},
+      {"SLUICE_DRAIN_DELAY", "7s"},
+      {"SLUICE_DRAIN_TIMEOUT", "7s"},
+      {"SLUICE_ADMISSION_MODE", "observe"},
+      {"SLUICE_ADMISSION_PROFILE", "sentinel"},
+      {"SLUICE_TICK", "200ms"},
+      {"SLUICE_ADMISSION_LAG_MS", "1,2,3"},
+      {"SLUICE_ADMISSION_UPSTREAM_WAIT_MS", "1,2,3"},
+      {"SLUICE_ADMISSION_RISE_TICKS", "7"},
+      {"SLUICE_ADMISSION_EMERGENCY_MS", "7000"},
+      {"SLUICE_ADMISSION_HOLD", "7s,7s,7s"},
+      {"SLUICE_ADMISSION_EXIT_RATIO", "0.7"},
+      {"SLUICE_ADMISSION_SPACING", "7s"},
+      {"SLUICE_ADMISSION_EMERGENCY_DWELL", "7s"},
+      {"SLUICE_ADMISSION_TIMEOUT_PIN", "7s"},
+      {"SLUICE_LANE_FACTORS", "bulk=1,1,1,1"},
+      {"SLUICE_RETRY_AFTER", "bulk=7s:8s"},
+      {"SLUICE_LANE_FLOORS", "bulk=0.2"},
+      {"SLUICE_LANE_WEIGHTS", "bulk=7"},
+      {"SLUICE_QUEUE_WINDOW", "bulk=7s"},
+      {"SLUICE_STARVED_AFTER", "7s"},
+      {"SLUICE_BUDGET_RESERVE", "bulk=7%"},
+      {"SLUICE_HEAVY_MAX_IN_FLIGHT", "7"},
+      {"SLUICE_BULKHEAD_SEED", "7"},
+      {"SLUICE_BULKHEAD_GROWTH_INTERVAL", "7ms"},
+      {"SLUICE_BULKHEAD_SLOW_FACTOR", "7"},
+      {"SLUICE_CLOSE_STATUSES", "402"},
+      {"SLUICE_CLOSE_FOR", "7m"},
+      {"SLUICE_PROBE_EVERY", "7s"},
+      {"SLUICE_DELEGATION", "off"},
+      {"SLUICE_LEASE_KEY", "00112233445566778899aabbccddeeff"},
+      {"SLUICE_PINS_FILE", "/nonexistent/pins.json"},
+      {"SLUICE_TICK_LOG", "/nonexistent/ticks.log"},
+      {"SLUICE_DEBUG_ENDPOINTS", "true"},
+  };
+  Upstream up(kUpstream);
+  TempFile config("config");
+  config.write("");
+  // Sluice's own listeners and threads, so check-config sees what the process started with.
+  const std::map<std::string, std::string> env{
+      {"SLUICE_UPSTREAMS", "127.0.0.1:" + std::to_string(up.port)},
+      {"SLUICE_LISTEN", "127.0.0.1:0"},
+      {"SLUICE_ADMIN_LISTEN", "127.0.0.1:0"},
+      {"SLUICE_THREADS", "2"},
+      {"SLUICE_TICK", "100ms"},
+      {"SLUICE_CONFIG_FILE", config.path.string()}};
+  Sluice s(kSluice, env);
+  // What a fresh start with the file as it is now would run, and what this process runs.
+  auto fresh = [&] {
+    auto r = run({"check-config"}, env);
+    REQUIRE(r.code == 0);
+    return json::parse(r.out);
+  };
+  auto running = [&] {
+    return json::parse(request(s.admin, "GET", "/admin/state").body)["config"];
+  };
+  auto reloads = [&] {
+    std::vector<json> out;
+    for (const auto& line : s.log_lines())
+      if (line.value("audit", "") == "reload") out.push_back(line);
+    return out;
+  };
+  // Writes the file and waits for the reload it causes.
+  auto reload_with = [&](const std::string& text) {
+    auto before = reloads().size();
+    config.write(text);
+    REQUIRE(eventually([&] { return reloads().size() > before; }, 5s));
+    return reloads().back();
+  };
+  const json started = running();
+  REQUIRE(started == fresh());
+
+  std::string file;  // one more variable each round: every earlier change stays
+  json previous = started;
+  for (const auto& row : table) {
+    const std::string name = row["name"];
+    INFO(name);
+    REQUIRE(changed.count(name) == 1);  // a new variable needs a value above
+    const std::string line = name + "=" + changed.at(name) + "\n";
+    if (name == "SLUICE_UPSTREAMS" || name == "SLUICE_CONFIG_FILE") {
+      // Refused whole: routes name upstreams by position, and a config file names no other.
+      const json before = running();
+      CHECK(reload_with(file + line)["ok"] == false);
+      CHECK(running() == before);
+      CHECK(reload_with(file)["ok"] == true);
+      continue;
+    }
+    if (name == "SLUICE_ROUTES_FILE") {  // one or the other: the inline routes go
+      auto at = file.find("SLUICE_ROUTES=");
+      REQUIRE(at != std::string::npos);
+      file.erase(at, file.find('\n', at) + 1 - at);
+    }
+    file += line;
+    auto audit = reload_with(file);
+    REQUIRE(audit["ok"] == true);
+    const json expected = fresh();
+    const json now = running();
+    const bool live = row["reload"] == "live";
+    // SLUICE_ROUTES_FILE shows as the routes it holds.
+    const std::string key = row["key"].is_null() ? "routes" : row["key"].get<std::string>();
+    CHECK(expected[key] != previous[key]);  // the new value is a change
+    const auto& listed = audit[live ? "changed" : "needs_restart"];
+    CHECK(std::find(listed.begin(), listed.end(), key) != listed.end());
+    // Every variable: the live ones as the file says now, the others as the process started.
+    for (const auto& other : table) {
+      if (other["key"].is_null()) continue;
+      const std::string k = other["key"];
+      INFO(k);
+      CHECK(now[k] == (other["reload"] == "live" ? expected[k] : started[k]));
+    }
+    previous = expected;
+  }
 }

@@ -26,6 +26,7 @@ using sluice::config::parse_bytes;
 using sluice::config::parse_duration;
 using sluice::config::parse_endpoint;
 using sluice::config::parse_upstreams;
+using sluice::config::Reload;
 using sluice::config::to_json;
 using sluice::config::variables;
 
@@ -627,6 +628,89 @@ TEST_CASE("docs/configuration.md is the generated reference", "[config][docs]") 
   text << in.rdbuf();
   // On failure: regenerate with `sluice config-reference > docs/configuration.md`.
   CHECK(text.str() == sluice::config::reference_markdown());
+}
+
+TEST_CASE(
+    "every variable of the table is in --help, the reference and check-config, and says "
+    "whether a reload puts it in force",
+    "[config][table]") {
+  const std::string help = sluice::config::help_text();
+  const std::string md = sluice::config::reference_markdown();
+  const auto shown = nlohmann::json::parse(to_json(load(minimal())));
+  // The secrets need valid values to be set at all.
+  const auto with_secrets = nlohmann::json::parse(
+      to_json(load(minimal({{"SLUICE_ADMIN_TOKEN", "hunter2-secret"},
+                            {"SLUICE_LEASE_KEY", "00112233445566778899aabbccddeeff"}}))));
+  std::set<std::string_view> not_shown, secrets;
+  std::set<std::string> keys;
+  for (const auto& v : variables()) {
+    const std::string name(v.name);
+    INFO(name);
+    const bool live = v.reload == Reload::live;
+    CHECK((live || v.reload == Reload::restart));
+
+    // --help: the variable with its default, and "Reloads live." exactly when it does.
+    auto at = help.find("\n  " + name + "  (default: " + std::string(v.default_value) + ")\n");
+    REQUIRE(at != std::string::npos);
+    auto end = help.find("\n\n", at + 1);
+    std::string entry = help.substr(at, end == std::string::npos ? end : end - at);
+    for (std::size_t nl; (nl = entry.find("\n      ")) != std::string::npos;)
+      entry.replace(nl, 7, " ");  // the meaning unwrapped
+    CHECK((entry.find(" Reloads live.") != std::string::npos) == live);
+
+    // The reference: the variable's row, with live or restart in its reload column.
+    auto row_at = md.find("\n| `" + name + "` | ");
+    REQUIRE(row_at != std::string::npos);
+    std::string row = md.substr(row_at + 1, md.find('\n', row_at + 1) - row_at - 1);
+    CHECK_THAT(row, Catch::Contains(std::string(live ? " | live | " : " | restart | ")));
+
+    // check-config: under its key, a secret only as whether it is set.
+    if (v.key.empty()) {
+      not_shown.insert(v.name);
+      continue;
+    }
+    keys.insert(std::string(v.key));
+    CHECK(shown.contains(std::string(v.key)));
+    if (v.secret) {
+      secrets.insert(v.name);
+      CHECK(shown[std::string(v.key)].is_null());
+      CHECK(with_secrets[std::string(v.key)] == "(set)");
+    }
+  }
+  // Shown under routes, as the routes it holds.
+  CHECK(not_shown == std::set<std::string_view>{"SLUICE_ROUTES_FILE"});
+  CHECK(secrets == std::set<std::string_view>{"SLUICE_ADMIN_TOKEN", "SLUICE_LEASE_KEY"});
+  for (const auto& [key, value] : shown.items()) CHECK(keys.count(key) == 1);
+  CHECK(keys.size() == variables().size() - not_shown.size());
+}
+
+TEST_CASE("a reload takes the live variables from the new configuration and lists the others",
+          "[config][reload]") {
+  using sluice::config::reload;
+  const Config running = load(minimal());
+  const Config next = load(minimal({{"SLUICE_LANE_FACTORS", "bulk=1,1,1,1"},
+                                    {"SLUICE_ADMISSION_PROFILE", "sentinel"},
+                                    {"SLUICE_MAX_BODY_BYTES", "1KiB"},
+                                    {"SLUICE_ADMIN_TOKEN", "hunter2"}}));
+  auto r = reload(running, next);
+  // In table order, by check-config key; the profile brings its timings along.
+  CHECK(r.live == std::vector<std::string_view>{"admission_profile", "tick", "admission_hold",
+                                                "admission_exit_ratio", "admission_spacing",
+                                                "admission_emergency_dwell", "lane_factors"});
+  CHECK(r.restart == std::vector<std::string_view>{"admin_token", "max_body_bytes"});
+  CHECK(r.config.admission.factors == next.admission.factors);
+  CHECK(r.config.admission.controller.hold == next.admission.controller.hold);
+  CHECK(r.config.admission.tick == next.admission.tick);
+  CHECK(r.config.max_body_bytes == running.max_body_bytes);
+  CHECK(r.config.admin_token.empty());
+
+  // A secret check-config shows as (set) both times is still compared by value.
+  auto token = [](std::string t) { return load(minimal({{"SLUICE_ADMIN_TOKEN", t}})); };
+  CHECK(reload(token("a"), token("b")).restart == std::vector<std::string_view>{"admin_token"});
+  auto same = reload(running, running);
+  CHECK(same.live.empty());
+  CHECK(same.restart.empty());
+  CHECK(to_json(same.config) == to_json(running));
 }
 
 TEST_CASE("the sentinel profile sets seed 003's timings and single variables override it",

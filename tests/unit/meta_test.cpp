@@ -52,7 +52,8 @@ TEST_CASE("no library folder calls exit: start-up errors return to main", "[meta
   CHECK(calls == std::vector<std::string>{});
 }
 
-TEST_CASE("one version string: the Kubernetes deployment runs the image of this version", "[meta]") {
+TEST_CASE("one version string: the Kubernetes deployment runs the image of this version",
+          "[meta]") {
   std::ifstream in(std::filesystem::path(SLUICE_SOURCE_DIR) / "docker/k8s/deployment.yaml");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::smatch m;
