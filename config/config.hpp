@@ -79,18 +79,19 @@ struct Config {
   std::chrono::milliseconds host_eject_base{1000}, host_eject_max{30000};
 
   // limits and timeouts
-  std::size_t max_header_bytes = 16 * 1024;            // 431 above
-  std::uint64_t max_body_bytes = 64ull * 1024 * 1024;  // 413 above
-  std::size_t max_connections = 20'000;                // client connections
-  std::size_t client_send_buffer = 256 * 1024;  // SO_SNDBUF of client sockets; 0: the kernel's
-  bool forwarded_for_replace = false;           // SLUICE_FORWARDED_FOR=replace: Sluice is the edge
-  Duration header_timeout{10'000};              // whole request head must arrive within (408)
-  Duration idle_timeout{60'000};                // keep-alive idle between requests
-  Duration body_timeout{30'000};                // between two reads of a request body
-  Duration send_timeout{30'000};                // a write to the client must progress within
-  Duration connect_timeout{2'000};              // upstream connect (502 on failure)
-  Duration response_timeout{30'000};            // upstream response head (504)
-  Duration sse_idle_timeout{300'000};           // between two reads of an SSE stream
+  std::size_t max_header_bytes = std::size_t{16} * 1024;  // 431 above
+  std::uint64_t max_body_bytes = 64ull * 1024 * 1024;     // 413 above
+  std::size_t max_connections = 20'000;                   // client connections
+  std::size_t client_send_buffer =
+      std::size_t{256} * 1024;         // SO_SNDBUF of client sockets; 0: the kernel's
+  bool forwarded_for_replace = false;  // SLUICE_FORWARDED_FOR=replace: Sluice is the edge
+  Duration header_timeout{10'000};     // whole request head must arrive within (408)
+  Duration idle_timeout{60'000};       // keep-alive idle between requests
+  Duration body_timeout{30'000};       // between two reads of a request body
+  Duration send_timeout{30'000};       // a write to the client must progress within
+  Duration connect_timeout{2'000};     // upstream connect (502 on failure)
+  Duration response_timeout{30'000};   // upstream response head (504)
+  Duration sse_idle_timeout{300'000};  // between two reads of an SSE stream
 
   // measurement
   Duration lag_probe_interval{50};  // event-loop lag probe period per I/O thread
