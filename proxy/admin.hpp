@@ -11,38 +11,9 @@
 
 #include "admission/controller.hpp"
 #include "proxy/runtime.hpp"
+#include "proxy/watchdog.hpp"
 
 namespace sluice::proxy {
-
-// Sees a stalled event loop while it is stalled: a thread outside the loops that
-// reads each Worker's heartbeat. stall = time since the last heartbeat minus
-// the probe interval, so a loop that runs its timer on time reads 0.
-class Watchdog {
- public:
-  explicit Watchdog(Runtime& rt);
-  ~Watchdog();
-  void start();
-  void stop();
-  // The longest current stall of each worker, in seconds.
-  double stall_seconds(std::size_t worker) const;
-  std::uint64_t stalls_total() const { return stalls_total_.load(std::memory_order_relaxed); }
-  // The longest stall seen (on any loop) since the last call, in ns; the ticker's reading.
-  std::int64_t take_max_stall_ns() { return max_since_read_ns_.exchange(0); }
-  // When the watchdog last looked: a stale value means its readings are not to be trusted.
-  std::int64_t heartbeat_ns() const { return heartbeat_ns_.load(std::memory_order_relaxed); }
-  static constexpr double kStallEpisode = 0.25;  // a stall this long is counted once
-
- private:
-  void loop();
-  Runtime& rt_;
-  std::vector<std::atomic<std::int64_t>> stall_ns_;
-  std::vector<bool> in_episode_;
-  std::atomic<std::uint64_t> stalls_total_{0};
-  std::atomic<std::int64_t> max_since_read_ns_{0};
-  std::atomic<std::int64_t> heartbeat_ns_{0};
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
 
 class Ticker;
 
