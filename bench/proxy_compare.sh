@@ -9,7 +9,8 @@
 #
 # Environment: ROUNDS (default 5), DURATION in seconds per wrk run (default 5),
 # CONNECTIONS (wrk -c, default 50), WARMUP seconds per system before the rounds
-# (default 1, 0 skips), UPSTREAM_THREADS (default 2), KEEP_TMP=1 keeps the temp
+# (default 1, 0 skips), BIN_SLUICE (another Sluice binary, to compare builds),
+# UPSTREAM_THREADS (default 2), KEEP_TMP=1 keeps the temp
 # dir (configs, logs, raw wrk output, results.tsv). IDLE_BATCH (default 100):
 # connections opened at once by --idle-connections; their first requests run
 # concurrently, so it also bounds how many upstream connections Sluice pools.
@@ -40,7 +41,7 @@ set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 LIB="$REPO/bench/lib"
-SLUICE="$REPO/build/release/app/sluice"
+SLUICE="${BIN_SLUICE:-$REPO/build/release/app/sluice}"
 UPSTREAM="$REPO/build/release/upstream/sluice-upstream"
 
 ROUNDS=${ROUNDS:-5}
@@ -317,7 +318,7 @@ metadata() {
   commit=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
   M_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
   M_CPU="$cpu, $(nproc) CPUs online, Linux $(uname -r)"
-  M_SLUICE="$("$SLUICE" --version 2>&1 | sed -n 1p || true) (build/release/app/sluice built $SLUICE_BUILT; HEAD was $commit)"
+  M_SLUICE="$("$SLUICE" --version 2>&1 | sed -n 1p || true) (${BIN_SLUICE:-build/release/app/sluice} built $SLUICE_BUILT; HEAD was $commit)"
   META=(
     "Command=\`ROUNDS=$ROUNDS DURATION=$DURATION $command_line\`"
     "Date=$M_DATE"
