@@ -155,7 +155,7 @@ Placement& wait_or_refuse(const Ask& a, Seat& s, Upstreams& ups, Micros now, Pla
   b.cancel(s, now);  // a heavy-cap unit it still holds goes back
   p.how = Placed::refused;
   p.reason = Reason::queue_timeout;
-  p.retry_after = queue_retry_after(ups, a.lane, p.upstream, Micros{0}, now);
+  p.retry_after = queue_retry_after(ups, a.lane, p.upstream, a.waited, now);
   return p;
 }
 

@@ -51,6 +51,7 @@ struct Ask {
   bool pinned = false;  // its route is hard-pinned: it never moves
   Mode mode = Mode::enforce;
   bool delegated = false;  // carries a verified live lease's token (lane: the token's)
+  Micros waited{0};        // time it already spent in a queue (a refusal's Retry-After)
   bool movable() const { return !pinned && !alternatives.empty(); }
 };
 

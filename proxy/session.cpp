@@ -89,6 +89,11 @@ class Session : public Tracked,
       : w_(w), cfg_(w.config()), st_(w.stats()), ups_(w), sock_(std::move(s)) {}
 
   ~Session() override {
+    // Whatever the exchange still holds goes back with it (a session dropped
+    // mid-exchange, after a handler threw); a heavy seat republishes the youngest.
+    bool heavy = ex_.lane == Lane::heavy && ex_.lease.seated();
+    ex_ = Exchange{};
+    if (heavy) w_.note_heavy();
     bump(st_.client_connections, std::int64_t{-1});
     w_.runtime().connections.fetch_sub(1, std::memory_order_relaxed);
     bump(w_.active_sessions, std::int64_t{-1});
@@ -163,8 +168,7 @@ class Session : public Tracked,
         sock_.close(ec);
         if (ex_.up) ex_.up->socket.close(ec);
         break;
-      case Phase::tunnel:
-        break;
+      case Phase::tunnel:  // the 101 is still being written (then the Tunnel's deadlines apply)
       case Phase::closing:
         sock_.close(ec);
         if (ex_.up) ex_.up->socket.close(ec);
@@ -485,6 +489,7 @@ class Session : public Tracked,
     a.pinned = ex_.route->pin;
     a.mode = ex_.live->gate.mode();
     a.delegated = ex_.delegated;
+    a.waited = std::chrono::duration_cast<admission::Micros>(ex_.queue_wait);
     return a;
   }
 
@@ -671,7 +676,8 @@ class Session : public Tracked,
       ex_.expect_continue = false;
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       phase_ = Phase::write_client;
-      deadline = Clock::now() + cfg_.send_timeout;
+      ex_.write_started = Clock::now();
+      deadline = ex_.write_started + cfg_.send_timeout;
       net::async_write(sock_, net::buffer(kContinue.data(), kContinue.size()),
                        [self = shared_from_this()](error_code ec, std::size_t) {
                          if (ec) return self->abort();
@@ -938,14 +944,13 @@ class Session : public Tracked,
     bump(st_.websocket_tunnels);
     out_.clear();
     append_switch_head(out_, res_->get(), ex_.request_id);
-    phase_ = Phase::write_client;
+    phase_ = Phase::tunnel;  // a 101 that does not leave in time closes both: 499
     deadline = Clock::now() + cfg_.send_timeout;
     ex_.header_sent = true;
     net::async_write(
         sock_, net::buffer(out_), [self = shared_from_this()](error_code ec, std::size_t n) {
           self->ex_.bytes_out += n;
           if (ec) return self->abort();
-          self->phase_ = Phase::tunnel;
           self->deadline = Clock::time_point::max();
           self->block_.reset();
           Tunnel::start(self->w_, std::move(self->sock_), std::move(self->buf_),
@@ -1049,7 +1054,8 @@ class Session : public Tracked,
     append_own_answer(out_, own_body_, a);
     ex_.header_sent = true;
     phase_ = Phase::write_client;
-    deadline = Clock::now() + cfg_.send_timeout;
+    ex_.write_started = Clock::now();
+    deadline = ex_.write_started + cfg_.send_timeout;
     net::async_write(sock_, net::buffer(out_),
                      [self = shared_from_this(), status = a.status, close = a.close](
                          error_code ec, std::size_t n) {

@@ -156,6 +156,12 @@ TEST_CASE("with a zero queue window a request not seated is refused queue_timeou
   CHECK(*pb.retry_after == 3000ms);
   CHECK_FALSE(pb.lease);
   CHECK(ups.waiting(0) == 0);
+  // A request that already waited in a queue (then moved on) is told at least that.
+  auto waited = ask_for(0, kNone, Lane::bulk);
+  waited.waited = 5s;
+  auto pw = place(waited, b, ups, 4s, rng);
+  REQUIRE(pw.retry_after);
+  CHECK(*pw.retry_after == 5000ms);
 }
 
 TEST_CASE("a closed upstream's due probe is the request, seated outside the lane rules",
