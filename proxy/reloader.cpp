@@ -29,6 +29,17 @@ bool Reloader::files_changed() {
 }
 
 bool Reloader::reload(std::string_view why) {
+  auto config_key = file_state(current_.config_file).key;
+  auto routes_file = current_.routes_file;
+  auto routes_key = file_state(routes_file).key;
+  bool ok = reload_files(why);
+  config_file_key_ = config_key;
+  routes_file_key_ =
+      current_.routes_file == routes_file ? routes_key : file_state(current_.routes_file).key;
+  return ok;
+}
+
+bool Reloader::reload_files(std::string_view why) {
   config::Config next;
   Json audit_line;
   audit_line["audit"] = "reload";

@@ -30,11 +30,14 @@ class Reloader {
   const Live& live() const { return *live_; }                // the current generation
   // True when the config file or the routes file changed since the last look.
   bool files_changed();
-  // True when the new configuration is in force.
+  // True when the new configuration is in force. The files as this reload
+  // read them are remembered, so only a later change of either (the routes
+  // file a reload newly names included) is a change: one reload per change.
   bool reload(std::string_view why);
   std::uint64_t reloads(bool ok) const { return reloads_[ok ? 1 : 0]; }
 
  private:
+  bool reload_files(std::string_view why);
   Runtime& rt_;
   AccessLog& audit_;
   const Live* live_;

@@ -119,6 +119,31 @@ TEST_CASE("a changed routes file takes effect without a restart", "[e2e][reload]
   CHECK(request(s.port, "GET", "/y").header("X-Upstream-Port") == std::to_string(a.port));
 }
 
+TEST_CASE("one change is one reload: a routes file a reload names is not reloaded again",
+          "[e2e][reload]") {
+  Upstream up(kUpstream);
+  TempFile config("config"), routes("routes");
+  config.write("");
+  routes.write(R"([{"prefix":"/","lane":"bulk"}])");
+  Sluice s(kSluice, {{"SLUICE_UPSTREAMS", "127.0.0.1:" + std::to_string(up.port)},
+                     {"SLUICE_TICK", "100ms"},
+                     {"SLUICE_CONFIG_FILE", config.path.string()}});
+  auto reloads = [&] {
+    int n = 0;
+    for (const auto& line : s.log_lines()) n += line.value("audit", "") == "reload";
+    return n;
+  };
+  config.write("SLUICE_ROUTES_FILE=" + routes.path.string() + "\n");
+  REQUIRE(eventually([&] { return reloads() == 1; }, 5s));
+  // Ten ticks later: no second reload of the routes file the first one read.
+  std::this_thread::sleep_for(1s);
+  CHECK(reloads() == 1);
+  routes.write(R"([{"prefix":"/","lane":"heavy"}])");
+  REQUIRE(eventually([&] { return reloads() == 2; }, 5s));
+  std::this_thread::sleep_for(1s);
+  CHECK(reloads() == 2);
+}
+
 TEST_CASE("a variable that needs a restart is reported, not applied", "[e2e][reload]") {
   Upstream up(kUpstream);
   TempFile config("config");
