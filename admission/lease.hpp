@@ -10,12 +10,11 @@
 //   leave(...)     ends it the same way for a request that moves on to another
 //                  upstream: the heavy-cap unit stays with the seat, a probe
 //                  here failed.
-//   cancel(now)    a queued request leaves its queue (its window ended, its
-//                  client left); an unseated one gives back its heavy-cap unit.
-//   destructor     whatever is left goes back and teaches nothing: a queued
-//                  seat leaves its queue, a seated one is given back (its
-//                  bulkhead's waiters are served at its next release or tick),
-//                  a probe failed. No path can leak a slot.
+//   cancel()       whatever is left goes back and teaches nothing: a queued
+//                  seat leaves its queue (its window ended, its client left), a
+//                  seated one is given back (its bulkhead's waiters are served at
+//                  its next release or tick), a heavy-cap unit goes back, a probe
+//                  failed. The destructor does the same: no path can leak a slot.
 //
 // Threading: the thread that owns the seat's bulkhead.
 #include <cstddef>
@@ -77,7 +76,7 @@ class Lease {
   // Ends it for a request moving on to another upstream: as complete(), the
   // heavy-cap unit kept, a probe here failed.
   bool leave(Signal signal, Micros ttfb, Micros now, Rng& rng);
-  void cancel(Micros now);
+  void cancel() { drop(); }
 
  private:
   void take(Lease& o) {

@@ -26,15 +26,13 @@ void Lease::end_probe(bool clean) {
 
 bool Lease::complete(Signal signal, Micros ttfb, Micros now, Rng& rng, bool closes) {
   if (!seat_) return false;
-  Seat& s = *std::exchange(seat_, nullptr);
-  auto& b = ups_->bulkhead(upstream_);
-  if (!s.seated) {
-    b.cancel(s, now);
-    end_probe(false);
+  if (!seat_->seated) {  // unseated (observe): only a heavy-cap unit, if any, goes back
+    abandon();
     return false;
   }
+  Seat& s = *std::exchange(seat_, nullptr);
   end_probe(!closes && (signal == Signal::clean || signal == Signal::slow));
-  return b.release(s, signal, ttfb, now, rng);
+  return ups_->bulkhead(upstream_).release(s, signal, ttfb, now, rng);
 }
 
 bool Lease::leave(Signal signal, Micros ttfb, Micros now, Rng& rng) {
@@ -42,17 +40,6 @@ bool Lease::leave(Signal signal, Micros ttfb, Micros now, Rng& rng) {
   Seat& s = *std::exchange(seat_, nullptr);
   end_probe(false);
   return ups_->bulkhead(upstream_).release(s, signal, ttfb, now, rng, /*keep_cap=*/true);
-}
-
-void Lease::cancel(Micros now) {
-  if (!seat_) return;
-  Seat& s = *std::exchange(seat_, nullptr);
-  auto& b = ups_->bulkhead(upstream_);
-  if (s.seated)
-    b.abandon(s);
-  else
-    b.cancel(s, now);
-  end_probe(false);
 }
 
 void Lease::abandon() {
@@ -84,10 +71,9 @@ struct Candidates {
   }
 };
 
-Placement& seated(Placement& p, Upstreams& ups, Seat& s, bool probe = false) {
+void seated(Placement& p, Upstreams& ups, Seat& s, bool probe = false) {
   p.how = Placed::seated;
   p.lease = Lease(ups, p.upstream, s, probe);
-  return p;
 }
 
 void moved(Placement& p, std::size_t alt, Fallback why) {
@@ -139,24 +125,20 @@ bool wait_on_alternative(const Ask& a, Upstreams& ups, Rng& rng, Fallback why, P
 
 // Not seated on p.upstream: observe goes on unseated; a queued seat waits; any
 // other is refused queue_timeout.
-Placement& wait_or_refuse(const Ask& a, Seat& s, Upstreams& ups, Micros now, Placement& p) {
-  auto& b = ups.bulkhead(p.upstream);
-  if (a.mode == Mode::observe) {
-    b.cancel(s, now);
-    p.how = Placed::unseated;
-    p.reason = Reason::queue_timeout;
-    return p;
-  }
-  if (s.queued) {
+void wait_or_refuse(const Ask& a, Seat& s, Upstreams& ups, Micros now, Placement& p) {
+  if (s.queued && a.mode != Mode::observe) {
     p.how = Placed::queued;
     p.lease = Lease(ups, p.upstream, s);
-    return p;
+    return;
   }
-  b.cancel(s, now);  // a heavy-cap unit it still holds goes back
-  p.how = Placed::refused;
+  ups.bulkhead(p.upstream).cancel(s, now);  // out of the queue; a heavy-cap unit goes back
   p.reason = Reason::queue_timeout;
+  if (a.mode == Mode::observe) {
+    p.how = Placed::unseated;
+    return;
+  }
+  p.how = Placed::refused;
   p.retry_after = queue_retry_after(ups, a.lane, p.upstream, a.waited, now);
-  return p;
 }
 
 }  // namespace
@@ -175,12 +157,14 @@ Placement place(const Ask& a, Seat& s, Upstreams& ups, Micros now, Rng& rng) {
   s.pinned = a.pinned;
   if (a.delegated) {
     ups.bulkhead(a.upstream).seat_delegated(s, now);
-    return std::move(seated(p, ups, s));
+    seated(p, ups, s);
+    return p;
   }
   auto verdict = ups.ask_gate(a.upstream, now);
   if (verdict == Verdict::probe) {
     ups.bulkhead(a.upstream).seat_probe(s, now);
-    return std::move(seated(p, ups, s, /*probe=*/true));
+    seated(p, ups, s, /*probe=*/true);
+    return p;
   }
   bool wait_here = !a.movable();
   if (verdict == Verdict::closed) {
@@ -199,13 +183,20 @@ Placement place(const Ask& a, Seat& s, Upstreams& ups, Micros now, Rng& rng) {
     wait_here = true;
   }
   auto& b = ups.bulkhead(p.upstream);
-  if (b.ask(s, now, rng, nullptr, wait_here)) return std::move(seated(p, ups, s));
+  if (b.ask(s, now, rng, nullptr, wait_here)) {
+    seated(p, ups, s);
+    return p;
+  }
   if (!wait_here) {
     if (move_now(a, s, ups, now, rng, Fallback::full, p)) return p;
     // No alternative seats it now: it waits for its own upstream.
-    if (b.ask(s, now, rng)) return std::move(seated(p, ups, s));
+    if (b.ask(s, now, rng)) {
+      seated(p, ups, s);
+      return p;
+    }
   }
-  return std::move(wait_or_refuse(a, s, ups, now, p));
+  wait_or_refuse(a, s, ups, now, p);
+  return p;
 }
 
 Placement relocate(const Ask& a, Seat& s, Lease& lease, Signal signal, Micros ttfb, Fallback why,
@@ -224,15 +215,16 @@ Placement relocate(const Ask& a, Seat& s, Lease& lease, Signal signal, Micros tt
   auto& b = ups.bulkhead(p.upstream);
   if (a.delegated) {
     b.seat_delegated(s, now);
-    return std::move(seated(p, ups, s));
-  }
-  if (a.mode == Mode::observe) {  // it went out counted admitted: it goes on unseated
+    seated(p, ups, s);
+  } else if (a.mode == Mode::observe) {  // it went out counted admitted: it goes on unseated
     p.how = Placed::unseated;
     p.lease = Lease(ups, p.upstream, s);  // a heavy-cap unit it kept goes back with it
-    return p;
+  } else if (b.ask(s, now, rng)) {
+    seated(p, ups, s);
+  } else {
+    wait_or_refuse(a, s, ups, now, p);
   }
-  if (b.ask(s, now, rng)) return std::move(seated(p, ups, s));
-  return std::move(wait_or_refuse(a, s, ups, now, p));
+  return p;
 }
 
 }  // namespace sluice::admission

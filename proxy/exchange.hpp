@@ -43,91 +43,47 @@ class WorkerUpstreams final : public admission::Upstreams {
   Worker& w_;
 };
 
-class LeaseSlot {
- public:
-  LeaseSlot() = default;
-  // A slot of `table`, or none when every slot is taken (no token then).
-  static LeaseSlot open(LeaseTable& table) {
-    LeaseSlot s;
-    if (table.open(s.slot_, s.generation_)) s.table_ = &table;
-    return s;
-  }
-  LeaseSlot(LeaseSlot&& o) noexcept { take(o); }
-  LeaseSlot& operator=(LeaseSlot&& o) noexcept {
-    if (this != &o) {
-      close();
-      take(o);
-    }
-    return *this;
-  }
-  ~LeaseSlot() { close(); }
-  explicit operator bool() const { return table_ != nullptr; }
-  std::uint32_t slot() const { return slot_; }
-  std::uint64_t generation() const { return generation_; }
+// The three below are unique_ptrs whose deleter gives the thing back, as
+// BlockPool::Block does for relay blocks: moved, they move; dropped or reset,
+// what they hold goes back.
 
- private:
-  void take(LeaseSlot& o) {
-    table_ = std::exchange(o.table_, nullptr);
-    slot_ = o.slot_;
-    generation_ = o.generation_;
-  }
-  void close() {
-    if (table_) std::exchange(table_, nullptr)->close(slot_);
-  }
-  LeaseTable* table_ = nullptr;
-  std::uint32_t slot_ = 0;
-  std::uint64_t generation_ = 0;
+struct CloseSlot {
+  std::uint32_t slot = 0;
+  std::uint64_t generation = 0;
+  void operator()(LeaseTable* table) const { table->close(slot); }
 };
+using LeaseSlot = std::unique_ptr<LeaseTable, CloseSlot>;
+// A slot of `table`, or none when every slot is taken (no token then).
+inline LeaseSlot open_slot(LeaseTable& table) {
+  CloseSlot c;
+  return LeaseSlot(table.open(c.slot, c.generation) ? &table : nullptr, c);
+}
 
-class InFlight {
- public:
-  InFlight() = default;
-  explicit InFlight(std::atomic<std::int64_t>& gauge) : gauge_(&gauge) {
-    bump(gauge, std::int64_t{1});
-  }
-  InFlight(InFlight&& o) noexcept : gauge_(std::exchange(o.gauge_, nullptr)) {}
-  InFlight& operator=(InFlight&& o) noexcept {
-    if (this != &o) {
-      end();
-      gauge_ = std::exchange(o.gauge_, nullptr);
-    }
-    return *this;
-  }
-  ~InFlight() { end(); }
-
- private:
-  void end() {
-    if (gauge_) bump(*std::exchange(gauge_, nullptr), std::int64_t{-1});
-  }
-  std::atomic<std::int64_t>* gauge_ = nullptr;
+struct EndInFlight {
+  void operator()(std::atomic<std::int64_t>* gauge) const { bump(*gauge, std::int64_t{-1}); }
 };
+using InFlight = std::unique_ptr<std::atomic<std::int64_t>, EndInFlight>;
+inline InFlight count_in_flight(std::atomic<std::int64_t>& gauge) {
+  bump(gauge, std::int64_t{1});
+  return InFlight(&gauge);
+}
 
-class Checkout {
- public:
-  Checkout() = default;
-  Checkout(UpstreamPool& pool, std::unique_ptr<UpstreamConnection> c)
-      : pool_(&pool), c_(std::move(c)) {}
-  Checkout(Checkout&& o) noexcept : pool_(o.pool_), c_(std::move(o.c_)) {}
-  Checkout& operator=(Checkout&& o) noexcept {
-    if (this != &o) {
-      give_back(false);
-      pool_ = o.pool_;
-      c_ = std::move(o.c_);
-    }
-    return *this;
+struct BackToPool {
+  UpstreamPool* pool = nullptr;
+  void operator()(UpstreamConnection* c) const {
+    pool->release(std::unique_ptr<UpstreamConnection>(c), false);
   }
-  ~Checkout() { give_back(false); }
-  explicit operator bool() const { return c_ != nullptr; }
-  UpstreamConnection* operator->() const { return c_.get(); }
-  // Back to the pool: kept for the next request when reusable.
-  void give_back(bool reusable) {
-    if (c_) pool_->release(std::move(c_), reusable);
-  }
-
- private:
-  UpstreamPool* pool_ = nullptr;
-  std::unique_ptr<UpstreamConnection> c_;
 };
+using Checkout = std::unique_ptr<UpstreamConnection, BackToPool>;
+inline Checkout checkout(UpstreamPool& pool, std::unique_ptr<UpstreamConnection> c) {
+  return Checkout(c.release(), BackToPool{&pool});
+}
+// Back to its pool now: kept for the next request when reusable.
+inline void give_back(Checkout& c, bool reusable) {
+  if (!c) return;
+  auto* pool = c.get_deleter().pool;
+  pool->release(std::unique_ptr<UpstreamConnection>(c.release()), reusable);
+}
 
 // Everything one request and its response hold, reset by assignment.
 struct Exchange {

@@ -135,7 +135,7 @@ class Session : public Tracked,
         // The lane's queue window is over: 503 queue_timeout.
         auto self = std::move(self_);
         auto now = Clock::now();
-        ex_.lease.cancel(micros(now));
+        ex_.lease.cancel();
         note_queue_wait(now);
         note_upstream_wait(now, ex_.queue_wait);
         refuse_queue(now);
@@ -218,7 +218,7 @@ class Session : public Tracked,
           !req_->is_done());
       return;
     }
-    ex_.up = Checkout(w_.pool(ex_.upstream), std::move(c));
+    ex_.up = checkout(w_.pool(ex_.upstream), std::move(c));
     ex_.up->buffer.clear();
     send_request();
   }
@@ -571,9 +571,9 @@ class Session : public Tracked,
     ex_.forwarded = true;
     if (ex_.lease.seated()) {
       if (ex_.lane == Lane::heavy) w_.note_heavy();
-      if (cfg_.admission.delegation) ex_.slot = LeaseSlot::open(w_.leases());
+      if (cfg_.admission.delegation) ex_.slot = open_slot(w_.leases());
     }
-    ex_.in_flight = InFlight(st_.lane[admission::index(ex_.lane)].in_flight);
+    ex_.in_flight = count_in_flight(st_.lane[admission::index(ex_.lane)].in_flight);
     auto& m = req_->get();
     if (auto it = m.find(http::field::expect); it != m.end()) {
       if (!iequals(it->value(), "100-continue")) {
@@ -661,8 +661,8 @@ class Session : public Tracked,
     if (ex_.slot) {
       // This request's lease: a request the upstream makes back through
       // Sluice with it is seated at once on this lane (delegation).
-      admission::LeaseId id{static_cast<std::uint32_t>(w_.index()), ex_.slot.slot(),
-                            ex_.slot.generation(), ex_.lane};
+      admission::LeaseId id{static_cast<std::uint32_t>(w_.index()), ex_.slot.get_deleter().slot,
+                            ex_.slot.get_deleter().generation, ex_.lane};
       f.lease_token = {token, admission::format_lease_token(w_.runtime().lease_key, id, token)};
     }
     append_forwarding(out_, req_->get(), passed, f);
@@ -764,7 +764,7 @@ class Session : public Tracked,
   void upstream_failed(error_code ec, std::string_view what) {
     bool timed_out = ex_.timed_out;
     std::size_t failed_host = ex_.up ? ex_.up->host : SIZE_MAX;
-    ex_.up.give_back(false);
+    ex_.up.reset();
     bool cut = ec == net::error::eof || ec == net::error::connection_reset ||
                ec == net::error::broken_pipe || ec == http::error::end_of_stream;
     if (cut && failed_host != SIZE_MAX) w_.pool(ex_.upstream).close_idle(failed_host);
@@ -933,7 +933,7 @@ class Session : public Tracked,
     }
     bool reusable = ex_.upstream_keep_alive && res_->is_done() && ex_.request_sent &&
                     ex_.up->buffer.size() == 0 && !ex_.end_stream && !ex_.close_both;
-    ex_.up.give_back(reusable);
+    give_back(ex_.up, reusable);
     end_exchange(res_->get().result_int(), !ex_.keep_alive || ex_.end_stream);
   }
 
@@ -994,9 +994,9 @@ class Session : public Tracked,
 
   // The exchange is over: what it holds goes back, and its line is written.
   void log(int status) {
-    ex_.slot = LeaseSlot();
+    ex_.slot.reset();
     complete_lease();
-    ex_.in_flight = InFlight();
+    ex_.in_flight.reset();
     auto now = Clock::now();
     double duration = std::chrono::duration<double>(now - ex_.start).count();
     auto& lane_stats = st_.lane[admission::index(ex_.lane)];
@@ -1016,7 +1016,7 @@ class Session : public Tracked,
 
   // An error Sluice answers itself.
   void respond_error(int status, std::string_view reason, bool close_after) {
-    ex_.up.give_back(false);
+    ex_.up.reset();
     if (ex_.header_sent) {  // too late for a status: cut the connection
       ex_.status_override = status;
       abort();
@@ -1080,7 +1080,7 @@ class Session : public Tracked,
   void abort() {
     error_code ec;
     sock_.close(ec);
-    ex_.up.give_back(false);
+    ex_.up.reset();
     block_.reset();
     if (ex_.started && phase_ != Phase::closing)
       log(ex_.status_override ? ex_.status_override : 499);

@@ -66,7 +66,7 @@ void Tunnel::end(std::size_t dir, error_code ec) {
   }
   if (++ends_ < 2) return;
   client_.close(ignored);
-  up_.give_back(false);
+  up_.reset();
   deadline = Clock::time_point::max();
   std::exchange(done_, nullptr)(bytes_[kUp], bytes_[kDown]);
 }

@@ -136,8 +136,7 @@ TEST_CASE("Sluice's refusal is SPEC's 503: Retry-After, X-Sluice-Reject and the 
   a.level = 2;
   a.retry_after_s = 17;
   a.request_id = "id\"1";
-  std::string out = "left over: ", body;
-  out.clear();
+  std::string out, body;
   append_own_answer(out, body, a);
   auto res = parse(out);
   CHECK(res.result_int() == 503);
