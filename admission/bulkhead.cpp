@@ -291,6 +291,56 @@ Micros Bulkhead::mean_latency() const {
 }
 
 Census Bulkhead::census(std::optional<Micros> now) const {
+  Lock lock(mutex_);
+  return census_locked(now);
+}
+
+int Bulkhead::running() const {
+  Lock lock(mutex_);
+  return running_[0] + running_[1] + running_[2];
+}
+
+bool Bulkhead::would_seat(Lane lane, Micros now) const {
+  Lock lock(mutex_);
+  return decide(lanes_, census_locked(now), lane, 0.0) == Hold::none;
+}
+
+void Bulkhead::note_budget(const BudgetReading& b) {
+  Lock lock(mutex_);
+  budget_ = b;
+}
+
+std::optional<BudgetReading> Bulkhead::budget() const {
+  Lock lock(mutex_);
+  return budget_;
+}
+
+Candidate Bulkhead::known() const {
+  Lock lock(mutex_);
+  return {successes_, failures_, mean_latency()};
+}
+
+Signal Bulkhead::classify(int status, Micros ttfb) const {
+  Lock lock(mutex_);
+  return estimate_.classify(status, ttfb);
+}
+
+Estimate Bulkhead::estimate() const {
+  Lock lock(mutex_);
+  return estimate_;
+}
+
+LanePolicy Bulkhead::lanes() const {
+  Lock lock(mutex_);
+  return lanes_;
+}
+
+void Bulkhead::set_lanes(const LanePolicy& lanes) {
+  Lock lock(mutex_);
+  lanes_ = lanes;
+}
+
+Census Bulkhead::census_locked(std::optional<Micros> now) const {
   Census c;
   if (now)
     for (std::size_t l = 0; l < kLaneCount; ++l)
@@ -302,14 +352,19 @@ Census Bulkhead::census(std::optional<Micros> now) const {
   return c;
 }
 
-bool Bulkhead::ask(Seat& s, Micros now, Rng& rng, Hold* hold, bool may_queue) {
+bool Bulkhead::ask(Seat& s, Micros now, Rng& rng, Hold* hold, bool may_queue, bool* queued) {
+  Lock lock(mutex_);
+  if (queued) *queued = false;
   s.queued = s.seated = s.delegated = false;
   const auto l = index(s.lane);
   Hold h = waiting_[l] > 0 ? Hold::behind : try_seat(s, now, rng);
+  s.hold = h;
   if (hold) *hold = h;
   if (h == Hold::none) return true;
   if (h != Hold::heavy_cap) estimate_.demand();
-  if (may_queue && lanes_.queue_window[l] > Micros{0}) {
+  bool waits = may_queue && lanes_.queue_window[l] > Micros{0};
+  if (queued) *queued = waits;
+  if (waits) {
     s.queued = true;
     s.since = now;
     queue_[l].push_back(s);
@@ -320,19 +375,26 @@ bool Bulkhead::ask(Seat& s, Micros now, Rng& rng, Hold* hold, bool may_queue) {
 }
 
 void Bulkhead::seat_delegated(Seat& s, Micros now) {
+  Lock lock(mutex_);
   s.queued = false;
   s.delegated = true;
   ++delegated_[index(s.lane)];
   seat(s, now);
 }
 
+void Bulkhead::seat_outside(Seat& s, Micros now) {
+  Lock lock(mutex_);
+  seat(s, now);
+}
+
 Hold Bulkhead::try_seat(Seat& s, Micros now, Rng& rng) {
-  Hold h = decide(lanes_, census(now), s.lane, rng.uniform());
+  Hold h = decide(lanes_, census_locked(now), s.lane, rng.uniform());
   if (h == Hold::none && s.lane == Lane::heavy && heavy_cap_ && !s.capped) {
     if (!heavy_cap_->try_take()) return Hold::heavy_cap;
     s.capped = true;
   }
   if (h == Hold::none) seat(s, now);
+  s.hold = h;
   return h;
 }
 
@@ -348,6 +410,7 @@ void Bulkhead::seat(Seat& s, Micros now) {
 }
 
 bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, Rng& rng, bool keep_cap) {
+  Lock lock(mutex_);
   if (!s.seated) return false;
   unseat(s, keep_cap);
   if (signal == Signal::clean || signal == Signal::slow) {
@@ -379,13 +442,28 @@ void Bulkhead::unseat(Seat& s, bool keep_cap) {
 }
 
 void Bulkhead::abandon(Seat& s) {
+  Lock lock(mutex_);
   if (s.seated)
     unseat(s, false);
   else
-    cancel(s, s.since);
+    cancel_locked(s);
 }
 
-void Bulkhead::cancel(Seat& s, Micros) {
+Hold Bulkhead::cancel(Seat& s, Micros now, Rng& rng) {
+  Lock lock(mutex_);
+  Hold h = s.hold;
+  if (h == Hold::behind && s.queued) {
+    const Seat* head = queue_[index(s.lane)].head;
+    // At the head now (those before it left): asked once more, as a release
+    // would; else held by what holds the head.
+    h = head == &s ? try_seat(s, now, rng) : head->hold;
+    if (h == Hold::none) return h;
+  }
+  cancel_locked(s);
+  return h;
+}
+
+void Bulkhead::cancel_locked(Seat& s) {
   if (s.queued) unqueue(s);
   if (s.capped && !s.seated && heavy_cap_) {
     heavy_cap_->give_back();
@@ -406,7 +484,7 @@ void Bulkhead::unqueue(Seat& s) {
 // from borrowers anyway); stops when no head is seated.
 void Bulkhead::serve(Micros now, Rng& rng) {
   while (waiting_[0] + waiting_[1] + waiting_[2] > 0) {
-    Census c = census();
+    Census c = census_locked(std::nullopt);
     Seats g = guaranteed(lanes_, c);
     std::array<Lane, kLaneCount> order{};
     std::size_t n = 0;
@@ -440,10 +518,11 @@ bool Bulkhead::starving(Lane lane, const Seats& g, Micros now) const {
 }
 
 std::array<bool, kLaneCount> Bulkhead::tick(Micros now, Rng& rng) {
+  Lock lock(mutex_);
   estimate_.maybe_grow(now);
   serve(now, rng);
   std::array<bool, kLaneCount> became{};
-  Seats g = guaranteed(lanes_, census());
+  Seats g = guaranteed(lanes_, census_locked(std::nullopt));
   for (Lane lane : kLanes) {
     auto l = index(lane);
     bool st = starving(lane, g, now);
@@ -454,66 +533,29 @@ std::array<bool, kLaneCount> Bulkhead::tick(Micros now, Rng& rng) {
 }
 
 std::optional<Micros> Bulkhead::youngest(Lane lane) const {
+  Lock lock(mutex_);
+  return youngest_locked(lane);
+}
+
+std::optional<Micros> Bulkhead::oldest_waiting(Lane lane) const {
+  Lock lock(mutex_);
+  return oldest_waiting_locked(lane);
+}
+
+std::optional<Micros> Bulkhead::youngest_locked(Lane lane) const {
   const Seat* s = live_[index(lane)].tail;
   return s ? std::optional<Micros>(s->since) : std::nullopt;
 }
 
-std::optional<Micros> Bulkhead::oldest_waiting(Lane lane) const {
+std::optional<Micros> Bulkhead::oldest_waiting_locked(Lane lane) const {
   const Seat* s = queue_[index(lane)].head;
   return s ? std::optional<Micros>(s->since) : std::nullopt;
 }
 
-void merge_view(BulkheadView& t, const BulkheadView& v) {
-  if (t.shards++ == 0) {
-    int shards = t.shards;
-    t = v;
-    t.shards = shards;
-    return;
-  }
-  auto earliest = [](std::optional<Micros>& a, std::optional<Micros> b) {
-    if (b && (!a || *b < *a)) a = b;
-  };
-  auto latest = [](std::optional<Micros>& a, std::optional<Micros> b) {
-    if (b && (!a || *b > *a)) a = b;
-  };
-  if (v.exhausted_at && (!t.exhausted_at || *v.exhausted_at > *t.exhausted_at)) t.why = v.why;
-  latest(t.exhausted_at, v.exhausted_at);
-  auto successes = t.successes + v.successes;
-  if (successes > 0)
-    t.mean_latency = Micros((t.mean_latency.count() * static_cast<std::int64_t>(t.successes) +
-                             v.mean_latency.count() * static_cast<std::int64_t>(v.successes)) /
-                            static_cast<std::int64_t>(successes));
-  if (v.budget && (!t.budget || v.budget->until > t.budget->until)) t.budget = v.budget;
-  t.estimate += v.estimate;
-  t.carrying += v.carrying;
-  t.slow_start = t.slow_start || v.slow_start;
-  t.slots += v.slots;
-  t.running += v.running;
-  t.waiting += v.waiting;
-  t.free += v.free;
-  t.successes = successes;
-  t.failures += v.failures;
-  t.decreases += v.decreases;
-  for (std::size_t l = 0; l < kLaneCount; ++l) {
-    auto& a = t.lanes[l];
-    const auto& b = v.lanes[l];
-    a.running += b.running;
-    a.waiting += b.waiting;
-    a.guaranteed += b.guaranteed;
-    a.borrowed += b.borrowed;
-    a.delegated += b.delegated;
-    earliest(a.oldest_waiting_since, b.oldest_waiting_since);
-    latest(a.youngest_seat_since, b.youngest_seat_since);
-    earliest(a.waiting_since, b.waiting_since);
-    a.starving = a.starving || b.starving;
-    a.pinned_starving = a.pinned_starving || b.pinned_starving;
-  }
-}
-
 BulkheadView Bulkhead::view(Micros now) const {
+  Lock lock(mutex_);
   BulkheadView v;
-  v.shards = 1;
-  Census c = census();
+  Census c = census_locked(std::nullopt);
   Seats g = guaranteed(lanes_, c);
   v.estimate = estimate_.value();
   v.carrying = estimate_.carrying();
@@ -537,8 +579,8 @@ BulkheadView Bulkhead::view(Micros now) const {
     lv.guaranteed = g[l];
     lv.borrowed = std::max(0, running_[l] - g[l]);
     lv.delegated = delegated_[l];
-    lv.oldest_waiting_since = oldest_waiting(lane);
-    lv.youngest_seat_since = youngest(lane);
+    lv.oldest_waiting_since = oldest_waiting_locked(lane);
+    lv.youngest_seat_since = youngest_locked(lane);
     lv.waiting_since = waiting_since_[l];
     lv.starving = starving(lane, g, now);
     lv.pinned_starving = pinned_since_[l] && now - *pinned_since_[l] >= lanes_.starved_after;

@@ -61,12 +61,18 @@
 // Delegated requests (a live lease's token) are seated at once on the parent's
 // lane, counted as running, never refused.
 //
-// Threading: not thread-safe. Each proxy I/O thread owns one Bulkhead per
-// upstream and estimates its own share, as every instance of a fleet does.
-// Time comes in as Micros since an epoch the caller picks; nothing is scheduled.
+// Threading: one Bulkhead per upstream serves every I/O thread of the process.
+// Each public member takes the bulkhead's own mutex for a few hundred
+// instructions (no allocation, no call out but one): Seat::on_seated() runs
+// under it, on whichever thread released the slot, and must not call back in
+// (the proxy posts to the seat's own thread). A Seat's flags change under the
+// lock; its owner reads them only while no other thread may seat it (it is not
+// queued) or after on_seated() handed it over. Time comes in as Micros since
+// an epoch the caller picks; nothing is scheduled.
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string_view>
 
@@ -213,13 +219,21 @@ struct Seat {
   bool pinned = false;  // its route is hard-pinned to this upstream
   bool capped = false;  // holds one unit of the heavy cap
   std::uint64_t seq = 0;
-  int load = 0;          // running requests when it was seated
-  Micros since{0};       // queued or seated at
-  Seat* prev = nullptr;  // in its lane's queue, or its lane's live list
+  int load = 0;            // running requests when it was seated
+  Micros since{0};         // queued or seated at
+  Hold hold = Hold::none;  // why the last ask did not seat it (a refusal's reason)
+  Seat* prev = nullptr;    // in its lane's queue, or its lane's live list
   Seat* next = nullptr;
   virtual ~Seat() = default;
   // A queued request got its slot (called from release() or tick()).
   virtual void on_seated() {}
+};
+
+// What Thompson sampling knows of an upstream (admission/resilience.hpp).
+struct Candidate {
+  std::uint64_t successes = 0;
+  std::uint64_t failures = 0;
+  Micros mean_latency{0};  // 0: not measured
 };
 
 struct BudgetReading {
@@ -240,7 +254,6 @@ struct LaneView {
 };
 
 struct BulkheadView {
-  int shards = 0;  // views merged into this one (merge_view)
   double estimate = 0, carrying = 0;
   bool slow_start = true;
   std::optional<Micros> exhausted_at;
@@ -252,51 +265,55 @@ struct BulkheadView {
   std::array<LaneView, kLaneCount> lanes{};
 };
 
-// Adds one thread's view of an upstream into the process's: counts and
-// estimates add, times take the oldest wait and the latest exhaustion.
-void merge_view(BulkheadView& into, const BulkheadView& shard);
-
 class Bulkhead {
  public:
   Bulkhead(const LanePolicy& lanes, const Estimate& estimate, LeaseCap* heavy_cap = nullptr);
   Bulkhead(const Bulkhead&) = delete;
   Bulkhead& operator=(const Bulkhead&) = delete;
 
-  // A new request of s.lane. Seated: true. Otherwise queued (s.queued) when
-  // its window is not zero, or refused (neither); `hold` says why.
-  bool ask(Seat& s, Micros now, Rng& rng, Hold* hold = nullptr, bool may_queue = true);
+  // A new request of s.lane. Seated: true. Otherwise queued when its window
+  // is not zero (and may_queue), or refused; `hold` says why, `queued` whether
+  // it waits (read it there: once queued, another thread may seat it at once).
+  bool ask(Seat& s, Micros now, Rng& rng, Hold* hold = nullptr, bool may_queue = true,
+           bool* queued = nullptr);
   // A request carrying a live lease's token: seated at once, never refused.
   void seat_delegated(Seat& s, Micros now);
-  // A probe of a closed upstream: seated outside the lane rules.
-  void seat_probe(Seat& s, Micros now) { seat(s, now); }
+  // Seated outside the lane rules: a closed upstream's probe, a request that
+  // stays where its connect failed, observe mode's would-be refusal.
+  void seat_outside(Seat& s, Micros now);
+  // Would rules 1-3 seat a request of `lane` now (the chance draw aside)?
+  bool would_seat(Lane lane, Micros now) const;
   // The upstream's latest quota reading (RateLimit-* headers).
-  void note_budget(const BudgetReading& b) { budget_ = b; }
-  const std::optional<BudgetReading>& budget() const { return budget_; }
+  void note_budget(const BudgetReading& b);
+  std::optional<BudgetReading> budget() const;
   // What Thompson sampling knows of this upstream.
-  std::uint64_t successes() const { return successes_; }
-  std::uint64_t failures() const { return failures_; }
-  Micros mean_latency() const;
+  Candidate known() const;
   // The request ended; `signal` is what it said (none: nothing learnt). Serves waiters.
   // True when the signal decreased the estimate (a new burst of too much).
   // keep_cap: the request moves to another bulkhead and keeps its heavy-cap unit.
   bool release(Seat& s, Signal signal, Micros ttfb, Micros now, Rng& rng, bool keep_cap = false);
   // Takes a queued request out (its window ended or its client left), and
-  // gives back a heavy-cap unit an unseated request still holds.
-  void cancel(Seat& s, Micros now);
+  // gives back a heavy-cap unit an unseated request still holds; a request
+  // another thread seated just before keeps its seat (s.seated tells).
+  // Returns why it was not seated: its last ask's hold, or for one that was
+  // behind others of its lane, the hold of the queue's head (at the head
+  // itself, it is asked once more, and may be seated then).
+  Hold cancel(Seat& s, Micros now, Rng& rng);
   // Gives back whatever s holds, learning nothing and seating no waiter (the
   // next release or tick serves them): a lease dropped without its outcome.
   void abandon(Seat& s);
   // Growth and a re-ask of the waiters. Returns lanes that became starving.
   std::array<bool, kLaneCount> tick(Micros now, Rng& rng);
   // Classifies a response head for release().
-  Signal classify(int status, Micros ttfb) const { return estimate_.classify(status, ttfb); }
+  Signal classify(int status, Micros ttfb) const;
 
   // With `now`, the budget guard is filled in too.
   Census census(std::optional<Micros> now = {}) const;
+  int running() const;
   BulkheadView view(Micros now) const;
-  const Estimate& estimate() const { return estimate_; }
-  const LanePolicy& lanes() const { return lanes_; }
-  void set_lanes(const LanePolicy& lanes) { lanes_ = lanes; }
+  Estimate estimate() const;  // a copy
+  LanePolicy lanes() const;
+  void set_lanes(const LanePolicy& lanes);
   // The youngest live seat of `lane` (seed 004: when capacity last turned over).
   std::optional<Micros> youngest(Lane lane) const;
   std::optional<Micros> oldest_waiting(Lane lane) const;
@@ -308,12 +325,21 @@ class Bulkhead {
     void push_back(Seat& s);
     void erase(Seat& s);
   };
+  using Lock = std::lock_guard<std::mutex>;
+  // Below: the caller holds mutex_.
+  Census census_locked(std::optional<Micros> now) const;
   Hold try_seat(Seat& s, Micros now, Rng& rng);
   void seat(Seat& s, Micros now);
   void unseat(Seat& s, bool keep_cap);
+  void cancel_locked(Seat& s);
   void serve(Micros now, Rng& rng);
   bool starving(Lane lane, const Seats& g, Micros now) const;
+  void unqueue(Seat& s);
+  std::optional<Micros> youngest_locked(Lane lane) const;
+  std::optional<Micros> oldest_waiting_locked(Lane lane) const;
+  Micros mean_latency() const;
 
+  mutable std::mutex mutex_;
   LanePolicy lanes_;
   Estimate estimate_;
   LeaseCap* heavy_cap_;
@@ -325,7 +351,6 @@ class Bulkhead {
   std::array<std::optional<Micros>, kLaneCount> waiting_since_{};
   std::array<int, kLaneCount> pinned_waiting_{};
   std::array<std::optional<Micros>, kLaneCount> pinned_since_{};
-  void unqueue(Seat& s);
   std::array<bool, kLaneCount> was_starving_{};
   std::uint64_t successes_ = 0, failures_ = 0;
   double latency_sum_us_ = 0;

@@ -38,6 +38,12 @@ std::string_view to_string(Reason reason) {
       return "queue_timeout";
     case Reason::pool_closed:
       return "pool_closed";
+    case Reason::heavy_cap:
+      return "heavy_cap";
+    case Reason::budget:
+      return "budget";
+    case Reason::reserved:
+      return "reserved";
   }
   return "none";
 }

@@ -17,6 +17,7 @@
 //
 // Threading: plain values; Gate::admit is const and reads only its tables.
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -34,7 +35,22 @@ std::string_view to_string(Outcome outcome);
 
 // Why a request was refused (or would have been). The 503's X-Sluice-Reject,
 // its body's "reason" and the metrics' reason label all come from to_string.
-enum class Reason : std::uint8_t { none, level, queue_timeout, pool_closed };
+//   level          the lane's factor at the level refused it
+//   queue_timeout  no slot within the lane's queue window (the upstream was full)
+//   heavy_cap      SLUICE_HEAVY_MAX_IN_FLIGHT heavy leases were live
+//   budget         the upstream's quota reading is down to the lane's reserve
+//   reserved       the free slots are owed to lanes below their floors
+//   pool_closed    the upstream is closed (seed 001 §9)
+enum class Reason : std::uint8_t {
+  none,
+  level,
+  queue_timeout,
+  pool_closed,
+  heavy_cap,
+  budget,
+  reserved
+};
+inline constexpr std::size_t kReasonCount = 7;
 std::string_view to_string(Reason reason);
 
 // factor[lane][level] in [0, 1].

@@ -16,7 +16,7 @@
 //                  its next release or tick), a heavy-cap unit goes back, a probe
 //                  failed. The destructor does the same: no path can leak a slot.
 //
-// Threading: the thread that owns the seat's bulkhead.
+// Threading: the thread of the request that holds it.
 #include <cstddef>
 #include <optional>
 #include <utility>

@@ -26,7 +26,7 @@ void Lease::end_probe(bool clean) {
 
 bool Lease::complete(Signal signal, Micros ttfb, Micros now, Rng& rng, bool closes) {
   if (!seat_) return false;
-  if (!seat_->seated) {  // unseated (observe): only a heavy-cap unit, if any, goes back
+  if (!seat_->seated) {  // never seated: only a heavy-cap unit, if any, goes back
     abandon();
     return false;
   }
@@ -62,7 +62,7 @@ struct Candidates {
   bool full() const { return n == kMax; }
   void add(std::size_t alt, const Bulkhead& b) {
     ids[n] = alt;
-    known[n++] = {b.successes(), b.failures(), b.mean_latency()};
+    known[n++] = b.known();
   }
   std::size_t pick(Rng& rng) const { return thompson_pick(std::span(known.data(), n), rng); }
   void drop(std::size_t i) {
@@ -91,14 +91,14 @@ bool move_now(const Ask& a, Seat& s, Upstreams& ups, Micros now, Rng& rng, Fallb
     if (alt == a.upstream || c.full()) continue;
     auto verdict = ups.ask_gate(alt, now);
     if (verdict == Verdict::probe) {
-      ups.bulkhead(alt).seat_probe(s, now);
+      ups.bulkhead(alt).seat_outside(s, now);
       moved(p, alt, why);
       seated(p, ups, s, /*probe=*/true);
       return true;
     }
     if (verdict == Verdict::closed) continue;
     auto& b = ups.bulkhead(alt);
-    if (decide(b.lanes(), b.census(now), a.lane, 0.0) == Hold::none) c.add(alt, b);
+    if (b.would_seat(a.lane, now)) c.add(alt, b);
   }
   while (c.n > 0) {
     auto i = c.pick(rng);
@@ -123,22 +123,60 @@ bool wait_on_alternative(const Ask& a, Upstreams& ups, Rng& rng, Fallback why, P
   return true;
 }
 
-// Not seated on p.upstream: observe goes on unseated; a queued seat waits; any
-// other is refused queue_timeout.
-void wait_or_refuse(const Ask& a, Seat& s, Upstreams& ups, Micros now, Placement& p) {
-  if (s.queued && a.mode != Mode::observe) {
+// Why a seat was not given, as the refusal names it: the hold that is the
+// upstream's (it was full, its window ended) is queue_timeout.
+Reason reason_of(Hold hold) {
+  switch (hold) {
+    case Hold::heavy_cap:
+      return Reason::heavy_cap;
+    case Hold::budget:
+      return Reason::budget;
+    case Hold::reserved:
+      return Reason::reserved;
+    default:
+      return Reason::queue_timeout;
+  }
+}
+
+// Refused `reason` at p.upstream: enforce answers 503 (Retry-After `retry`);
+// observe goes on seated outside the lane rules, so the bulkhead carries the
+// load it really has, counted would_shed `reason`.
+void refuse(const Ask& a, Seat& s, Upstreams& ups, Micros now, Reason reason,
+            std::optional<Millis> retry, Placement& p) {
+  p.reason = reason;
+  if (a.mode == Mode::observe) {
+    ups.bulkhead(p.upstream).seat_outside(s, now);
+    p.how = Placed::observed;
+    p.lease = Lease(ups, p.upstream, s);
+    return;
+  }
+  p.how = Placed::refused;
+  p.retry_after = retry;
+}
+
+// Refused for what held it at p.upstream. A budget refusal is told when the
+// upstream's quota window resets (its RateLimit-Reset); any other, seed 004's
+// queue_retry_after.
+void refuse_held(const Ask& a, Seat& s, Upstreams& ups, Micros now, Hold hold, Placement& p) {
+  std::optional<Millis> retry;
+  if (hold == Hold::budget)
+    if (auto b = ups.bulkhead(p.upstream).budget(); b && b->until > now)
+      retry = std::chrono::ceil<Millis>(b->until - now);
+  if (!retry) retry = queue_retry_after(ups, a.lane, p.upstream, a.waited, now);
+  refuse(a, s, ups, now, reason_of(hold), retry, p);
+}
+
+// Not seated on p.upstream: a queued seat waits (in observe mode too: a wait
+// is not a refusal, and its window bounds it); any other is refused.
+void wait_or_refuse(const Ask& a, Seat& s, Upstreams& ups, Micros now, Rng& rng, Hold hold,
+                    bool queued, Placement& p) {
+  if (queued) {
     p.how = Placed::queued;
     p.lease = Lease(ups, p.upstream, s);
     return;
   }
-  ups.bulkhead(p.upstream).cancel(s, now);  // out of the queue; a heavy-cap unit goes back
-  p.reason = Reason::queue_timeout;
-  if (a.mode == Mode::observe) {
-    p.how = Placed::unseated;
-    return;
-  }
-  p.how = Placed::refused;
-  p.retry_after = queue_retry_after(ups, a.lane, p.upstream, a.waited, now);
+  ups.bulkhead(p.upstream).cancel(s, now, rng);  // a heavy-cap unit goes back
+  refuse_held(a, s, ups, now, hold, p);
 }
 
 }  // namespace
@@ -162,7 +200,7 @@ Placement place(const Ask& a, Seat& s, Upstreams& ups, Micros now, Rng& rng) {
   }
   auto verdict = ups.ask_gate(a.upstream, now);
   if (verdict == Verdict::probe) {
-    ups.bulkhead(a.upstream).seat_probe(s, now);
+    ups.bulkhead(a.upstream).seat_outside(s, now);
     seated(p, ups, s, /*probe=*/true);
     return p;
   }
@@ -171,31 +209,42 @@ Placement place(const Ask& a, Seat& s, Upstreams& ups, Micros now, Rng& rng) {
     if (a.movable() && move_now(a, s, ups, now, rng, Fallback::closed, p)) return p;
     // No alternative seats it now: it waits for an open one, not for a closed upstream.
     if (!a.movable() || !wait_on_alternative(a, ups, rng, Fallback::closed, p)) {
-      p.reason = Reason::pool_closed;
-      if (a.mode == Mode::observe) {
-        p.how = Placed::unseated;
-        return p;
-      }
-      p.how = Placed::refused;
-      p.retry_after = std::chrono::ceil<Millis>(ups.reopen_hint(a.upstream, now));
+      refuse(a, s, ups, now, Reason::pool_closed,
+             std::chrono::ceil<Millis>(ups.reopen_hint(a.upstream, now)), p);
       return p;
     }
     wait_here = true;
   }
   auto& b = ups.bulkhead(p.upstream);
-  if (b.ask(s, now, rng, nullptr, wait_here)) {
+  Hold hold = Hold::none;
+  bool queued = false;
+  if (b.ask(s, now, rng, &hold, wait_here, &queued)) {
     seated(p, ups, s);
     return p;
   }
   if (!wait_here) {
     if (move_now(a, s, ups, now, rng, Fallback::full, p)) return p;
     // No alternative seats it now: it waits for its own upstream.
-    if (b.ask(s, now, rng)) {
+    if (b.ask(s, now, rng, &hold, true, &queued)) {
       seated(p, ups, s);
       return p;
     }
   }
-  wait_or_refuse(a, s, ups, now, p);
+  wait_or_refuse(a, s, ups, now, rng, hold, queued, p);
+  return p;
+}
+
+Placement timed_out(const Ask& a, Seat& s, Lease& lease, Upstreams& ups, Micros now, Rng& rng) {
+  Placement p;
+  p.upstream = lease.upstream();
+  Hold hold = ups.bulkhead(p.upstream).cancel(s, now, rng);
+  p.lease = std::move(lease);
+  if (s.seated) {  // seated now, or by another thread just before (its on_seated() is on the way)
+    p.how = Placed::seated;
+    return p;
+  }
+  p.lease = Lease{};  // out of the queue, nothing held (cancel gave a heavy-cap unit back)
+  refuse_held(a, s, ups, now, hold, p);
   return p;
 }
 
@@ -207,22 +256,21 @@ Placement relocate(const Ask& a, Seat& s, Lease& lease, Signal signal, Micros tt
   s.lane = a.lane;
   if (!a.delegated && move_now(a, s, ups, now, rng, why, p)) return p;
   if (!wait_on_alternative(a, ups, rng, why, p)) {
-    ups.bulkhead(a.upstream).seat_probe(s, now);  // a seat where it was, to end there
+    ups.bulkhead(a.upstream).seat_outside(s, now);  // a seat where it was, to end there
     seated(p, ups, s);
     p.how = Placed::stayed;
     return p;
   }
   auto& b = ups.bulkhead(p.upstream);
+  Hold hold = Hold::none;
+  bool queued = false;
   if (a.delegated) {
     b.seat_delegated(s, now);
     seated(p, ups, s);
-  } else if (a.mode == Mode::observe) {  // it went out counted admitted: it goes on unseated
-    p.how = Placed::unseated;
-    p.lease = Lease(ups, p.upstream, s);  // a heavy-cap unit it kept goes back with it
-  } else if (b.ask(s, now, rng)) {
+  } else if (b.ask(s, now, rng, &hold, true, &queued)) {
     seated(p, ups, s);
   } else {
-    wait_or_refuse(a, s, ups, now, p);
+    wait_or_refuse(a, s, ups, now, rng, hold, queued, p);
   }
   return p;
 }

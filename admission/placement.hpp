@@ -17,17 +17,25 @@
 //               on an alternative that seats it now (Thompson sampling among
 //               those whose lane rules allow it), else it waits at its own.
 //   wait        not seated: it queues in its lane when the lane's window is
-//               not zero, else it is refused queue_timeout, Retry-After from
-//               queue_retry_after().
-//   observe     a request that would wait or be refused goes on unseated, with
-//               the reason it would have had (would_shed).
+//               not zero, else it is refused for what held it (reason_of:
+//               heavy_cap, budget, reserved; the upstream full: queue_timeout).
+//               Retry-After: a budget refusal, the upstream's quota reset
+//               (RateLimit-Reset); any other, queue_retry_after().
+//   observe     decides exactly as enforce (a wait is a wait: its window
+//               bounds it); where enforce refuses, the request goes on seated
+//               outside the lane rules (the bulkhead carries the load it
+//               really has), counted would_shed with the same reason.
+// timed_out(), for a queued request whose window ended: out of the queue and
+// refused for what held it at its last ask; seated, when another thread seated
+// it just before (its on_seated() is on the way).
 // relocate(), for a request whose connect failed (nothing was sent): its lease
 // ends where it was (teaching what it learnt, a heavy-cap unit kept), then it
 // goes to an alternative that admits it now; else it waits on an open one (a
 // delegated request is seated there at once); else it stays where it was,
 // seated outside the lane rules so that it ends there.
 //
-// Threading: the thread that owns the bulkheads Upstreams hands out.
+// Threading: any thread; the bulkheads lock themselves, one call at a time
+// (a placement is several calls: each sees the bulkhead as it is then).
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -59,21 +67,24 @@ enum class Placed : std::uint8_t {
   seated,    // go on: the lease is seated
   queued,    // wait: the lease is queued in its lane, seated later by a release or tick
   refused,   // answer 503 with `reason`
-  unseated,  // observe mode: go on without a seat, counted would_shed `reason`
+  observed,  // observe mode: refused `reason` under enforce; goes on seated outside the rules
   stayed,    // relocate() found no way on: seated where it was, to end there
 };
 
 struct Placement {
   Placed how = Placed::refused;
   std::size_t upstream = 0;           // where it goes, waits or was refused
-  Reason reason = Reason::none;       // refused or unseated: why
-  std::optional<Millis> retry_after;  // pool_closed: the reopen hint
+  Reason reason = Reason::none;       // refused or observed: why
+  std::optional<Millis> retry_after;  // refused: derived (before the lane's band)
   std::optional<Fallback> fell_back;  // it moved to `upstream`, and why
   bool decreased = false;             // relocate(): the lease it left decreased that estimate
   Lease lease;
 };
 
 Placement place(const Ask& ask, Seat& seat, Upstreams& ups, Micros now, Rng& rng);
+
+// `lease` (queued) reached the end of its lane's window; ask.waited is the wait.
+Placement timed_out(const Ask& ask, Seat& seat, Lease& lease, Upstreams& ups, Micros now, Rng& rng);
 
 // A refusal's Retry-After before the lane's band (seed 004): the larger of the
 // queue window it waited and the age of the lane's youngest live lease.

@@ -40,12 +40,6 @@ namespace sluice::admission {
 // A sample of Beta(a, b), a, b >= 1 (Marsaglia and Tsang's gamma sampler).
 double beta_sample(double a, double b, Rng& rng);
 
-struct Candidate {
-  std::uint64_t successes = 0;
-  std::uint64_t failures = 0;
-  Micros mean_latency{0};  // 0: not measured
-};
-
 // The index of the candidate Thompson sampling picks (candidates not empty).
 std::size_t thompson_pick(std::span<const Candidate> candidates, Rng& rng);
 

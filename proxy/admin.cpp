@@ -780,8 +780,8 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
   }
 
   // GET /admin/plan?lane=L&upstream=U&wanted=N (seed 001 §11): how many of N
-  // requests of lane L to upstream U would start now with certainty, by every
-  // thread's bulkhead as of its last heartbeat. Seats nothing.
+  // requests of lane L to upstream U would start now with certainty, by its
+  // bulkhead now. Seats nothing.
   void get_plan(std::string_view target) {
     using nlohmann::json;
     auto lane = admission::lane_from_string(query_value(target, "lane").value_or(""));
@@ -797,27 +797,13 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
                {"valid",
                 "lane=bulk|standard|heavy&upstream=<a name in SLUICE_UPSTREAMS>&wanted=1..1000000"}}
               .dump());
-    const auto& policy = rt_.generations.back()->lanes;  // appended on this thread only
-    int start = 0;
-    json threads = json::array();
-    for (auto& w : rt_.workers) {
-      const auto v = w->views()[u];
-      admission::Census c;
-      c.estimate = v.estimate;
-      c.measured = v.carrying > 0;
-      for (std::size_t l = 0; l < admission::kLaneCount; ++l) {
-        c.running[l] = v.lanes[l].running;
-        c.waiting[l] = v.lanes[l].waiting;
-      }
-      int n = admission::plan(policy, c, *lane, static_cast<int>(wanted) - start);
-      threads.push_back(n);
-      start += n;
-    }
+    const auto& b = rt_.bulkhead(u);
+    int start = admission::plan(b.lanes(), b.census(rt_.micros(Clock::now())), *lane,
+                                static_cast<int>(wanted));
     reply(http::status::ok, json{{"lane", std::string(admission::to_string(*lane))},
                                  {"upstream", std::string(name)},
                                  {"wanted", wanted},
-                                 {"start", start},
-                                 {"per_thread", threads}}
+                                 {"start", start}}
                                 .dump());
   }
 

@@ -27,12 +27,12 @@
 
 namespace sluice::proxy {
 
-// The admission core's view of a Worker's upstreams: this thread's bulkheads,
-// the process's closures, and heavy leases across every thread.
+// The admission core's view of the upstreams from one Worker: the process's
+// bulkheads and closures.
 class WorkerUpstreams final : public admission::Upstreams {
  public:
   explicit WorkerUpstreams(Worker& w) : w_(w) {}
-  admission::Bulkhead& bulkhead(std::size_t u) override { return w_.bulkhead(u); }
+  admission::Bulkhead& bulkhead(std::size_t u) override { return w_.runtime().bulkhead(u); }
   admission::Verdict ask_gate(std::size_t u, admission::Micros now) override;
   bool closed(std::size_t u) const override;
   void probe_ended(std::size_t u, bool clean) override;

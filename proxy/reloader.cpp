@@ -83,6 +83,7 @@ bool Reloader::reload_files(std::string_view why) {
   for (auto& w : rt_.workers)
     net::post(w->ioc(), [w = w.get(), live = live_] { w->set_live(live); });
   for (auto& gate : rt_.gates) gate->set_policy(current_.admission.closure);
+  for (auto& b : rt_.bulkheads) b->set_lanes(live_->lanes);
   ++reloads_[1];
   audit_line["ok"] = true;
   audit_line["changed"] = changed;

@@ -17,6 +17,11 @@ Runtime::Runtime(const config::Config& c) : config(c) {
   if (c.admission.heavy_max_in_flight)
     heavy_cap =
         std::make_unique<HeavyCap>(static_cast<std::int64_t>(*c.admission.heavy_max_in_flight));
+  admission::EstimatePolicy ep = c.admission.estimate;
+  ep.max = static_cast<double>(c.upstream_max_connections);
+  for (std::size_t u = 0; u < c.upstreams.size(); ++u)
+    bulkheads.push_back(std::make_unique<admission::Bulkhead>(
+        c.admission.lanes, admission::Estimate(ep), heavy_cap.get()));
   std::random_device rd;
   auto random64 = [&rd] { return (std::uint64_t{rd()} << 32) ^ rd(); };
   instance = random64();
@@ -32,22 +37,12 @@ Runtime::Runtime(const config::Config& c) : config(c) {
   lease_key = admission::instance_key(key, instance);
 }
 
-int Runtime::running_on(std::size_t upstream, const Worker& self) const {
-  int running = 0;
-  for (const auto& w : workers)
-    running += w.get() == &self ? self.bulkhead(upstream).census().total_running()
-                                : w->views()[upstream].running;
-  return running;
-}
-
 std::vector<admission::BulkheadView> Runtime::bulkhead_views() const {
-  std::vector<admission::BulkheadView> total(config.upstreams.size());
-  for (auto& w : workers) {
-    auto views = w->views();
-    for (std::size_t u = 0; u < views.size() && u < total.size(); ++u)
-      admission::merge_view(total[u], views[u]);
-  }
-  return total;
+  auto now = micros(Clock::now());
+  std::vector<admission::BulkheadView> views;
+  views.reserve(bulkheads.size());
+  for (const auto& b : bulkheads) views.push_back(b->view(now));
+  return views;
 }
 
 }  // namespace sluice::proxy

@@ -5,7 +5,9 @@
 // thread, so a connection's handlers never race and need no strand or lock.
 // Everything a Worker owns (sessions, upstream pools, stats shard, log buffer)
 // is touched only by its thread; other threads read the stats shards' atomics
-// and post work to a Worker's io_context.
+// and post work to a Worker's io_context. What the process measures of an
+// upstream is one for every thread: its bulkhead (K̂, the lanes, the queue, the
+// leases; it locks itself), its closure and the heavy cap.
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -94,22 +96,12 @@ class Worker {
   const Live& live() const { return *live_; }
   void set_live(const Live* live);  // on this worker's thread
   std::atomic<std::int64_t> active_sessions{0};
-  admission::Bulkhead& bulkhead(std::size_t upstream) { return *bulkheads_[upstream]; }
-  const admission::Bulkhead& bulkhead(std::size_t upstream) const { return *bulkheads_[upstream]; }
   LeaseTable& leases() { return leases_; }
-  // The bulkheads as the heartbeat last saw them (any thread).
-  std::vector<admission::BulkheadView> views() const {
-    std::lock_guard lock(views_mutex_);
-    return views_;
-  }
   // Each upstream's hosts as this thread's pool last saw them (any thread).
   std::vector<std::vector<UpstreamPool::HostView>> host_views() const {
     std::lock_guard lock(views_mutex_);
     return host_views_;
   }
-  // When this thread's youngest live heavy lease began (Micros; -1: none).
-  std::atomic<std::int64_t> youngest_heavy_us{-1};
-  void note_heavy();  // a heavy seat came or went: republish youngest_heavy_us
 
  private:
   void arm_heartbeat();
@@ -131,11 +123,9 @@ class Worker {
   admission::Rng rng_{0};
   const Live* live_ = nullptr;
   char id_prefix_[16];
-  std::vector<std::unique_ptr<admission::Bulkhead>> bulkheads_;  // one per upstream
   LeaseTable leases_;
   // Off the request path: the heartbeat writes, the admin thread copies.
   mutable std::mutex views_mutex_;
-  std::vector<admission::BulkheadView> views_;
   std::vector<std::vector<UpstreamPool::HostView>> host_views_;
 };
 
@@ -160,10 +150,11 @@ struct Runtime {
   }
   std::unique_ptr<HeavyCap> heavy_cap;               // SLUICE_HEAVY_MAX_IN_FLIGHT, when set
   std::vector<std::unique_ptr<UpstreamGate>> gates;  // one per upstream
-  // Requests running on an upstream: this thread's exactly, the others' as of
-  // their last heartbeat (for "a probe only while nothing runs on it").
-  int running_on(std::size_t upstream, const Worker& self) const;
-  // Per upstream, every thread's bulkhead as of its last heartbeat, merged.
+  // One per upstream, for every thread: the estimate never passes the
+  // upstream's connections (SLUICE_UPSTREAM_MAX_CONNECTIONS).
+  std::vector<std::unique_ptr<admission::Bulkhead>> bulkheads;
+  admission::Bulkhead& bulkhead(std::size_t upstream) const { return *bulkheads[upstream]; }
+  // Per upstream, its bulkhead now.
   std::vector<admission::BulkheadView> bulkhead_views() const;
   // Lease tokens: signed with SLUICE_LEASE_KEY bound to this start's random
   // instance id, so they verify only in this process.

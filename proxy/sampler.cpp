@@ -103,17 +103,13 @@ admission::Reading Sampler::sample(admission::Millis t, std::chrono::millisecond
       double ms = static_cast<double>(to_ns(now) - since) / 1e6;
       raise(upstreams_[u].oldest_wait_ms, ms);
     }
-  // The same for requests queued for a bulkhead slot (as of each thread's last heartbeat).
-  for (auto& w : rt_.workers) {
-    auto views = w->views();
-    for (std::size_t u = 0; u < upstreams && u < views.size(); ++u)
-      for (const auto& lane : views[u].lanes)
-        if (lane.oldest_waiting_since) {
-          double ms =
-              static_cast<double>((rt_.micros(now) - *lane.oldest_waiting_since).count()) / 1e3;
-          raise(upstreams_[u].oldest_wait_ms, ms);
-        }
-  }
+  // The same for requests queued for a bulkhead slot.
+  for (std::size_t u = 0; u < upstreams && u < rt_.bulkheads.size(); ++u)
+    for (auto lane : admission::kLanes)
+      if (auto since = rt_.bulkhead(u).oldest_waiting(lane)) {
+        double ms = static_cast<double>((rt_.micros(now) - *since).count()) / 1e3;
+        raise(upstreams_[u].oldest_wait_ms, ms);
+      }
 
   // Upstream timeouts since the last tick.
   for (std::size_t u = 0; u < upstreams; ++u) {

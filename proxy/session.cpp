@@ -90,10 +90,8 @@ class Session : public Tracked,
 
   ~Session() override {
     // Whatever the exchange still holds goes back with it (a session dropped
-    // mid-exchange, after a handler threw); a heavy seat republishes the youngest.
-    bool heavy = ex_.lane == Lane::heavy && ex_.lease.seated();
+    // mid-exchange, after a handler threw).
     ex_ = Exchange{};
-    if (heavy) w_.note_heavy();
     bump(st_.client_connections, std::int64_t{-1});
     w_.runtime().connections.fetch_sub(1, std::memory_order_relaxed);
     bump(w_.active_sessions, std::int64_t{-1});
@@ -132,13 +130,14 @@ class Session : public Tracked,
     error_code ec;
     switch (phase_) {
       case Phase::queued: {
-        // The lane's queue window is over: 503 queue_timeout.
+        // The lane's queue window is over: refused for what held it (observe:
+        // on, seated outside the rules), unless another thread seated it just now.
         auto self = std::move(self_);
         auto now = Clock::now();
-        ex_.lease.cancel();
         note_queue_wait(now);
         note_upstream_wait(now, ex_.queue_wait);
-        refuse_queue(now);
+        auto p = admission::timed_out(ask(), *this, ex_.lease, ups_, micros(now), w_.rng());
+        if (apply(std::move(p), now)) carry_on();
         break;
       }
       case Phase::acquire:
@@ -187,19 +186,16 @@ class Session : public Tracked,
   }
 
   // ---- Seat ----
-  // A bulkhead slot came free for this queued request (inside another
-  // request's release or the heartbeat): carry on from this Worker's queue.
+  // A bulkhead slot came free for this queued request, inside another
+  // request's release or a heartbeat, on any thread and under the bulkhead's
+  // lock: only a post to this session's own thread, which carries on unless
+  // the window ended first (then the seat is given back or kept there).
   void on_seated() override {
-    deadline = Clock::time_point::max();
-    phase_ = Phase::acquire;
-    net::post(w_.ioc(), [self = std::move(self_)] {
+    net::post(w_.ioc(), [self = shared_from_this()] {
+      if (self->phase_ != Phase::queued || !self->ex_.lease.seated()) return;
+      auto keep = std::move(self->self_);
       self->note_queue_wait(Clock::now());
-      if (self->ex_.forwarded) {  // it waited for an alternative after a failed connect
-        self->acquire();
-        return;
-      }
-      self->count_decision();
-      self->forward();
+      self->carry_on();
     });
   }
 
@@ -510,10 +506,9 @@ class Session : public Tracked,
       case Placed::seated:
       case Placed::stayed:
         return true;
-      case Placed::unseated:
-        // Observe mode forwards everything: what would have waited or been refused goes now.
-        if (p.reason != admission::Reason::none &&
-            ex_.decision.outcome == admission::Outcome::admitted)
+      case Placed::observed:
+        // Observe mode forwards what enforce would have refused, counted as that refusal.
+        if (ex_.decision.outcome == admission::Outcome::admitted)
           ex_.decision = {admission::Outcome::would_shed, p.reason};
         return true;
       case Placed::queued:
@@ -570,7 +565,6 @@ class Session : public Tracked,
   void forward() {
     ex_.forwarded = true;
     if (ex_.lease.seated()) {
-      if (ex_.lane == Lane::heavy) w_.note_heavy();
       if (cfg_.admission.delegation) ex_.slot = open_slot(w_.leases());
     }
     ex_.in_flight = count_in_flight(st_.lane[admission::index(ex_.lane)].in_flight);
@@ -593,13 +587,17 @@ class Session : public Tracked,
     return admission::Millis(readmit);
   }
 
-  // No slot within the lane's window (seed 004's Retry-After).
-  void refuse_queue(Clock::time_point now) {
-    ex_.decision = {admission::Outcome::shed, admission::Reason::queue_timeout};
-    if (!ex_.forwarded)
-      count_decision();  // else it was counted admitted, before its connect failed
-    auto waited = std::chrono::duration_cast<admission::Micros>(ex_.queue_wait);
-    refuse(admission::queue_retry_after(ups_, ex_.lane, ex_.upstream, waited, micros(now)));
+  // A queued request got its seat (or goes on in observe mode): on to the
+  // upstream. One that waited for an alternative after a failed connect was
+  // counted when it first went out.
+  void carry_on() {
+    deadline = Clock::time_point::max();
+    if (ex_.forwarded) {
+      acquire();
+      return;
+    }
+    count_decision();
+    forward();
   }
 
   // ---------------------------------------------------------------- upstream connection
@@ -848,10 +846,10 @@ class Session : public Tracked,
     response_body_step();
   }
 
-  admission::Bulkhead& bulkhead() { return w_.bulkhead(ex_.upstream); }
+  admission::Bulkhead& bulkhead() { return w_.runtime().bulkhead(ex_.upstream); }
 
   // What the upstream's head says of its quota and whether it closes it
-  // (heads.hpp's read_quota): a budget reading for this thread's bulkhead, a closure.
+  // (heads.hpp's read_quota): a budget reading for its bulkhead, a closure.
   void read_quota(const ResponseHead& m, int status, Clock::time_point now) {
     auto unix_now = std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch())
@@ -967,8 +965,9 @@ class Session : public Tracked,
   void count_timeout(ClientTimeout t) { bump(st_.client_timeouts[static_cast<std::size_t>(t)]); }
 
   void count_exhausted(std::size_t upstream) {
-    bump(st_.upstream[upstream]
-             .exhausted[static_cast<std::size_t>(w_.bulkhead(upstream).estimate().why())]);
+    bump(
+        st_.upstream[upstream]
+            .exhausted[static_cast<std::size_t>(w_.runtime().bulkhead(upstream).estimate().why())]);
   }
 
   // A heavy lease lasts its whole response (an SSE stream included); any other
@@ -984,12 +983,10 @@ class Session : public Tracked,
   // The seat goes back with what the upstream said, which teaches the estimate.
   void complete_lease() {
     if (!ex_.lease) return;
-    bool heavy = ex_.lane == Lane::heavy && ex_.lease.seated();
     auto u = ex_.lease.upstream();
     if (ex_.lease.complete(ex_.signal, ex_.up_ttfb, micros(Clock::now()), w_.rng(),
                            ex_.closing_status))
       count_exhausted(u);
-    if (heavy) w_.note_heavy();
   }
 
   // The exchange is over: what it holds goes back, and its line is written.

@@ -86,7 +86,7 @@ constexpr std::string_view to_string(ClientTimeout t) {
 }
 
 inline constexpr std::size_t kOutcomes = 3;  // admission::Outcome
-inline constexpr std::size_t kReasons = 4;   // admission::Reason
+inline constexpr std::size_t kReasons = admission::kReasonCount;
 
 struct LaneStats {
   // Admission decisions by [outcome][reason].

@@ -321,7 +321,6 @@ std::string Ticker::state_json() const {
          {"successes", v.successes},
          {"failures", v.failures},
          {"mean_latency_ms", static_cast<double>(v.mean_latency.count()) / 1e3},
-         {"threads", v.shards},
          {"lanes", per_lane},
          {"closed", gate.closed},
          {"closed_for_s", gate.until ? age_s_until(*gate.until) : Json(nullptr)},

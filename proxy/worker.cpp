@@ -32,15 +32,7 @@ Worker::Worker(Runtime& rt, std::size_t index, int log_fd)
                                      (index < cfg.upstream_max_connections % threads ? 1 : 0));
     pools_.push_back(std::make_unique<UpstreamPool>(*this, u, rt.upstream_hosts[u], share,
                                                     cfg.host_eject_base, cfg.host_eject_max));
-    // Each thread estimates its own share of the upstream, as each instance of
-    // a fleet does; the estimate never passes the connections it may open.
-    admission::EstimatePolicy ep = cfg.admission.estimate;
-    ep.seed = std::max(1.0, ep.seed / static_cast<double>(threads));
-    ep.max = static_cast<double>(share);
-    bulkheads_.push_back(std::make_unique<admission::Bulkhead>(
-        cfg.admission.lanes, admission::Estimate(ep), rt.heavy_cap.get()));
   }
-  views_.resize(cfg.upstreams.size());
   host_views_.resize(cfg.upstreams.size());
   std::random_device rd;
   std::uint64_t r = (std::uint64_t{rd()} << 32) ^ rd() ^ (std::uint64_t{index} << 56);
@@ -58,18 +50,7 @@ Worker::~Worker() {
 
 const config::Config& Worker::config() const { return rt_.config; }
 
-void Worker::set_live(const Live* live) {
-  live_ = live;
-  for (auto& b : bulkheads_) b->set_lanes(live->lanes);
-}
-
-void Worker::note_heavy() {
-  std::optional<admission::Micros> youngest;
-  for (auto& b : bulkheads_)
-    if (auto y = b->youngest(admission::Lane::heavy); y && (!youngest || *y > *youngest))
-      youngest = y;
-  youngest_heavy_us.store(youngest ? youngest->count() : -1, std::memory_order_relaxed);
-}
+void Worker::set_live(const Live* live) { live_ = live; }
 
 char* Worker::request_id(char* out) {
   // 16 hex digits unique to this thread and run, then 8 of a counter.
@@ -131,16 +112,17 @@ void Worker::on_heartbeat() {
     }
   }
   for (auto& p : pools_) p->sweep(now);
-  // The bulkheads' clock: growth, a re-ask of the waiters, starvation.
+  // The bulkheads' clock: growth, a re-ask of the waiters, starvation. Every
+  // thread ticks them (a stalled one holds nobody back); a lane that became
+  // starving is counted by the thread whose tick saw it.
   auto now_us = rt_.micros(now);
-  for (auto& b : bulkheads_) {
+  for (auto& b : rt_.bulkheads) {
     auto became = b->tick(now_us, rng_);
     for (auto lane : admission::kLanes)
       if (became[admission::index(lane)]) bump(stats_.lane[admission::index(lane)].starved);
   }
   {
     std::lock_guard lock(views_mutex_);
-    for (std::size_t u = 0; u < bulkheads_.size(); ++u) views_[u] = bulkheads_[u]->view(now_us);
     for (std::size_t u = 0; u < pools_.size(); ++u)
       if (pools_[u]->host_count() > 1) host_views_[u] = pools_[u]->hosts_view(now);
   }

@@ -93,7 +93,11 @@ class Sluice final : public Policy {
         continue;
       }
       auto& b = *bulkheads_[s.attempt.upstream];
-      b.cancel(s, micros(now));
+      b.cancel(s, micros(now), rng_);
+      if (s.seated) {  // at the head of its lane by now, and asked once more: seated
+        driver_.start(s.attempt.request, now);
+        continue;
+      }
       double waited = now - std::chrono::duration<double>(s.since).count();  // seconds queued
       driver_.refuse(s.attempt.request, retry_after(s.attempt, waited, now), now);
     }

@@ -37,7 +37,8 @@ constexpr std::string_view kUsage =
     "endpoints: /echo /headers /slow?ms=N /sse?n=N&interval_ms=M[&echo=HEADER] "
     "/status/NNN[?ratelimit=LIMIT,REMAINING,RESET&retry_after=S] /drop[?reset=1] "
     "/raw?kind=bad_status|two_lengths|short_length|short_chunked|sse_reset\n"
-    "           /large?bytes=N[&chunked=1] /stats /ws (upgrade, then echo), anything else answers "
+    "           /large?bytes=N[&chunked=1] /stats[?reset_max=1] /ws (upgrade, then echo), anything "
+    "else answers "
     "\"ok\"\n"
     "           (/sse with echo=HEADER: the first event's data is that request header's value)\n";
 

@@ -81,13 +81,15 @@ class InFlight {
     const auto capacity = shared.options.capacity;
     if (shared.options.queue_over_capacity && capacity != 0) {
       std::lock_guard lock(shared.slot_queue.mutex);
+      note_high(stats.max_offered, stats.in_flight.load(std::memory_order_relaxed) +
+                                       stats.waiting.load(std::memory_order_relaxed) + 1);
       if (stats.in_flight.load(std::memory_order_relaxed) >= capacity) {
         shared.slot_queue.waiters.push_back(std::move(resume));
         stats.queued.fetch_add(1, std::memory_order_relaxed);
         stats.waiting.fetch_add(1, std::memory_order_relaxed);
         return Seat::kQueued;
       }
-      note_high(stats, stats.in_flight.fetch_add(1, std::memory_order_relaxed) + 1);
+      note_high(stats.max_in_flight, stats.in_flight.fetch_add(1, std::memory_order_relaxed) + 1);
       shared_ = &shared;
       return Seat::kHeld;
     }
@@ -95,11 +97,13 @@ class InFlight {
     do {
       if (capacity != 0 && current >= capacity) {
         stats.rejected.fetch_add(1, std::memory_order_relaxed);
+        note_high(stats.max_offered, current + 1);
         return Seat::kRefused;
       }
     } while (
         !stats.in_flight.compare_exchange_weak(current, current + 1, std::memory_order_relaxed));
-    note_high(stats, current + 1);
+    note_high(stats.max_in_flight, current + 1);
+    note_high(stats.max_offered, current + 1);
     shared_ = &shared;
     return Seat::kHeld;
   }
@@ -130,10 +134,9 @@ class InFlight {
   }
 
  private:
-  static void note_high(Stats& stats, std::uint64_t now) {
-    auto high = stats.max_in_flight.load(std::memory_order_relaxed);
-    while (now > high &&
-           !stats.max_in_flight.compare_exchange_weak(high, now, std::memory_order_relaxed)) {
+  static void note_high(std::atomic<std::uint64_t>& max, std::uint64_t now) {
+    auto high = max.load(std::memory_order_relaxed);
+    while (now > high && !max.compare_exchange_weak(high, now, std::memory_order_relaxed)) {
     }
   }
 
@@ -259,7 +262,9 @@ class Session : public std::enable_shared_from_this<Session> {
       large_left_ = number_or<std::uint64_t>(query_param(query, "bytes"), 0);
       large_chunked_ = query_param(query, "chunked") == "1";
     } else if (path == "/stats") {
+      // reset_max=1: after this answer, the highest in flight counts from now on.
       route_ = Route::kStats;
+      stats_reset_max_ = query_param(query, "reset_max") == "1";
     } else if (path == "/ws") {
       route_ = Route::kWs;
     } else if (path == "/raw") {
@@ -365,6 +370,13 @@ class Session : public std::enable_shared_from_this<Session> {
         return start_ws();
       case Route::kStats:
         body_ = stats_json();
+        if (stats_reset_max_) {
+          auto& st = shared_.stats;
+          auto now = st.in_flight.load(std::memory_order_relaxed);
+          st.max_in_flight.store(now, std::memory_order_relaxed);
+          st.max_offered.store(now + st.waiting.load(std::memory_order_relaxed),
+                               std::memory_order_relaxed);
+        }
         return write_small(prepare_small(http::status::ok, "application/json", body_));
       case Route::kBadRequest:
         return write_small(prepare_small(http::status::bad_request, "text/plain", "bad request\n"));
@@ -398,10 +410,11 @@ class Session : public std::enable_shared_from_this<Session> {
     char text[256];
     const int n = std::snprintf(
         text, sizeof text,
-        R"({"requests":%llu,"in_flight":%llu,"max_in_flight":%llu,"rejected":%llu,"queued":%llu,"waiting":%llu})",
+        R"({"requests":%llu,"in_flight":%llu,"max_in_flight":%llu,"max_offered":%llu,"rejected":%llu,"queued":%llu,"waiting":%llu})",
         static_cast<unsigned long long>(stats.requests.load()),
         static_cast<unsigned long long>(stats.in_flight.load()),
         static_cast<unsigned long long>(stats.max_in_flight.load()),
+        static_cast<unsigned long long>(stats.max_offered.load()),
         static_cast<unsigned long long>(stats.rejected.load()),
         static_cast<unsigned long long>(stats.queued.load()),
         static_cast<unsigned long long>(stats.waiting.load()));
@@ -808,6 +821,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::uint64_t slow_ms_ = 0;
   unsigned status_ = 200;
   std::string ratelimit_, retry_after_;  // /status/N query options
+  bool stats_reset_max_ = false;         // /stats?reset_max=1
   bool drop_reset_ = false;              // /drop?reset=1
   std::string raw_kind_;                 // /raw?kind=...
   std::uint64_t large_left_ = 0;

@@ -199,7 +199,8 @@ TEST_CASE(
     auto prefix = std::string("lane=\"") + lane + "\",outcome=\"";
     decisions.insert(prefix + R"(admitted",reason="none")");
     for (auto outcome : {"shed", "would_shed"})
-      for (auto reason : {"level", "queue_timeout", "pool_closed"})
+      for (auto reason :
+           {"level", "queue_timeout", "pool_closed", "heavy_cap", "budget", "reserved"})
         decisions.insert(prefix + outcome + "\",reason=\"" + reason + "\"");
   }
 

@@ -201,10 +201,10 @@ TEST_CASE(
     "others are served",
     "[e2e][hardening][slow]") {
   Upstream up(kUpstream);
-  // Two slots in all (one per thread), no queueing: a request finds a free slot or gets 503.
+  // Two slots in all, no queueing: a request finds a free slot or gets 503.
   Sluice s(kSluice, upstream_env(up, {{"SLUICE_SEND_TIMEOUT", "20s"},
                                       {"SLUICE_UPSTREAM_IDLE_TIMEOUT", "1s"},
-                                      {"SLUICE_BULKHEAD_SEED", "1"},
+                                      {"SLUICE_BULKHEAD_SEED", "2"},
                                       {"SLUICE_BULKHEAD_GROWTH_INTERVAL", "1h"},
                                       {"SLUICE_QUEUE_WINDOW", "standard=0s"}}));
   std::vector<Conn> readers;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tests/support/client.hpp"
+#include "tests/support/load.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/sluice.hpp"
 
@@ -31,8 +32,10 @@ using sluice::test::format_request;
 using sluice::test::kSanitized;
 using sluice::test::kSluice;
 using sluice::test::kUpstream;
+using sluice::test::Load;
 using sluice::test::request;
 using sluice::test::Sluice;
+using sluice::test::Tally;
 using sluice::test::Upstream;
 using sluice::test::upstream_stats;
 
@@ -62,98 +65,6 @@ Upstream limited_upstream() {
 std::uint64_t served(const json& stats) {
   return stats["requests"].get<std::uint64_t>() - stats["rejected"].get<std::uint64_t>();
 }
-
-// What a group of clients got, counted as it happens.
-struct Tally {
-  std::atomic<std::uint64_t> ok{0};             // 200
-  std::atomic<std::uint64_t> queue_timeout{0};  // 503 X-Sluice-Reject: queue_timeout
-  std::atomic<std::uint64_t> other_503{0};      // any other refusal by Sluice
-  std::atomic<std::uint64_t> upstream_429{0};   // the upstream's 429, forwarded
-  std::atomic<std::uint64_t> other{0};          // any other status
-  std::atomic<std::uint64_t> failed{0};         // no answer: connection lost or timed out
-  std::atomic<bool> recording{false};           // latencies of 200s are kept while set
-  std::mutex mutex;
-  std::vector<double> latencies_ms;
-
-  std::uint64_t answered() const { return ok + queue_timeout + other_503 + upstream_429 + other; }
-
-  double median_ms() {
-    std::lock_guard lock(mutex);
-    if (latencies_ms.empty()) return 0;
-    auto v = latencies_ms;
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  }
-};
-
-// Closed-loop clients: each sends `target` back to back on a keep-alive
-// connection until stopped, pausing `after_refusal` after a 503 so a flood
-// refused at once does not spin the CPU the proxy needs. Stops by itself when
-// destroyed.
-class Load {
- public:
-  Load(std::uint16_t port, std::string target, int clients, Tally& tally,
-       std::chrono::milliseconds after_refusal = 1ms) {
-    for (int i = 0; i < clients; ++i)
-      threads_.emplace_back(
-          [this, port, target, &tally, after_refusal] { run(port, target, tally, after_refusal); });
-  }
-  ~Load() { stop(); }
-  Load(const Load&) = delete;
-  Load& operator=(const Load&) = delete;
-
-  void stop() {
-    stop_ = true;
-    for (auto& t : threads_)
-      if (t.joinable()) t.join();
-  }
-
- private:
-  void run(std::uint16_t port, const std::string& target, Tally& tally,
-           std::chrono::milliseconds after_refusal) {
-    std::optional<Conn> conn;
-    const auto raw = format_request("GET", target, port);
-    while (!stop_) {
-      if (!conn) {
-        conn = Conn::try_open(port);
-        if (!conn) {
-          ++tally.failed;
-          std::this_thread::sleep_for(10ms);
-          continue;
-        }
-      }
-      const auto start = Clock::now();
-      std::optional<sluice::test::Response> res;
-      if (conn->send(raw)) res = conn->read_response(10s);
-      if (!res) {
-        ++tally.failed;
-        conn.reset();
-        continue;
-      }
-      const auto ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-      if (res->status == 200) {
-        ++tally.ok;
-        if (tally.recording) {
-          std::lock_guard lock(tally.mutex);
-          tally.latencies_ms.push_back(ms);
-        }
-      } else if (res->status == 503 && res->header("X-Sluice-Reject") == "queue_timeout") {
-        ++tally.queue_timeout;
-      } else if (res->status == 503 && !res->header("X-Sluice-Reject").empty()) {
-        ++tally.other_503;
-      } else if (res->status == 429) {
-        ++tally.upstream_429;
-      } else {
-        ++tally.other;
-      }
-      if (!res->keep_alive) conn.reset();
-      if (res->status == 503) std::this_thread::sleep_for(after_refusal);
-    }
-  }
-
-  std::atomic<bool> stop_{false};
-  std::vector<std::thread> threads_;
-};
 
 // The first SSE event's data line, read from an open stream; "" if none came.
 std::string first_event_data(BodyReader& reader) {
@@ -373,13 +284,13 @@ TEST_CASE(
   CHECK(heavy_leases(s) == 1);
   auto refused = request(s.port, "GET", "/heavy/report");
   CHECK(refused.status == 503);
-  CHECK(refused.header("X-Sluice-Reject") == "queue_timeout");
+  CHECK(refused.header("X-Sluice-Reject") == "heavy_cap");
   const auto retry =
       std::stoi(refused.header("Retry-After").empty() ? "-1" : refused.header("Retry-After"));
   CHECK(retry >= 3);  // the youngest lease's age, not the 200 ms window
   CHECK(retry <= 60);
   auto body = json::parse(refused.body);
-  CHECK(body["reason"] == "queue_timeout");
+  CHECK(body["reason"] == "heavy_cap");
   CHECK(body["lane"] == "heavy");
   CHECK(body["retry_after_s"] == retry);
 
@@ -393,7 +304,7 @@ TEST_CASE(
   CHECK(request(s.port, "GET", "/heavy/report").status == 200);
   CHECK(
       s.metric(
-          R"(sluice_admission_decisions_total{lane="heavy",outcome="shed",reason="queue_timeout"})") ==
+          R"(sluice_admission_decisions_total{lane="heavy",outcome="shed",reason="heavy_cap"})") ==
       1);
 }
 
@@ -431,7 +342,7 @@ TEST_CASE(
   // Without the token a heavy request finds the cap full.
   auto plain = request(s.port, "GET", "/heavy/child");
   CHECK(plain.status == 503);
-  CHECK(plain.header("X-Sluice-Reject") == "queue_timeout");
+  CHECK(plain.header("X-Sluice-Reject") == "heavy_cap");
 
   // With it, the child is seated at once on the parent's lane, past the cap.
   auto child = request(s.port, "GET", "/heavy/child", {{"X-Sluice-Lease", token}});
@@ -452,7 +363,7 @@ TEST_CASE(
   forged.back() = forged.back() == '0' ? '1' : '0';
   auto forged_res = request(s.port, "GET", "/heavy/child", {{"X-Sluice-Lease", forged}});
   CHECK(forged_res.status == 503);
-  CHECK(forged_res.header("X-Sluice-Reject") == "queue_timeout");
+  CHECK(forged_res.header("X-Sluice-Reject") == "heavy_cap");
   CHECK(delegated_heavy(s) == 2);
 
   // The client goes away: the stream and its lease end.
@@ -471,7 +382,7 @@ TEST_CASE(
   REQUIRE(eventually([&] { return heavy_leases(s) == 1; }, 3s));
   auto replayed = request(s.port, "GET", "/heavy/child", {{"X-Sluice-Lease", token}});
   CHECK(replayed.status == 503);
-  CHECK(replayed.header("X-Sluice-Reject") == "queue_timeout");
+  CHECK(replayed.header("X-Sluice-Reject") == "heavy_cap");
   CHECK(delegated_heavy(s) == 2);
 }
 

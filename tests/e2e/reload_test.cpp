@@ -181,7 +181,7 @@ TEST_CASE("a reload changes the lanes' queue windows in the running bulkheads",
   auto refused = second.read_response();
   REQUIRE(refused);
   CHECK(refused->status == 503);  // window 0: refused at once
-  CHECK(refused->header("X-Sluice-Reject") == "queue_timeout");
+  CHECK(refused->header("X-Sluice-Reject") == "heavy_cap");
 
   config.write("SLUICE_QUEUE_WINDOW=heavy=30s\n");
   REQUIRE(kill(s.process.pid(), SIGHUP) == 0);

@@ -169,6 +169,7 @@ TEST_CASE("the budget reserve stops bulk borrowing first when the upstream's quo
            {{"SLUICE_UPSTREAMS", "a=127.0.0.1:" + std::to_string(a.port)},
             {"SLUICE_THREADS", "1"},
             {"SLUICE_BULKHEAD_SEED", "20"},
+            {"SLUICE_RETRY_AFTER", "bulk=1s:180s"},
             {"SLUICE_ROUTES", R"([{"header":{"name":"X-Lane","value":"bulk"},"lane":"bulk"},)"
                               R"({"prefix":"/","lane":"standard"}])"}});
   // The upstream says 20 % of its quota is left for the next minute.
@@ -196,7 +197,16 @@ TEST_CASE("the budget reserve stops bulk borrowing first when the upstream's quo
   CHECK(eventually([&] { return s.metric(R"(sluice_lane_in_flight{lane="bulk"})") == 2; }, 5s));
   auto bulk = request(s.port, "GET", "/", {{"X-Lane", "bulk"}});
   CHECK(bulk.status == 503);
-  CHECK(bulk.header("X-Sluice-Reject") == "queue_timeout");
+  CHECK(bulk.header("X-Sluice-Reject") == "budget");
+  // Told when the quota window resets (RateLimit-Reset: 60 s), plus jitter
+  // that only adds: not the lane's 1 s floor, not the queue rule's 0 s.
+  const int retry =
+      std::stoi(bulk.header("Retry-After").empty() ? "-1" : bulk.header("Retry-After"));
+  CHECK(retry >= 55);
+  CHECK(retry <= 60 + 12);
+  CHECK(
+      s.metric(R"(sluice_admission_decisions_total{lane="bulk",outcome="shed",reason="budget"})") ==
+      1);
   for (int i = 0; i < 12; ++i) slow(false);
   CHECK(
       eventually([&] { return s.metric(R"(sluice_lane_in_flight{lane="standard"})") == 12; }, 5s));

@@ -11,6 +11,7 @@
 
 #include "tests/support/client.hpp"
 #include "tests/support/process.hpp"
+#include "tests/support/sluice.hpp"
 
 using namespace std::chrono_literals;
 using sluice::test::Conn;
@@ -316,6 +317,7 @@ TEST_CASE("stats counts requests but not itself", "[e2e][upstream]") {
   CHECK(stats(up.port) == nlohmann::json{{"requests", 0},
                                          {"in_flight", 0},
                                          {"max_in_flight", 0},
+                                         {"max_offered", 0},
                                          {"rejected", 0},
                                          {"queued", 0},
                                          {"waiting", 0}});
@@ -326,7 +328,25 @@ TEST_CASE("stats counts requests but not itself", "[e2e][upstream]") {
   CHECK(s["requests"] == 3);
   CHECK(s["in_flight"] == 0);
   CHECK(s["max_in_flight"] == 1);
+  CHECK(s["max_offered"] == 1);
   CHECK(s["rejected"] == 0);
+}
+
+TEST_CASE(
+    "stats counts a refused request in the concurrency offered, and reset_max restarts the "
+    "highs from now",
+    "[e2e][upstream]") {
+  Upstream up(kBin, {"--capacity", "1"});
+  std::jthread held([&] { request(up.port, "GET", "/slow?ms=800"); });
+  REQUIRE(sluice::test::eventually([&] { return stats(up.port)["in_flight"] == 1; }, 5s));
+  CHECK(request(up.port, "GET", "/").status == 429);
+  auto s = nlohmann::json::parse(request(up.port, "GET", "/stats?reset_max=1").body);
+  CHECK(s["max_in_flight"] == 1);
+  CHECK(s["max_offered"] == 2);
+  held.join();
+  s = stats(up.port);
+  CHECK(s["max_in_flight"] == 1);  // the one in flight at the reset
+  CHECK(s["max_offered"] == 1);
 }
 
 TEST_CASE("service-ms delays ordinary responses but not stats", "[e2e][upstream]") {

@@ -427,7 +427,7 @@ TEST_CASE("a lane below its floor with work waiting longer than starved_after is
   CHECK(b.tick(6s, rng)[1]);
   CHECK_FALSE(b.tick(7s, rng)[1]);  // counted once per episode
   CHECK(b.view(7s).lanes[1].starving);
-  b.cancel(standard, 8s);
+  b.cancel(standard, 8s, rng);
   CHECK_FALSE(b.view(8s).lanes[1].starving);
 }
 
@@ -449,7 +449,7 @@ TEST_CASE("hard-pinned requests waiting past starved_after are starving, floor o
   CHECK_FALSE(b.tick(5s, rng)[1]);
   CHECK(b.tick(6s, rng)[1]);
   CHECK(b.view(6s).lanes[1].pinned_starving);
-  b.cancel(pinned, 7s);
+  b.cancel(pinned, 7s, rng);
   CHECK_FALSE(b.view(7s).lanes[1].starving);
 }
 

@@ -253,23 +253,113 @@ TEST_CASE("when every alternative is closed too the request is refused pool_clos
   CHECK(p.reason == Reason::pool_closed);
 }
 
-TEST_CASE("observe mode places as enforce would and goes on unseated with the reason",
-          "[admission][placement]") {
+TEST_CASE(
+    "observe mode decides as enforce: it waits as enforce waits, and what enforce refuses "
+    "goes on seated outside the rules with the same reason",
+    "[admission][placement]") {
   TestUpstreams ups(1);
   Rng rng(1);
-  TestSeat a, b, c;
+  TestSeat a, b, c, d;
   auto ask = ask_for(0);
   ask.mode = Mode::observe;
   auto pa = place(ask, a, ups, 0us, rng);
   CHECK(pa.how == Placed::seated);
   auto pb = place(ask, b, ups, 1us, rng);
-  CHECK(pb.how == Placed::unseated);
-  CHECK(pb.reason == Reason::queue_timeout);
+  CHECK(pb.how == Placed::queued);  // a wait is not a refusal
+  CHECK(ups.waiting(0) == 1);
+  // Its window ends: enforce would refuse queue_timeout; observe forwards, and
+  // the bulkhead carries it.
+  ask.waited = 500ms;
+  auto pt = timed_out(ask, b, pb.lease, ups, 501ms, rng);
+  CHECK(pt.how == Placed::observed);
+  CHECK(pt.reason == Reason::queue_timeout);
   CHECK(ups.waiting(0) == 0);
-  ups.closures[0].close(2us);
-  auto pc = place(ask, c, ups, 3us, rng);
-  CHECK(pc.how == Placed::unseated);
+  CHECK(ups.running(0) == 2);
+  // A bulk request (no window) is refused at once under enforce.
+  auto bulk = ask_for(0, kNone, Lane::bulk);
+  bulk.mode = Mode::observe;
+  auto pd = place(bulk, d, ups, 502ms, rng);
+  CHECK(pd.how == Placed::observed);
+  CHECK(ups.running(0) == 3);
+  ups.closures[0].close(600ms);
+  auto pc = place(ask, c, ups, 601ms, rng);
+  CHECK(pc.how == Placed::observed);
   CHECK(pc.reason == Reason::pool_closed);
+  CHECK(ups.running(0) == 4);
+  pc.lease.complete(Signal::clean, 1ms, 602ms, rng);
+  CHECK(ups.running(0) == 3);
+}
+
+TEST_CASE("a refusal names what held the request: heavy cap, budget, reserved slots",
+          "[admission][placement]") {
+  SECTION("heavy_cap") {
+    TestUpstreams ups(1, 8.0);
+    ups.cap.cap = 1;
+    Rng rng(1);
+    TestSeat h1(Lane::heavy), h2(Lane::heavy);
+    auto p1 = place(ask_for(0, kNone, Lane::heavy), h1, ups, 0us, rng);
+    REQUIRE(p1.how == Placed::seated);
+    auto ask = ask_for(0, kNone, Lane::heavy);
+    auto p2 = place(ask, h2, ups, 1us, rng);
+    REQUIRE(p2.how == Placed::queued);
+    ask.waited = 2s;
+    auto t = timed_out(ask, h2, p2.lease, ups, 2s, rng);
+    CHECK(t.how == Placed::refused);
+    CHECK(t.reason == Reason::heavy_cap);
+  }
+  SECTION("budget: Retry-After is the quota's reset") {
+    TestUpstreams ups(1, 8.0);
+    Rng rng(1);
+    ups.bulkheads[0].note_budget({0.01, 42s});
+    TestSeat s(Lane::standard), bulk(Lane::bulk);
+    auto std_seat = place(ask_for(0), s, ups, 0us, rng);  // within its floor
+    REQUIRE(std_seat.how == Placed::seated);
+    auto p = place(ask_for(0, kNone, Lane::bulk), bulk, ups, 1s, rng);
+    // bulk's floor (0.1 x 8) gives it one seat of its own; a second borrows.
+    REQUIRE(p.how == Placed::seated);
+    TestSeat bulk2(Lane::bulk);
+    auto p2 = place(ask_for(0, kNone, Lane::bulk), bulk2, ups, 2s, rng);
+    CHECK(p2.how == Placed::refused);
+    CHECK(p2.reason == Reason::budget);
+    REQUIRE(p2.retry_after);
+    CHECK(*p2.retry_after == 40s);
+  }
+  SECTION("reserved") {
+    TestUpstreams ups(1, 2.0);
+    Rng rng(1);
+    std::deque<TestSeat> seats;
+    auto seat_one = [&](Lane lane, Micros now) {
+      seats.emplace_back(lane);
+      return place(ask_for(0, kNone, lane), seats.back(), ups, now, rng);
+    };
+    auto b1 = seat_one(Lane::bulk, 0us);  // bulk fills both slots while alone
+    auto b2 = seat_one(Lane::bulk, 1us);
+    REQUIRE(b1.how == Placed::seated);
+    REQUIRE(b2.how == Placed::seated);
+    auto st = seat_one(Lane::standard, 2us);  // standard waits for its floor
+    REQUIRE(st.how == Placed::queued);
+    b1.lease = Lease{};  // dropped: the slot is free, no waiter served yet, and standard's
+    auto b3 = seat_one(Lane::bulk, 4us);
+    CHECK(b3.how == Placed::refused);
+    CHECK(b3.reason == Reason::reserved);
+  }
+}
+
+TEST_CASE("a window that ends as another thread seats the request keeps the seat",
+          "[admission][placement]") {
+  TestUpstreams ups(1);
+  Rng rng(1);
+  TestSeat a, b;
+  auto pa = place(ask_for(0), a, ups, 0us, rng);
+  auto pb = place(ask_for(0), b, ups, 1us, rng);
+  REQUIRE(pb.how == Placed::queued);
+  pa.lease.complete(Signal::clean, 1ms, 2us, rng);  // seats b (its on_seated is called)
+  REQUIRE(b.seated_calls == 1);
+  auto t = timed_out(ask_for(0), b, pb.lease, ups, 500ms, rng);
+  CHECK(t.how == Placed::seated);
+  CHECK(ups.running(0) == 1);
+  t.lease.complete(Signal::clean, 1ms, 501ms, rng);
+  CHECK(ups.running(0) == 0);
 }
 
 TEST_CASE("a request whose connect failed moves to an alternative that seats it, else stays",
@@ -284,8 +374,8 @@ TEST_CASE("a request whose connect failed moves to an alternative that seats it,
   CHECK(q.how == Placed::seated);
   CHECK(q.upstream == 1);
   CHECK(q.fell_back == Fallback::connect_failed);
-  CHECK(ups.running(0) == 0);               // its seat where it was went back
-  CHECK(ups.bulkheads[0].failures() == 1);  // teaching what it learnt
+  CHECK(ups.running(0) == 0);                     // its seat where it was went back
+  CHECK(ups.bulkheads[0].known().failures == 1);  // teaching what it learnt
   ups.closures[0].close(1s);
   auto r = relocate(ask_for(1, {}), s, q.lease, Signal::timeout, 0us, Fallback::connect_failed, ups,
                     2s, rng);
@@ -345,7 +435,7 @@ TEST_CASE("a lease dropped without its outcome gives everything back and teaches
   CHECK(ups.waiting(0) == 0);
   CHECK(ups.cap.taken == 0);
   CHECK_FALSE(a.seated);
-  CHECK(ups.bulkheads[0].successes() + ups.bulkheads[0].failures() == 0);
+  CHECK(ups.bulkheads[0].known().successes + ups.bulkheads[0].known().failures == 0);
   CHECK(ups.bulkheads[0].estimate().value() == estimate);
 }
 
@@ -366,7 +456,7 @@ TEST_CASE("a lease completes once: a moved-from or completed lease gives nothing
   moved.complete(Signal::clean, 1ms, 1ms, rng);
   moved = Lease();
   CHECK(ups.running(0) == 1);
-  CHECK(ups.bulkheads[0].successes() == 1);
+  CHECK(ups.bulkheads[0].known().successes == 1);
 }
 
 TEST_CASE("a completed lease left behind never touches its seat's next lease",

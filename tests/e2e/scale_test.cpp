@@ -1,0 +1,133 @@
+// Admission at production shape: several I/O threads, several upstreams, a
+// cold start. One capacity per upstream for the whole process, pressure
+// scoped to what it measures, every worker accepting, observe mode deciding
+// as enforce does. Counts measured in one run, generous bounds, no timings.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/client.hpp"
+#include "tests/support/load.hpp"
+#include "tests/support/process.hpp"
+#include "tests/support/sluice.hpp"
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using sluice::test::eventually;
+using sluice::test::kSanitized;
+using sluice::test::kSluice;
+using sluice::test::kUpstream;
+using sluice::test::Load;
+using sluice::test::request;
+using sluice::test::Sluice;
+using sluice::test::Tally;
+using sluice::test::Upstream;
+using sluice::test::upstream_stats;
+
+namespace {
+
+const std::string kLaneRoutes =
+    R"([{"header":{"name":"X-Lane","value":"bulk"},"lane":"bulk"},)"
+    R"({"header":{"name":"X-Lane","value":"heavy"},"lane":"heavy"},)"
+    R"({"prefix":"/","lane":"standard"}])";
+
+double decisions(Sluice& s, const std::string& lane, const std::string& outcome,
+                 const std::string& reason) {
+  return s.metric(R"(sluice_admission_decisions_total{lane=")" + lane + R"(",outcome=")" +
+                  outcome + R"(",reason=")" + reason + "\"}");
+}
+
+}  // namespace
+
+TEST_CASE(
+    "eight threads hold an upstream that takes 4 at a time at 4 in flight (one probe above), "
+    "with few of its 429s",
+    "[e2e][scale][concurrency]") {
+  Upstream up(kUpstream, {"--capacity", "4", "--service-ms", "20", "--threads", "2"});
+  Sluice s(kSluice, sluice::test::upstream_env(up, {{"SLUICE_THREADS", "8"},
+                                                    {"SLUICE_ACCESS_LOG", "off"}}));
+  Tally tally;
+  Load load(s.port, "/", 12, tally);  // three times what the upstream takes
+  std::this_thread::sleep_for(3s);    // past slow start and the first "too much"
+  const auto before = json::parse(request(up.port, "GET", "/stats?reset_max=1").body);
+  std::this_thread::sleep_for(3s);
+  const auto after = upstream_stats(up);
+  load.stop();
+
+  const double forwarded = after["requests"].get<double>() - before["requests"].get<double>();
+  const double refused = after["rejected"].get<double>() - before["rejected"].get<double>();
+  INFO("forwarded " << forwarded << ", the upstream's 429s " << refused << ", highest offered "
+                    << after["max_offered"] << "; clients: ok " << tally.ok << " queue_timeout "
+                    << tally.queue_timeout << " other 503 " << tally.other_503 << " failed "
+                    << tally.failed << "; estimate "
+                    << s.metric(R"(sluice_upstream_capacity_estimate{upstream="api"})"));
+  REQUIRE(forwarded > 50);
+  CHECK(after["max_offered"].get<int>() <= 5);
+  CHECK(refused < 0.05 * forwarded);
+  CHECK(tally.failed == 0);
+}
+
+TEST_CASE("observe and enforce over the same load make the same decisions, under the same names",
+          "[e2e][scale][concurrency]") {
+  // At a pinned level 2 bulk is refused by its factor (0) and standard admitted
+  // (1); heavy (factor 1 here) meets a cap of 2 leases while 6 ask at once.
+  auto run = [](const std::string& mode) {
+    Upstream up(kUpstream);
+    Sluice s(kSluice,
+             sluice::test::upstream_env(
+                 up, {{"SLUICE_THREADS", "2"},
+                      {"SLUICE_ADMISSION_MODE", mode},
+                      {"SLUICE_ROUTES", kLaneRoutes},
+                      {"SLUICE_HEAVY_MAX_IN_FLIGHT", "2"},
+                      {"SLUICE_QUEUE_WINDOW", "heavy=300ms"},
+                      {"SLUICE_LANE_FACTORS", "heavy=1,1,1,1"}}));
+    std::map<int, int> statuses;
+    {
+      std::vector<std::jthread> heavy;
+      std::mutex m;
+      for (int i = 0; i < 6; ++i)
+        heavy.emplace_back([&] {
+          auto res = request(s.port, "GET", "/slow?ms=1500", {{"X-Lane", "heavy"}}, {}, 10s);
+          std::lock_guard lock(m);
+          ++statuses[res.status];
+        });
+    }
+    REQUIRE(request(s.admin, "POST", "/admin/pins", {}, R"({"level":2,"reason":"test"})").status ==
+            200);
+    for (int i = 0; i < 10; ++i) {
+      ++statuses[request(s.port, "GET", "/", {{"X-Lane", "bulk"}}).status];
+      ++statuses[request(s.port, "GET", "/").status];
+    }
+    std::map<std::string, double> counts;
+    for (std::string lane : {"bulk", "standard", "heavy"}) {
+      counts[lane + " admitted"] = decisions(s, lane, "admitted", "none");
+      for (std::string reason : {"level", "queue_timeout", "heavy_cap", "budget", "reserved"})
+        counts[lane + " refused " + reason] =
+            decisions(s, lane, "shed", reason) + decisions(s, lane, "would_shed", reason);
+    }
+    counts["shed"] = 0;
+    for (std::string lane : {"bulk", "standard", "heavy"})
+      for (std::string reason : {"level", "heavy_cap"})
+        counts["shed"] += decisions(s, lane, "shed", reason);
+    return std::pair(counts, statuses);
+  };
+  auto [enforce, enforce_statuses] = run("enforce");
+  auto [observe, observe_statuses] = run("observe");
+  CHECK(enforce["bulk refused level"] == 10);
+  CHECK(enforce["standard admitted"] == 10);
+  CHECK(enforce["heavy admitted"] == 2);
+  CHECK(enforce["heavy refused heavy_cap"] == 4);
+  CHECK(enforce_statuses[503] == 14);
+  // The same decisions; observe refused nobody.
+  auto same = enforce;
+  same["shed"] = 0;
+  for (const auto& [name, n] : same) {
+    INFO(name);
+    CHECK(observe[name] == n);
+  }
+  CHECK(observe_statuses[200] == 26);
+}
