@@ -390,8 +390,10 @@ void Bulkhead::seat_outside(Seat& s, Micros now) {
 Hold Bulkhead::try_seat(Seat& s, Micros now, Rng& rng) {
   Hold h = decide(lanes_, census_locked(now), s.lane, rng.uniform());
   if (h == Hold::none && s.lane == Lane::heavy && heavy_cap_ && !s.capped) {
-    if (!heavy_cap_->try_take()) return Hold::heavy_cap;
-    s.capped = true;
+    if (heavy_cap_->try_take())
+      s.capped = true;
+    else
+      h = Hold::heavy_cap;
   }
   if (h == Hold::none) seat(s, now);
   s.hold = h;
@@ -453,11 +455,12 @@ Hold Bulkhead::cancel(Seat& s, Micros now, Rng& rng) {
   Lock lock(mutex_);
   Hold h = s.hold;
   if (h == Hold::behind && s.queued) {
+    // The heads are asked once more, as a release would (those before it may
+    // have left): held by what holds its lane's head, itself if it is there.
+    serve(now, rng);
+    if (s.seated) return Hold::none;
     const Seat* head = queue_[index(s.lane)].head;
-    // At the head now (those before it left): asked once more, as a release
-    // would; else held by what holds the head.
-    h = head == &s ? try_seat(s, now, rng) : head->hold;
-    if (h == Hold::none) return h;
+    h = head == &s ? s.hold : head->hold;
   }
   cancel_locked(s);
   return h;

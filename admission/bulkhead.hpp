@@ -296,8 +296,8 @@ class Bulkhead {
   // gives back a heavy-cap unit an unseated request still holds; a request
   // another thread seated just before keeps its seat (s.seated tells).
   // Returns why it was not seated: its last ask's hold, or for one that was
-  // behind others of its lane, the hold of the queue's head (at the head
-  // itself, it is asked once more, and may be seated then).
+  // behind others of its lane, what holds its lane's head once the heads are
+  // asked again (as a release would: it may be seated then, Hold::none).
   Hold cancel(Seat& s, Micros now, Rng& rng);
   // Gives back whatever s holds, learning nothing and seating no waiter (the
   // next release or tick serves them): a lease dropped without its outcome.

@@ -214,6 +214,34 @@ const FamilySpec kFamilies[] = {
                            {"trigger", admission::to_string(trigger)}});
            }
      }},
+    // Each upstream's level (what waits on it); a request meets the higher of
+    // that and the process's.
+    {"sluice_upstream_level", "An upstream's admission level: 0 normal .. 3 emergency.",
+     MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       const auto& ups = s.rt.config.upstreams;
+       for (std::size_t u = 0; u < ups.size(); ++u)
+         out.add(static_cast<int>(s.ticker.upstream_controller(u).level()),
+                 {{"upstream", ups[u].name}});
+     }},
+    {"sluice_upstream_level_changes_total",
+     "Changes of an upstream's level, by upstream, from, to and trigger.", MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       const auto& ups = s.rt.config.upstreams;
+       for (std::size_t u = 0; u < ups.size(); ++u) {
+         const auto& st = s.ticker.upstream_controller(u).stats();
+         for (std::size_t from = 0; from < admission::kLevelCount; ++from)
+           for (std::size_t to = 0; to < admission::kLevelCount; ++to)
+             for (std::size_t t = 0; t < admission::kTriggerCount; ++t) {
+               auto trigger = static_cast<Trigger>(t);
+               if (auto n = st.changes[from][to][t]; n || level_change_known(from, to, trigger))
+                 out.add(n, {{"upstream", ups[u].name},
+                             {"from", kLevelLabels[from]},
+                             {"to", kLevelLabels[to]},
+                             {"trigger", admission::to_string(trigger)}});
+             }
+       }
+     }},
     {"sluice_admission_rise_suppressed_total",
      "Ticks whose evidence would have raised the level but the rise gate held it back, by the "
      "level it would have entered and trigger.",
@@ -830,13 +858,27 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
   }
 
   // DELETE /admin/pins removes the pin.
-  void delete_pin(std::string_view) {
+  // DELETE /admin/pins?upstream=NAME removes that upstream's pin.
+  void delete_pin(std::string_view target) {
     if (refuse_body()) return;
-    ticker_.unpin("admin@" + peer());
+    std::optional<std::size_t> upstream;
+    if (auto name = query_value(target, "upstream")) {
+      upstream = upstream_index(*name);
+      if (!upstream) return bad_request("\"upstream\" is not a name in SLUICE_UPSTREAMS");
+    }
+    ticker_.unpin("admin@" + peer(), upstream);
     reply(http::status::ok, ticker_.state_json());
   }
 
-  // POST /admin/pins {"level":N,"ttl":"10m","reason":"...","who":"..."} pins.
+  std::optional<std::size_t> upstream_index(std::string_view name) const {
+    const auto& ups = rt_.config.upstreams;
+    for (std::size_t u = 0; u < ups.size(); ++u)
+      if (ups[u].name == name) return u;
+    return std::nullopt;
+  }
+
+  // POST /admin/pins {"level":N,"ttl":"10m","reason":"...","who":"...","upstream":"NAME"}
+  // pins the process's level, or with "upstream", that upstream's.
   void post_pin(std::string_view) {
     using nlohmann::json;
     std::string who = "admin@" + peer();
@@ -847,9 +889,9 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
     if (body.is_discarded() || !body.is_object())
       return bad_request("the body must be a JSON object" + std::string(kExample));
     for (auto& [k, v] : body.items())
-      if (k != "level" && k != "ttl" && k != "reason" && k != "who")
+      if (k != "level" && k != "ttl" && k != "reason" && k != "who" && k != "upstream")
         return bad_request("unknown field \"" + k.substr(0, 40) +
-                           "\"; valid: level, ttl, reason, who");
+                           "\"; valid: level, ttl, reason, who, upstream");
     if (!body.contains("level") || !body["level"].is_number_integer())
       return bad_request("\"level\" is required, a whole number 0..3" + std::string(kExample));
     std::optional<admission::Millis> ttl;
@@ -863,7 +905,7 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
       }
       if (ttl->count() <= 0) return bad_request("\"ttl\" must be above 0");
     }
-    for (const char* field : {"reason", "who"})
+    for (const char* field : {"reason", "who", "upstream"})
       if (body.contains(field) && !body[field].is_string())
         return bad_request("\"" + std::string(field) + "\" must be a string");
     std::string reason = body.value("reason", std::string());
@@ -873,7 +915,12 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
       if (given.size() > 200) return bad_request("\"who\" is longer than 200 bytes");
       who = given + " (" + who + ")";
     }
-    auto result = ticker_.pin(body["level"].get<int>(), ttl, reason, who);
+    std::optional<std::size_t> upstream;
+    if (body.contains("upstream")) {
+      upstream = upstream_index(body["upstream"].get<std::string>());
+      if (!upstream) return bad_request("\"upstream\" is not a name in SLUICE_UPSTREAMS");
+    }
+    auto result = ticker_.pin(body["level"].get<int>(), ttl, reason, who, upstream);
     if (!result.ok) return bad_request(result.error);
     reply(http::status::ok, ticker_.state_json());
   }

@@ -52,11 +52,18 @@ struct Live {
   std::vector<int> close_statuses;  // SLUICE_CLOSE_STATUSES
 };
 
-// What the ticker publishes for every request to read: a few relaxed loads.
-struct Published {
+// What the ticker publishes of one level for every request to read.
+struct PublishedLevel {
   std::atomic<std::uint8_t> level{0};
   // Per lane: ms until the level admits the lane again (-1: not foreseeable).
   std::array<std::atomic<std::int64_t>, admission::kLaneCount> readmit_ms{};
+};
+// The process's level (its own loops) and each upstream's (what waits on it):
+// a request is gated at the higher of the process's and its upstream's.
+struct Published {
+  explicit Published(std::size_t n) : upstreams(new PublishedLevel[n]) {}
+  PublishedLevel process;
+  std::unique_ptr<PublishedLevel[]> upstreams;
 };
 
 struct Runtime;
@@ -139,7 +146,7 @@ struct Runtime {
   // Every generation of the live settings; the admin thread appends, workers
   // are posted the new pointer.
   std::vector<std::unique_ptr<const Live>> generations;
-  Published published;
+  Published published{config.upstreams.size()};
   // Lag samples are grouped by tick: the ticker advances the epoch, each Worker
   // tags its lag maximum with the epoch it was taken in.
   std::atomic<std::uint64_t> tick_epoch{0};

@@ -25,7 +25,7 @@ TickLag tick_lag(std::span<const LagSample> loops, std::uint64_t epoch,
   std::optional<double> lag;
   for (const auto& l : loops) {
     if (l.epoch != epoch) continue;
-    raise(lag, l.ms);
+    lag = lag ? std::min(*lag, l.ms) : l.ms;
   }
   if (lag) return {lag, true};
   if (last_fresh_ms) return {last_fresh_ms, false};
@@ -55,17 +55,25 @@ std::optional<double> UpstreamPressure::wait_ms() const {
   return v;
 }
 
-void worst_upstream(std::span<const UpstreamPressure> upstreams, admission::Reading& r) {
-  for (const auto& u : upstreams) {
-    if (auto w = u.wait_ms()) raise(r.upstream_wait_ms, *w);
-    r.upstream_timeout = r.upstream_timeout || u.timeout;
-  }
+std::optional<double> all_stalled_ms(std::span<const std::int64_t> loop_stall_ns) {
+  if (loop_stall_ns.empty()) return std::nullopt;
+  auto least = *std::min_element(loop_stall_ns.begin(), loop_stall_ns.end());
+  if (least <= 0) return std::nullopt;
+  return static_cast<double>(least) / 1e6;
+}
+
+admission::Reading upstream_reading(admission::Millis t, const UpstreamPressure& pressure) {
+  admission::Reading r;
+  r.t = t;
+  r.upstream_wait_ms = pressure.wait_ms();
+  r.upstream_timeout = pressure.timeout;
+  return r;
 }
 
 Sampler::Sampler(Runtime& rt, Watchdog& watchdog)
     : rt_(rt), watchdog_(watchdog), last_timeouts_(rt.config.upstreams.size()) {}
 
-admission::Reading Sampler::sample(admission::Millis t, std::chrono::milliseconds tick) {
+Sample Sampler::sample(admission::Millis t, std::chrono::milliseconds tick) {
   admission::Reading r;
   r.t = t;
   auto now = Clock::now();
@@ -120,13 +128,13 @@ admission::Reading Sampler::sample(admission::Millis t, std::chrono::millisecond
     upstreams_[u].timeout = timeouts > last_timeouts_[u];
     last_timeouts_[u] = timeouts;
   }
-  worst_upstream(upstreams_, r);
 
-  // A stall seen by the watchdog since the last tick, or still going on.
-  auto stall_ns = watchdog_.take_max_stall_ns();
-  for (std::size_t i = 0; i < rt_.workers.size(); ++i)
-    stall_ns = std::max(stall_ns, static_cast<std::int64_t>(watchdog_.stall_seconds(i) * 1e9));
-  if (stall_ns > 0) r.stall_ms = static_cast<double>(stall_ns) / 1e6;
+  // The stall every loop went through since the last tick, or is still in.
+  std::vector<std::int64_t> stalls(rt_.workers.size());
+  for (std::size_t i = 0; i < stalls.size(); ++i)
+    stalls[i] = std::max(watchdog_.take_max_stall_ns(i),
+                         static_cast<std::int64_t>(watchdog_.stall_seconds(i) * 1e9));
+  r.stall_ms = all_stalled_ms(stalls);
 
   // The watchdog itself has not looked for a while: its stall reading cannot be trusted.
   auto watchdog_age = to_ns(now) - watchdog_.heartbeat_ns();
@@ -143,7 +151,10 @@ admission::Reading Sampler::sample(admission::Millis t, std::chrono::millisecond
     arrivals_[admission::index(lane)] = n - last_arrivals_[admission::index(lane)];
     last_arrivals_[admission::index(lane)] = n;
   }
-  return r;
+  Sample sample{r, {}};
+  sample.upstreams.reserve(upstreams);
+  for (const auto& p : upstreams_) sample.upstreams.push_back(upstream_reading(t, p));
+  return sample;
 }
 
 }  // namespace sluice::proxy

@@ -1,20 +1,25 @@
 #pragma once
-// The sampler: once per tick, one reading of the proxy's own pressure from the
-// workers' probes, for the admission controller to step on.
+// The sampler: once per tick, readings for the admission controllers to step
+// on, each scoped to what it measures.
 //
-// - Lag: the largest probe lateness of the tick that just ended, from the loops
-//   that took a sample in it: each loop tags its maximum with the tick epoch it
-//   was taken in, and only this tick's epoch is fresh evidence. No loop took
-//   one: the last fresh value, repeated and marked stale (tick_lag).
-// - Upstream wait, per upstream: the p95 of the connection grants' waits over
-//   the last 1.5 ticks (wait_window_start; seed 000: a wait is read on at most
-//   two ticks, fewer than the rise gate needs), and the age of the oldest
-//   request still queued for a connection or a bulkhead seat. The reading
-//   takes the worst upstream (worst_upstream).
-// - Timeouts: an upstream's response timeouts grew since the last tick.
-// - Stalls: the longest the watchdog saw since the last tick, or one still going
-//   on; a watchdog that has not looked for a while makes the reading not ok.
-// - Arrivals per lane in the tick, for the tick log.
+// The process's reading (the proxy's own loops):
+// - Lag: what every loop that took a sample in the tick that just ended shows
+//   (the least of their maxima: one slow loop among several is not the
+//   process lagging; every loop lagging is). Each loop tags its maximum with
+//   the tick epoch it was taken in, and only this tick's epoch is fresh
+//   evidence; a stalled loop takes none. No loop took one: the last fresh
+//   value, repeated and marked stale (tick_lag).
+// - Stalls: what every loop went through since the last tick (the least of
+//   each loop's longest stall, one still going on included: all_stalled_ms);
+//   a watchdog that has not looked for a while makes the reading not ok.
+// Each upstream's reading (what waits on it):
+// - Wait: the p95 of the connection grants' waits over the last 1.5 ticks
+//   (wait_window_start; seed 000: a wait is read on at most two ticks, fewer
+//   than the rise gate needs), or the age of the oldest request still queued
+//   for one of its connections or a seat in its bulkhead, if larger.
+// - Timeouts: its response timeouts grew since the last tick (an SSE stream
+//   cut for idling is not one).
+// Arrivals per lane in the tick, for the tick log.
 //
 // Threading: the admin thread only (the ticker's). It reads the workers'
 // atomics and copies their bulkhead views; the functions below are pure.
@@ -44,10 +49,14 @@ struct TickLag {
   std::optional<double> ms;
   bool fresh = true;  // false: no loop sampled this tick; ms is the last fresh value
 };
-// The lag of the tick `epoch`: the largest of the loops' samples tagged with
-// it; none: `last_fresh_ms`, marked stale (none before either: no lag).
+// The lag of the tick `epoch`: the least of the loops' samples tagged with it
+// (what every loop that sampled shows); none: `last_fresh_ms`, marked stale
+// (none before either: no lag).
 TickLag tick_lag(std::span<const LagSample> loops, std::uint64_t epoch,
                  std::optional<double> last_fresh_ms);
+// The stall every loop went through: the least of each loop's longest stall
+// in the tick (ns); none when some loop did not stall.
+std::optional<double> all_stalled_ms(std::span<const std::int64_t> loop_stall_ns);
 
 // Where the upstream-wait window starts (steady-clock ns): 1.5 ticks before now.
 std::int64_t wait_window_start(Clock::time_point now, std::chrono::milliseconds tick);
@@ -64,15 +73,21 @@ struct UpstreamPressure {
   // The evidence of waiting: the larger of the two.
   std::optional<double> wait_ms() const;
 };
-// Into the reading: the worst upstream's wait, and whether any timed out.
-void worst_upstream(std::span<const UpstreamPressure> upstreams, admission::Reading& r);
+// An upstream's reading at `t`: its wait and whether it timed out.
+admission::Reading upstream_reading(admission::Millis t, const UpstreamPressure& pressure);
+
+// One tick's readings: the process's and each upstream's (by index).
+struct Sample {
+  admission::Reading process;
+  std::vector<admission::Reading> upstreams;
+};
 
 class Sampler {
  public:
   Sampler(Runtime& rt, Watchdog& watchdog);
-  // One reading from the probes, for the tick at `t` of length `tick`.
+  // The readings from the probes, for the tick at `t` of length `tick`.
   // Advances the lag epoch: call once per tick.
-  admission::Reading sample(admission::Millis t, std::chrono::milliseconds tick);
+  Sample sample(admission::Millis t, std::chrono::milliseconds tick);
   // The last sample's pressure, by upstream.
   const std::vector<UpstreamPressure>& upstreams() const { return upstreams_; }
   // Arrivals per lane in the last sample's tick, for the tick log.

@@ -6,11 +6,13 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <system_error>
 
 #include "proxy/admin.hpp"
 #include "proxy/runtime.hpp"
@@ -77,15 +79,36 @@ std::string show(const tcp::endpoint& ep) {
   return (a.is_v6() ? "[" + a.to_string() + "]" : a.to_string()) + ":" + std::to_string(ep.port());
 }
 
+// Every worker accepts: each has its own descriptor of the one listening
+// socket (a dup), in its own io_context, and serves what it accepts. A
+// connection waits in the one kernel queue until a worker that runs takes it,
+// so a stalled worker takes none and the others accept and serve them all.
+// (SO_REUSEPORT's listener per worker would hash a stalled worker's share of
+// new connections into its own queue, to wait there.) A new connection wakes
+// every waiting worker; one accepts it, the others find nothing: a few cheap
+// system calls per connection, not per request.
 class Acceptor {
  public:
-  Acceptor(Runtime& rt, tcp::acceptor& a) : rt_(rt), a_(a), backoff_(a.get_executor()) {}
-  void start() { accept(); }
+  Acceptor(Runtime& rt, Worker& w, tcp::acceptor& listener)
+      : rt_(rt), w_(w), a_(w.ioc()), backoff_(w.ioc()) {
+    int fd = ::dup(listener.native_handle());
+    if (fd < 0) throw std::system_error(errno, std::generic_category(), "dup");
+    a_.assign(listener.local_endpoint().protocol(), fd);
+  }
+  void start() {
+    net::post(w_.ioc(), [this] { accept(); });
+  }
+  // On the drain: stops accepting (posted to the worker's own thread).
+  void stop() {
+    net::post(w_.ioc(), [this] {
+      error_code ignored;
+      a_.close(ignored);
+    });
+  }
 
  private:
   void accept() {
-    auto& target = *rt_.workers[next_++ % rt_.workers.size()];
-    a_.async_accept(target.ioc(), [this, &target](error_code ec, Socket s) {
+    a_.async_accept(w_.ioc(), [this](error_code ec, Socket s) {
       if (ec == net::error::operation_aborted || !a_.is_open()) return;
       if (ec) {
         // Out of descriptors or similar: pause instead of spinning.
@@ -98,20 +121,19 @@ class Acceptor {
       auto open = rt_.connections.fetch_add(1, std::memory_order_relaxed) + 1;
       if (open > static_cast<std::int64_t>(rt_.config.max_connections)) {
         rt_.connections.fetch_sub(1, std::memory_order_relaxed);
-        bump(rt_.workers[0]->stats().connections_refused);
+        bump(w_.stats().connections_refused);
         error_code ignored;
         s.close(ignored);
       } else {
-        net::post(target.ioc(),
-                  [&target, s = std::move(s)]() mutable { start_session(target, std::move(s)); });
+        start_session(w_, std::move(s));
       }
       accept();
     });
   }
   Runtime& rt_;
-  tcp::acceptor& a_;
+  Worker& w_;
+  tcp::acceptor a_;
   net::steady_timer backoff_;
-  std::size_t next_ = 0;
 };
 
 // The proxy from start-up to the end of the drain. A start-up error (a name
@@ -153,7 +175,7 @@ int start_and_serve(const config::Config& cfg) {
   // listeners are announced drains, it does not kill the process.
   net::signal_set hangup(admin_ioc, SIGHUP);
   net::signal_set signals(admin_ioc, SIGTERM, SIGINT);
-  tcp::acceptor listener(rt.workers[0]->ioc());
+  tcp::acceptor listener(admin_ioc);  // each worker accepts on its own dup of it
   tcp::acceptor admin(admin_ioc);
   if (!listen_on(listener, listen_ep, "clients", ec)) return 1;
   if (!listen_on(admin, admin_ep, "admin", ec)) return 1;
@@ -162,11 +184,12 @@ int start_and_serve(const config::Config& cfg) {
                cfg.threads);
   std::fflush(stderr);
 
-  Acceptor acceptor(rt, listener);
+  std::vector<std::unique_ptr<Acceptor>> acceptors;
+  for (auto& w : rt.workers) acceptors.push_back(std::make_unique<Acceptor>(rt, *w, listener));
   for (auto& w : rt.workers) w->start();
   watchdog.start();
   ticker.start();
-  net::post(rt.workers[0]->ioc(), [&] { acceptor.start(); });
+  for (auto& a : acceptors) a->start();
   start_admin(admin, rt, watchdog, ticker);
 
   // Drain: /readyz turns 503 at once; clients are still accepted for the
@@ -214,10 +237,9 @@ int start_and_serve(const config::Config& cfg) {
     drain_timer.expires_after(cfg.drain_delay);
     drain_timer.async_wait([&](error_code e2) {
       if (e2) return;
-      net::post(rt.workers[0]->ioc(), [&] {
-        error_code ignored;
-        listener.close(ignored);
-      });
+      for (auto& a : acceptors) a->stop();
+      error_code ignored;
+      listener.close(ignored);
       for (auto& w : rt.workers) net::post(w->ioc(), [&w] { w->begin_drain(); });
       drain_deadline = Clock::now() + cfg.drain_timeout;
       wait_idle();

@@ -252,9 +252,14 @@ class Session : public Tracked,
     ex_.level = published_level();
   }
 
+  // The process's level, or once the route is known, the higher of that and
+  // its upstream's.
   admission::Level published_level() const {
-    return static_cast<admission::Level>(
-        w_.runtime().published.level.load(std::memory_order_relaxed));
+    const auto& p = w_.runtime().published;
+    auto level = p.process.level.load(std::memory_order_relaxed);
+    if (ex_.route)
+      level = std::max(level, p.upstreams[ex_.upstream].level.load(std::memory_order_relaxed));
+    return static_cast<admission::Level>(level);
   }
 
   void read_head() {
@@ -581,10 +586,13 @@ class Session : public Tracked,
 
   // A level refusal's Retry-After: when the controller expects the lane back.
   std::optional<admission::Millis> derived_level_wait() const {
-    auto readmit = w_.runtime().published.readmit_ms[admission::index(ex_.lane)].load(
-        std::memory_order_relaxed);
-    if (readmit < 0) return std::nullopt;
-    return admission::Millis(readmit);
+    // Both levels must admit the lane again: the later of the two.
+    const auto& p = w_.runtime().published;
+    const auto l = admission::index(ex_.lane);
+    auto process = p.process.readmit_ms[l].load(std::memory_order_relaxed);
+    auto upstream = p.upstreams[ex_.upstream].readmit_ms[l].load(std::memory_order_relaxed);
+    if (process < 0 || upstream < 0) return std::nullopt;
+    return admission::Millis(std::max(process, upstream));
   }
 
   // A queued request got its seat (or goes on in observe mode): on to the
@@ -890,7 +898,8 @@ class Session : public Tracked,
         response_body_step();  // draining: the stream ends cleanly here
         return;
       }
-      if (ex_.timed_out) bump(st_.upstream[ex_.upstream].timeouts);
+      // An SSE stream cut for idling is the stream's silence, not the upstream timing out.
+      if (ex_.timed_out && !ex_.sse) bump(st_.upstream[ex_.upstream].timeouts);
       // The head is out: the only honest signal left is a cut connection, so
       // the client never mistakes a truncated body for a complete one.
       ex_.status_override = 502;

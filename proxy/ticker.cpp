@@ -22,8 +22,11 @@ Ticker::Ticker(Runtime& rt, Watchdog& watchdog, net::io_context& ioc, int log_fd
       audit_(log_fd >= 0 ? log_fd : STDERR_FILENO),
       reloader_(rt, audit_),
       controller_(rt.config.admission.controller),
+      upstream_controllers_(rt.config.upstreams.size(),
+                            admission::Controller(rt.config.admission.controller)),
       sampler_(rt, watchdog),
-      pins_file_(rt.config.admission.pins_file) {
+      pins_file_(rt.config.admission.pins_file),
+      logged_upstreams_(rt.config.upstreams.size()) {
   const auto& path = rt.config.admission.tick_log;
   if (!path.empty()) {
     tick_log_fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
@@ -59,30 +62,48 @@ void Ticker::on_tick() {
   if (reloader_.files_changed()) reload("file changed");
   read_pins_file();
   auto t = now();
-  auto reading = sampler_.sample(t, in_force().admission.tick);
-  last_reading_ = reading;
-  auto before_pin = controller_.pin_state();
-  auto decision = controller_.step(reading);
-  if (before_pin && !controller_.pin_state())  // the pin expired in this step
-    audit("pin_expired", before_pin->level, controller_.level(), before_pin->who,
-          before_pin->reason, std::nullopt);
+  last_sample_ = sampler_.sample(t, in_force().admission.tick);
+  // Each controller steps on its own reading; a pin that expired in the step is audited.
+  auto step = [&](admission::Controller& c, const admission::Reading& r,
+                  std::optional<std::size_t> upstream) {
+    auto before_pin = c.pin_state();
+    auto decision = c.step(r);
+    if (before_pin && !c.pin_state())
+      audit("pin_expired", before_pin->level, c.level(), before_pin->who, before_pin->reason,
+            std::nullopt, upstream);
+    return decision;
+  };
+  auto decision = step(controller_, last_sample_.process, std::nullopt);
+  std::vector<admission::Decision> decisions;
+  decisions.reserve(upstream_controllers_.size());
+  for (std::size_t u = 0; u < upstream_controllers_.size(); ++u)
+    decisions.push_back(step(upstream_controllers_[u], last_sample_.upstreams[u], u));
   publish();
   if (tick_log_fd_ >= 0) {
+    // Replay applies a pin at this tick: give it what was left of its TTL
+    // here, so it expires in the replay when it expired live.
+    auto pin_of = [&](LoggedPin& l) -> const replay::PinRequest* {
+      if (!l.pin) return nullptr;
+      if (l.expires) l.pin->ttl = std::max(Millis{0}, *l.expires - t);
+      return &*l.pin;
+    };
     replay::TickLogExtras extras;
-    if (logged_pin_ && logged_pin_expires_) {
-      // Replay applies the pin at this tick: give it what was left of its TTL
-      // here, so it expires in the replay when it expired live.
-      logged_pin_->ttl = std::max(Millis{0}, *logged_pin_expires_ - t);
-    }
-    extras.pin = logged_pin_ ? &*logged_pin_ : nullptr;
-    extras.unpin = logged_unpin_;
-    std::string line = replay::tick_log_line(reading, &sampler_.arrivals(), decision, extras);
+    extras.pin = pin_of(logged_);
+    extras.unpin = logged_.unpin;
+    std::vector<replay::UpstreamTick> ups;
+    ups.reserve(decisions.size());
+    for (std::size_t u = 0; u < decisions.size(); ++u)
+      ups.push_back({rt_.config.upstreams[u].name, &last_sample_.upstreams[u], &decisions[u],
+                     pin_of(logged_upstreams_[u]), logged_upstreams_[u].unpin});
+    extras.upstreams = ups;
+    std::string line =
+        replay::tick_log_line(last_sample_.process, &sampler_.arrivals(), decision, extras);
     line += '\n';
     if (::write(tick_log_fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
       ++tick_log_errors_;
   }
-  logged_pin_.reset();
-  logged_unpin_ = false;
+  logged_ = {};
+  for (auto& l : logged_upstreams_) l = {};
   // Ticks keep their cadence: a late tick does not shift the ones after it.
   next_ += in_force().admission.tick;
   auto current = Clock::now();
@@ -92,43 +113,52 @@ void Ticker::on_tick() {
 
 void Ticker::publish() {
   auto t = now();
-  rt_.published.level.store(static_cast<std::uint8_t>(controller_.level()),
-                            std::memory_order_relaxed);
-  for (auto lane : admission::kLanes) {
-    auto wait = admission::level_wait(controller_, live().gate, lane, t);
-    rt_.published.readmit_ms[admission::index(lane)].store(wait ? wait->count() : -1,
-                                                           std::memory_order_relaxed);
-  }
+  auto put = [&](PublishedLevel& p, const admission::Controller& c) {
+    p.level.store(static_cast<std::uint8_t>(c.level()), std::memory_order_relaxed);
+    for (auto lane : admission::kLanes) {
+      auto wait = admission::level_wait(c, live().gate, lane, t);
+      p.readmit_ms[admission::index(lane)].store(wait ? wait->count() : -1,
+                                                 std::memory_order_relaxed);
+    }
+  };
+  put(rt_.published.process, controller_);
+  for (std::size_t u = 0; u < upstream_controllers_.size(); ++u)
+    put(rt_.published.upstreams[u], upstream_controllers_[u]);
 }
 
 Ticker::PinResult Ticker::pin(int level, std::optional<Millis> ttl, std::string reason,
-                              std::string who) {
+                              std::string who, std::optional<std::size_t> upstream) {
   if (level < 0 || level > 3) return {false, "level must be 0..3"};
-  auto from = controller_.level();
+  auto& c = controller_for(upstream);
+  auto from = c.level();
   auto t = now();
-  controller_.pin(static_cast<Level>(level), ttl, t, reason, who);
-  audit("pin", from, controller_.level(), who, reason, ttl);
-  logged_pin_ = replay::PinRequest{static_cast<Level>(level), ttl, reason};
-  logged_pin_expires_.reset();
-  if (ttl) logged_pin_expires_ = t + *ttl;
-  logged_unpin_ = false;
+  c.pin(static_cast<Level>(level), ttl, t, reason, who);
+  audit("pin", from, c.level(), who, reason, ttl, upstream);
+  auto& logged = logged_for(upstream);
+  logged.pin = replay::PinRequest{static_cast<Level>(level), ttl, reason};
+  logged.expires.reset();
+  if (ttl) logged.expires = t + *ttl;
+  logged.unpin = false;
   publish();
   return {true, {}};
 }
 
-void Ticker::unpin(std::string who) {
-  auto pin = controller_.pin_state();
+void Ticker::unpin(std::string who, std::optional<std::size_t> upstream) {
+  auto& c = controller_for(upstream);
+  auto pin = c.pin_state();
   if (!pin) return;
-  auto from = controller_.level();
-  controller_.unpin(now(), who);
-  audit("unpin", from, controller_.level(), who, pin->reason, std::nullopt);
-  logged_pin_.reset();
-  logged_unpin_ = true;
+  auto from = c.level();
+  c.unpin(now(), who);
+  audit("unpin", from, c.level(), who, pin->reason, std::nullopt, upstream);
+  auto& logged = logged_for(upstream);
+  logged.pin.reset();
+  logged.unpin = true;
   publish();
 }
 
 void Ticker::audit(std::string_view what, Level from, Level to, const std::string& who,
-                   const std::string& reason, std::optional<Millis> ttl) {
+                   const std::string& reason, std::optional<Millis> ttl,
+                   std::optional<std::size_t> upstream) {
   Json j;
   auto wall = std::chrono::system_clock::now();
   auto secs = std::chrono::system_clock::to_time_t(wall);
@@ -142,6 +172,7 @@ void Ticker::audit(std::string_view what, Level from, Level to, const std::strin
   j["to"] = static_cast<int>(to);
   j["who"] = who;
   j["reason"] = reason;
+  if (upstream) j["upstream"] = rt_.config.upstreams[*upstream].name;
   if (ttl) j["ttl_s"] = static_cast<double>(ttl->count()) / 1000.0;
   audit_.write_line(j.dump());
   audit_.flush();
@@ -171,6 +202,7 @@ void Ticker::read_pins_file() {
 bool Ticker::reload(std::string_view why) {
   if (!reloader_.reload(why)) return false;
   controller_.reconfigure(in_force().admission.controller);
+  for (auto& c : upstream_controllers_) c.reconfigure(in_force().admission.controller);
   publish();
   return true;
 }
@@ -178,18 +210,13 @@ bool Ticker::reload(std::string_view why) {
 std::string Ticker::state_json() const {
   Json j;
   auto t = now();
-  const auto& c = controller_;
-  j["mode"] = std::string(admission::to_string(live().gate.mode()));
-  j["level"] = static_cast<int>(c.level());
-  j["level_name"] = std::string(admission::to_string(c.level()));
-  j["trigger"] = std::string(admission::to_string(c.trigger()));
-  j["streak"] = c.streak();
-  j["last_change_ms_ago"] = (t - c.last_change()).count();
-  j["tick_ms"] = in_force().admission.tick.count();
-  j["reloads"] = {{"ok", reloads(true)}, {"failed", reloads(false)}};
-  {
-    // The last tick's reading: what the level was decided on.
-    const auto& r = last_reading_;
+  // A controller's level, its last change, its pin, and the reading it last stepped on.
+  auto level_of = [&](Json& into, const admission::Controller& c, const admission::Reading& r) {
+    into["level"] = static_cast<int>(c.level());
+    into["level_name"] = std::string(admission::to_string(c.level()));
+    into["trigger"] = std::string(admission::to_string(c.trigger()));
+    into["streak"] = c.streak();
+    into["last_change_ms_ago"] = (t - c.last_change()).count();
     Json reading;
     reading["t_ms"] = r.t.count();
     reading["ok"] = r.ok;
@@ -198,20 +225,26 @@ std::string Ticker::state_json() const {
     reading["upstream_wait_ms"] = r.upstream_wait_ms ? Json(*r.upstream_wait_ms) : Json(nullptr);
     reading["upstream_timeout"] = r.upstream_timeout;
     reading["stall_ms"] = r.stall_ms ? Json(*r.stall_ms) : Json(nullptr);
-    j["reading"] = reading;
-  }
-  if (auto& p = c.pin_state()) {
-    Json pin;
-    pin["level"] = static_cast<int>(p->level);
-    pin["reason"] = p->reason;
-    pin["who"] = p->who;
-    pin["expires_in_s"] = p->expires_at
-                              ? Json(static_cast<double>((*p->expires_at - t).count()) / 1000.0)
-                              : Json(nullptr);
-    j["pin"] = pin;
-  } else {
-    j["pin"] = nullptr;
-  }
+    into["reading"] = reading;
+    if (auto& p = c.pin_state()) {
+      Json pin;
+      pin["level"] = static_cast<int>(p->level);
+      pin["reason"] = p->reason;
+      pin["who"] = p->who;
+      pin["expires_in_s"] = p->expires_at
+                                ? Json(static_cast<double>((*p->expires_at - t).count()) / 1000.0)
+                                : Json(nullptr);
+      into["pin"] = pin;
+    } else {
+      into["pin"] = nullptr;
+    }
+  };
+  const auto& c = controller_;
+  j["mode"] = std::string(admission::to_string(live().gate.mode()));
+  // The process's level (its own loops); each upstream's is under upstreams.
+  level_of(j, c, last_sample_.process);
+  j["tick_ms"] = in_force().admission.tick.count();
+  j["reloads"] = {{"ok", reloads(true)}, {"failed", reloads(false)}};
   // The bulkheads (seed 001 §11): per upstream, then per lane x upstream.
   auto views = rt_.bulkhead_views();
   auto now_us = rt_.micros(Clock::now());
@@ -242,7 +275,7 @@ std::string Ticker::state_json() const {
     l["shed"] = outcomes[1];
     l["would_shed"] = outcomes[2];
     l["factor"] = live().gate.factors()[i][static_cast<std::size_t>(c.level())];
-    auto readmit = rt_.published.readmit_ms[i].load(std::memory_order_relaxed);
+    auto readmit = rt_.published.process.readmit_ms[i].load(std::memory_order_relaxed);
     l["readmit_in_s"] = readmit >= 0 ? Json(static_cast<double>(readmit) / 1000.0) : Json(nullptr);
     l["floor"] = live().lanes.floors[i];
     l["weight"] = live().lanes.weights[i];
@@ -303,8 +336,18 @@ std::string Ticker::state_json() const {
         host["failures"] = std::max(host["failures"].get<std::uint32_t>(), x.failures);
       }
     }
+    Json level;
+    level_of(level, upstream_controllers_[u],
+             u < last_sample_.upstreams.size() ? last_sample_.upstreams[u] : admission::Reading{});
     upstreams.push_back(
         {{"name", name},
+         {"level", level["level"]},
+         {"level_name", level["level_name"]},
+         {"trigger", level["trigger"]},
+         {"streak", level["streak"]},
+         {"last_change_ms_ago", level["last_change_ms_ago"]},
+         {"reading", level["reading"]},
+         {"pin", level["pin"]},
          {"hosts", hosts},
          {"connections", conns},
          {"waiting_for_connection", waiting},

@@ -1,10 +1,11 @@
 #pragma once
 // The ticker: once per SLUICE_TICK, on the admin thread, it looks for changed
 // configuration files (the reloader) and a changed pins file, turns the
-// proxy's probes into one reading (the sampler), steps the admission
-// controller, publishes the level and the per-lane re-admission times for the
-// request path to load, writes the tick log, and applies pins (admin API and
-// pins file), each in the audit log.
+// proxy's probes into readings (the sampler), steps the admission controllers
+// (the process's, on its loops' lag and stalls; one per upstream, on what
+// waits on it), publishes their levels and per-lane re-admission times for
+// the request path to load, writes the tick log, and applies pins (admin API
+// and pins file; a pin may name an upstream), each in the audit log.
 //
 // Threading: everything here runs on the admin thread, the controller's only
 // owner. The I/O threads only load Runtime::published.
@@ -33,9 +34,10 @@ class Ticker {
     bool ok;
     std::string error;  // when !ok
   };
+  // upstream: that upstream's level; none: the process's.
   PinResult pin(int level, std::optional<admission::Millis> ttl, std::string reason,
-                std::string who);
-  void unpin(std::string who);
+                std::string who, std::optional<std::size_t> upstream = std::nullopt);
+  void unpin(std::string who, std::optional<std::size_t> upstream = std::nullopt);
 
   // Live reload (proxy/reloader.hpp), then the controller's new thresholds and
   // timings; false when the new configuration was refused.
@@ -47,6 +49,9 @@ class Ticker {
   // The configuration the process runs with, read from the parts that use it.
   config::Config running() const;
   const admission::Controller& controller() const { return controller_; }
+  const admission::Controller& upstream_controller(std::size_t u) const {
+    return upstream_controllers_[u];
+  }
   std::uint64_t tick_log_errors() const { return tick_log_errors_; }
 
  private:
@@ -55,7 +60,19 @@ class Ticker {
   void publish();
   void audit(std::string_view what, admission::Level from, admission::Level to,
              const std::string& who, const std::string& reason,
-             std::optional<admission::Millis> ttl);
+             std::optional<admission::Millis> ttl, std::optional<std::size_t> upstream);
+  admission::Controller& controller_for(std::optional<std::size_t> upstream) {
+    return upstream ? upstream_controllers_[*upstream] : controller_;
+  }
+  // Pins set or removed since the last tick, for the tick log (replay applies them at t).
+  struct LoggedPin {
+    std::optional<replay::PinRequest> pin;
+    std::optional<admission::Millis> expires;
+    bool unpin = false;
+  };
+  LoggedPin& logged_for(std::optional<std::size_t> upstream) {
+    return upstream ? logged_upstreams_[*upstream] : logged_;
+  }
   void read_pins_file();
   const Live& live() const { return reloader_.live(); }                  // the current generation
   const config::Config& in_force() const { return reloader_.config(); }  // the configuration
@@ -66,17 +83,16 @@ class Ticker {
   Clock::time_point start_;
   Clock::time_point next_;
   AccessLog audit_;
-  Reloader reloader_;  // writes to audit_
-  admission::Controller controller_;
+  Reloader reloader_;                                        // writes to audit_
+  admission::Controller controller_;                         // the process's
+  std::vector<admission::Controller> upstream_controllers_;  // by upstream
   Sampler sampler_;
   PinsFile pins_file_;
   int tick_log_fd_ = -1;
   std::uint64_t tick_log_errors_ = 0;
-  admission::Reading last_reading_{};  // shown by /admin/state
-  // Pins set or removed since the last tick, for the tick log (replay applies them at t).
-  std::optional<replay::PinRequest> logged_pin_;
-  std::optional<admission::Millis> logged_pin_expires_;
-  bool logged_unpin_ = false;
+  Sample last_sample_;  // shown by /admin/state
+  LoggedPin logged_;
+  std::vector<LoggedPin> logged_upstreams_;
 };
 
 }  // namespace sluice::proxy

@@ -6,7 +6,10 @@
 namespace sluice::proxy {
 
 Watchdog::Watchdog(Runtime& rt)
-    : rt_(rt), stall_ns_(rt.workers.size()), in_episode_(rt.workers.size(), false) {}
+    : rt_(rt),
+      stall_ns_(rt.workers.size()),
+      in_episode_(rt.workers.size(), false),
+      max_since_read_ns_(rt.workers.size()) {}
 
 Watchdog::~Watchdog() { stop(); }
 
@@ -35,8 +38,9 @@ void Watchdog::loop() {
       auto beat = rt_.workers[i]->heartbeat_ns.load(std::memory_order_relaxed);
       auto stall = std::max<std::int64_t>(0, now - beat - interval.count());
       stall_ns_[i].store(stall, std::memory_order_relaxed);
-      auto seen = max_since_read_ns_.load(std::memory_order_relaxed);
-      while (stall > seen && !max_since_read_ns_.compare_exchange_weak(seen, stall)) {
+      auto& max = max_since_read_ns_[i];
+      auto seen = max.load(std::memory_order_relaxed);
+      while (stall > seen && !max.compare_exchange_weak(seen, stall)) {
       }
       bool episode = static_cast<double>(stall) / 1e9 >= kStallEpisode;
       if (episode && !in_episode_[i]) stalls_total_.fetch_add(1, std::memory_order_relaxed);

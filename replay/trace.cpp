@@ -6,6 +6,7 @@
 #include <istream>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <utility>
 
 namespace sluice::replay {
 
@@ -19,7 +20,9 @@ using Json = nlohmann::json;
 namespace {
 
 constexpr std::string_view kInputKeys =
-    "t, lag_ms, lag_fresh, upstream_wait_ms, upstream_timeout, stall_ms, ok, requests, pin, unpin";
+    "t, lag_ms, lag_fresh, upstream_wait_ms, upstream_timeout, stall_ms, ok, requests, pin, unpin, "
+    "upstreams";
+constexpr std::string_view kUpstreamKeys = "upstream_wait_ms, upstream_timeout, ok, pin, unpin";
 
 // The decision's fields, written by the tick log and the replay: ignored on input.
 bool is_output_key(std::string_view key) {
@@ -103,6 +106,39 @@ PinRequest parse_pin(const Json& value) {
   return pin;
 }
 
+std::vector<UpstreamTrace> parse_upstreams(const Json& value, Millis t) {
+  if (!value.is_object())
+    fail("\"upstreams\": expected an object of upstream names, got " + shown(value));
+  std::vector<UpstreamTrace> out;
+  for (const auto& [name, u] : value.items()) {
+    const std::string where = "\"upstreams\": " + in_quotes(name);
+    if (!u.is_object()) fail(where + ": expected an object, got " + shown(u));
+    UpstreamTrace ut;
+    ut.name = name;
+    ut.reading.t = t;
+    for (const auto& [key, v] : u.items()) {
+      try {
+        if (key == "upstream_wait_ms")
+          ut.reading.upstream_wait_ms = measurement(key, v);
+        else if (key == "upstream_timeout")
+          ut.reading.upstream_timeout = boolean(key, v);
+        else if (key == "ok")
+          ut.reading.ok = boolean(key, v);
+        else if (key == "pin")
+          ut.pin = parse_pin(v);
+        else if (key == "unpin")
+          ut.unpin = boolean(key, v);
+        else if (!is_output_key(key))
+          fail("unknown key " + in_quotes(key) + "; valid: " + std::string(kUpstreamKeys));
+      } catch (const TraceError& e) {
+        fail(where + ": " + e.what());
+      }
+    }
+    out.push_back(std::move(ut));
+  }
+  return out;
+}
+
 void append_number(std::string& out, double value) {
   if (!std::isfinite(value)) {
     out += "null";
@@ -146,6 +182,18 @@ void append_decision(std::string& out, const Decision& d) {
   }
 }
 
+std::string format_duration(Millis ms);
+
+// ,"unpin":true and ,"pin":{...} when set.
+void append_pin(std::string& out, const PinRequest* pin, bool unpin) {
+  if (unpin) out += ",\"unpin\":true";
+  if (!pin) return;
+  out += ",\"pin\":{\"level\":" + std::to_string(static_cast<int>(pin->level));
+  if (pin->ttl) out += ",\"ttl\":\"" + format_duration(*pin->ttl) + "\"";
+  if (!pin->reason.empty()) out += ",\"reason\":" + Json(pin->reason).dump();
+  out += '}';
+}
+
 std::string format_duration(Millis ms) {
   auto n = ms.count();
   if (n % 3'600'000 == 0 && n != 0) return std::to_string(n / 3'600'000) + "h";
@@ -168,6 +216,33 @@ Decision merge(const std::optional<Decision>& before, Decision tick) {
     tick.trigger = before->trigger;
   }
   return tick;
+}
+
+// One controller's tick: a pin or unpin recorded on the line happened before
+// that tick's reading.
+Decision replay_tick(admission::Controller& c, const std::optional<PinRequest>& pin, bool unpin,
+                     const Reading& reading) {
+  std::optional<Decision> before;
+  if (unpin) before = c.unpin(reading.t, "replay");
+  if (pin) {
+    Decision p = c.pin(pin->level, pin->ttl, reading.t, pin->reason, "replay");
+    before = before ? merge(before, p) : p;
+  }
+  return merge(before, c.step(reading));
+}
+
+// ,"level_changes":N,"rise_suppressed":N,"max_level":N
+void append_counts(std::string& out, const admission::Controller& c, Level max_level) {
+  std::uint64_t changes = 0, suppressed = 0;
+  const auto& stats = c.stats();
+  for (const auto& from : stats.changes)
+    for (const auto& to : from)
+      for (auto n : to) changes += n;
+  for (const auto& to : stats.suppressed)
+    for (auto n : to) suppressed += n;
+  out += ",\"level_changes\":" + std::to_string(changes) +
+         ",\"rise_suppressed\":" + std::to_string(suppressed) +
+         ",\"max_level\":" + std::to_string(static_cast<int>(max_level));
 }
 
 }  // namespace
@@ -227,6 +302,8 @@ TraceLine parse_trace_line(std::string_view line, std::optional<Millis> previous
       out.pin = parse_pin(v);
     } else if (key == "unpin") {
       out.unpin = boolean(key, v);
+    } else if (key == "upstreams") {
+      continue;  // read once t is known
     } else if (!is_output_key(key)) {
       fail("unknown key " + in_quotes(key) + "; valid: " + std::string(kInputKeys));
     }
@@ -235,6 +312,7 @@ TraceLine parse_trace_line(std::string_view line, std::optional<Millis> previous
   if (previous_t && r.t < *previous_t)
     fail("\"t\": " + std::to_string(r.t.count()) + " goes back from " +
          std::to_string(previous_t->count()));
+  if (auto u = j.find("upstreams"); u != j.end()) out.upstreams = parse_upstreams(*u, r.t);
   return out;
 }
 
@@ -257,16 +335,30 @@ std::string tick_log_line(const Reading& reading, const Requests* requests,
     append_number(out, *reading.stall_ms);
   }
   if (requests) append_lanes(out, "requests", *requests);
-  if (extras.unpin) out += ",\"unpin\":true";
-  if (extras.pin) {
-    out += ",\"pin\":{\"level\":" + std::to_string(static_cast<int>(extras.pin->level));
-    if (extras.pin->ttl) out += ",\"ttl\":\"" + format_duration(*extras.pin->ttl) + "\"";
-    if (!extras.pin->reason.empty()) out += ",\"reason\":" + Json(extras.pin->reason).dump();
-    out += '}';
-  }
+  append_pin(out, extras.pin, extras.unpin);
   append_decision(out, decision);
   if (extras.admitted) append_lanes(out, "admitted", *extras.admitted);
   if (extras.shed) append_lanes(out, "shed", *extras.shed);
+  if (!extras.upstreams.empty()) {
+    out += ",\"upstreams\":{";
+    bool first = true;
+    for (const auto& u : extras.upstreams) {
+      if (!std::exchange(first, false)) out += ',';
+      out += Json(std::string(u.name)).dump();
+      out += ":{";
+      const Reading& ur = *u.reading;
+      out += ur.upstream_timeout ? "\"upstream_timeout\":true" : "\"upstream_timeout\":false";
+      if (!ur.ok) out += ",\"ok\":false";
+      if (ur.upstream_wait_ms) {
+        out += ",\"upstream_wait_ms\":";
+        append_number(out, *ur.upstream_wait_ms);
+      }
+      append_pin(out, u.pin, u.unpin);
+      append_decision(out, *u.decision);
+      out += '}';
+    }
+    out += '}';
+  }
   out += '}';
   return out;
 }
@@ -280,6 +372,13 @@ int run_replay(std::istream& in, std::ostream& out, std::ostream& err,
   std::uint64_t ticks = 0;
   Level max_level = Level::normal;
   std::optional<Millis> previous_t;
+  // Each upstream's controller, in the order the trace first names them.
+  struct UpstreamReplay {
+    std::string name;
+    admission::Controller controller;
+    Level max_level = Level::normal;
+  };
+  std::vector<UpstreamReplay> upstreams;
 
   std::string line;
   for (std::size_t line_no = 1; std::getline(in, line); ++line_no) {
@@ -296,14 +395,7 @@ int run_replay(std::istream& in, std::ostream& out, std::ostream& err,
     previous_t = tl.reading.t;
     const Millis t = tl.reading.t;
 
-    // A pin or unpin recorded on a line happened before that tick's reading.
-    std::optional<Decision> before;
-    if (tl.unpin) before = controller.unpin(t, "replay");
-    if (tl.pin) {
-      Decision p = controller.pin(tl.pin->level, tl.pin->ttl, t, tl.pin->reason, "replay");
-      before = before ? merge(before, p) : p;
-    }
-    Decision d = merge(before, controller.step(tl.reading));
+    Decision d = replay_tick(controller, tl.pin, tl.unpin, tl.reading);
     ++ticks;
     max_level = std::max(max_level, d.level);
 
@@ -323,6 +415,24 @@ int run_replay(std::istream& in, std::ostream& out, std::ostream& err,
       append_lanes(row, "admitted", admitted);
       append_lanes(row, "shed", shed);
     }
+    if (!tl.upstreams.empty()) {
+      row += ",\"upstreams\":{";
+      for (std::size_t i = 0; i < tl.upstreams.size(); ++i) {
+        const auto& ut = tl.upstreams[i];
+        auto it = std::find_if(upstreams.begin(), upstreams.end(),
+                               [&](const UpstreamReplay& u) { return u.name == ut.name; });
+        if (it == upstreams.end())
+          it = upstreams.insert(upstreams.end(),
+                                UpstreamReplay{ut.name, admission::Controller(options.controller)});
+        Decision ud = replay_tick(it->controller, ut.pin, ut.unpin, ut.reading);
+        it->max_level = std::max(it->max_level, ud.level);
+        if (i > 0) row += ',';
+        std::string decision;
+        append_decision(decision, ud);
+        row += Json(ut.name).dump() + ":{" + decision.substr(1) + '}';  // without its leading comma
+      }
+      row += '}';
+    }
     row += "}\n";
     out << row;
   }
@@ -331,19 +441,21 @@ int run_replay(std::istream& in, std::ostream& out, std::ostream& err,
     err << "sluice: replay: reading the trace failed\n";
     return 2;
   }
-  std::uint64_t changes = 0, suppressed = 0;
-  const auto& stats = controller.stats();
-  for (const auto& from : stats.changes)
-    for (const auto& to : from)
-      for (auto n : to) changes += n;
-  for (const auto& to : stats.suppressed)
-    for (auto n : to) suppressed += n;
-  std::string summary = "{\"summary\":{\"ticks\":" + std::to_string(ticks) +
-                        ",\"level_changes\":" + std::to_string(changes) +
-                        ",\"rise_suppressed\":" + std::to_string(suppressed) +
-                        ",\"max_level\":" + std::to_string(static_cast<int>(max_level));
+  std::string summary = "{\"summary\":{\"ticks\":" + std::to_string(ticks);
+  append_counts(summary, controller, max_level);
   append_lanes(summary, "shed", total_shed);
   append_lanes(summary, "admitted", total_admitted);
+  if (!upstreams.empty()) {
+    summary += ",\"upstreams\":{";
+    for (std::size_t i = 0; i < upstreams.size(); ++i) {
+      if (i > 0) summary += ',';
+      summary += Json(upstreams[i].name).dump() + ":{";
+      std::string counts;
+      append_counts(counts, upstreams[i].controller, upstreams[i].max_level);
+      summary += counts.substr(1) + '}';  // without its leading comma
+    }
+    summary += '}';
+  }
   summary += "}}\n";
   out << summary;
   out.flush();

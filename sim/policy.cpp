@@ -94,10 +94,7 @@ class Sluice final : public Policy {
       }
       auto& b = *bulkheads_[s.attempt.upstream];
       b.cancel(s, micros(now), rng_);
-      if (s.seated) {  // at the head of its lane by now, and asked once more: seated
-        driver_.start(s.attempt.request, now);
-        continue;
-      }
+      if (s.seated) continue;  // asked once more at its window's end: seated (on_seated started it)
       double waited = now - std::chrono::duration<double>(s.since).count();  // seconds queued
       driver_.refuse(s.attempt.request, retry_after(s.attempt, waited, now), now);
     }

@@ -75,7 +75,8 @@ TEST_CASE("requests waiting for upstream connections raise the level and bulk ge
         }
       }
     });
-  bool raised = eventually([&] { return s.metric("sluice_admission_level") >= 2; }, 15s);
+  bool raised =
+      eventually([&] { return s.metric(R"(sluice_upstream_level{upstream="api"})") >= 2; }, 15s);
   auto refused = request(s.port, "GET", "/bulk/upload");
   stop = true;
   for (auto& t : load) t.join();
@@ -92,14 +93,17 @@ TEST_CASE("requests waiting for upstream connections raise the level and bulk ge
             R"(sluice_admission_decisions_total{lane="bulk",outcome="shed",reason="level"})") >= 1);
   CHECK(s.metric(R"(sluice_requests_total{code="503",lane="bulk"})") >= 1);
   auto state = json::parse(request(s.admin, "GET", "/admin/state").body);
-  CHECK(state["level"].get<int>() >= 2);
+  CHECK(state["level"].get<int>() == 0);  // the process's own loops are calm
+  CHECK(state["upstreams"][0]["level"].get<int>() >= 2);
+  CHECK(state["upstreams"][0]["trigger"] == "upstream_wait");
   CHECK(state["lanes"]["bulk"]["shed"].get<int>() >= 1);
 }
 
-TEST_CASE("a blocked event loop goes straight to level 3 and bulk gets 503",
+TEST_CASE("blocked event loops (every one) go straight to level 3 and bulk gets 503",
           "[e2e][admission][pressure]") {
   Upstream up(kUpstream);
   Sluice s(kSluice, env_for(up, {{"SLUICE_THREADS", "2"}, {"SLUICE_DEBUG_ENDPOINTS", "true"}}));
+  REQUIRE(request(s.admin, "POST", "/admin/debug/block?thread=0&ms=1600").status == 202);
   REQUIRE(request(s.admin, "POST", "/admin/debug/block?thread=1&ms=1600").status == 202);
   REQUIRE(eventually([&] { return s.metric("sluice_admission_level") == 3; }, 5s));
   CHECK(s.metric(R"(sluice_admission_level_changes_total{from="0",to="3",trigger="stall"})") == 1);
@@ -232,7 +236,13 @@ TEST_CASE("the tick log replays through sluice replay to the levels the proxy de
     REQUIRE(request(s.admin, "POST", "/admin/pins", {}, R"({"level":2,"ttl":"400ms"})").status ==
             200);
     request(s.port, "GET", "/bulk/b");
-    REQUIRE(request(s.admin, "POST", "/admin/debug/block?thread=0&ms=1200").status == 202);
+    REQUIRE(
+        request(s.admin, "POST", "/admin/pins", {}, R"({"level":1,"ttl":"700ms","upstream":"api"})")
+            .status == 200);
+    for (int thread = 0; thread < 2; ++thread)  // every loop: the process stalls
+      REQUIRE(request(s.admin, "POST",
+                      "/admin/debug/block?thread=" + std::to_string(thread) + "&ms=1200")
+                  .status == 202);
     std::this_thread::sleep_for(3s);
   }
   std::vector<json> recorded;
@@ -242,9 +252,13 @@ TEST_CASE("the tick log replays through sluice replay to the levels the proxy de
     while (std::getline(in, line)) recorded.push_back(json::parse(line));
   }
   REQUIRE(recorded.size() >= 10);
-  int max_level = 0;
-  for (auto& r : recorded) max_level = std::max(max_level, r["level"].get<int>());
-  CHECK(max_level == 3);  // the stall
+  int max_level = 0, max_upstream_level = 0;
+  for (auto& r : recorded) {
+    max_level = std::max(max_level, r["level"].get<int>());
+    max_upstream_level = std::max(max_upstream_level, r["upstreams"]["api"]["level"].get<int>());
+  }
+  CHECK(max_level == 3);           // the stall
+  CHECK(max_upstream_level == 1);  // its pin
 
   // The replay reads the log as written and decides the same levels, twice alike.
   auto replay_env = env;
@@ -264,8 +278,10 @@ TEST_CASE("the tick log replays through sluice replay to the levels the proxy de
   for (std::size_t i = 0; i < recorded.size(); ++i) {
     INFO("tick " << i);
     CHECK(replayed[i]["level"] == recorded[i]["level"]);
+    CHECK(replayed[i]["upstreams"]["api"]["level"] == recorded[i]["upstreams"]["api"]["level"]);
   }
   CHECK(replayed.back()["summary"]["max_level"] == 3);
+  CHECK(replayed.back()["summary"]["upstreams"]["api"]["max_level"] == 1);
   std::filesystem::remove(path);
 }
 
@@ -274,11 +290,13 @@ TEST_CASE("upstream timeouts are evidence for level 2", "[e2e][admission][pressu
   Sluice s(kSluice, env_for(up, {{"SLUICE_UPSTREAM_RESPONSE_TIMEOUT", "100ms"}}));
   // One timeout, then quiet: the 30 s window keeps it as evidence on every tick.
   CHECK(request(s.port, "GET", "/slow?ms=1000").status == 504);
-  REQUIRE(eventually([&] { return s.metric("sluice_admission_level") == 2; }, 5s));
+  REQUIRE(
+      eventually([&] { return s.metric(R"(sluice_upstream_level{upstream="api"})") == 2; }, 5s));
   CHECK(
       s.metric(
-          R"(sluice_admission_level_changes_total{from="0",to="2",trigger="upstream_timeout"})") ==
+          R"(sluice_upstream_level_changes_total{upstream="api",from="0",to="2",trigger="upstream_timeout"})") ==
       1);
+  CHECK(s.metric("sluice_admission_level") == 0);  // the process's own loops are calm
   CHECK(request(s.port, "GET", "/bulk/x").status == 503);
   CHECK(request(s.port, "GET", "/api").status == 200);  // standard is whole at level 2
 }

@@ -2,9 +2,12 @@
 // cold start. One capacity per upstream for the whole process, pressure
 // scoped to what it measures, every worker accepting, observe mode deciding
 // as enforce does. Counts measured in one run, generous bounds, no timings.
+#include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -30,15 +33,14 @@ using sluice::test::upstream_stats;
 
 namespace {
 
-const std::string kLaneRoutes =
-    R"([{"header":{"name":"X-Lane","value":"bulk"},"lane":"bulk"},)"
-    R"({"header":{"name":"X-Lane","value":"heavy"},"lane":"heavy"},)"
-    R"({"prefix":"/","lane":"standard"}])";
+const std::string kLaneRoutes = R"([{"header":{"name":"X-Lane","value":"bulk"},"lane":"bulk"},)"
+                                R"({"header":{"name":"X-Lane","value":"heavy"},"lane":"heavy"},)"
+                                R"({"prefix":"/","lane":"standard"}])";
 
 double decisions(Sluice& s, const std::string& lane, const std::string& outcome,
                  const std::string& reason) {
-  return s.metric(R"(sluice_admission_decisions_total{lane=")" + lane + R"(",outcome=")" +
-                  outcome + R"(",reason=")" + reason + "\"}");
+  return s.metric(R"(sluice_admission_decisions_total{lane=")" + lane + R"(",outcome=")" + outcome +
+                  R"(",reason=")" + reason + "\"}");
 }
 
 }  // namespace
@@ -48,8 +50,8 @@ TEST_CASE(
     "with few of its 429s",
     "[e2e][scale][concurrency]") {
   Upstream up(kUpstream, {"--capacity", "4", "--service-ms", "20", "--threads", "2"});
-  Sluice s(kSluice, sluice::test::upstream_env(up, {{"SLUICE_THREADS", "8"},
-                                                    {"SLUICE_ACCESS_LOG", "off"}}));
+  Sluice s(kSluice,
+           sluice::test::upstream_env(up, {{"SLUICE_THREADS", "8"}, {"SLUICE_ACCESS_LOG", "off"}}));
   Tally tally;
   Load load(s.port, "/", 12, tally);  // three times what the upstream takes
   std::this_thread::sleep_for(3s);    // past slow start and the first "too much"
@@ -77,14 +79,12 @@ TEST_CASE("observe and enforce over the same load make the same decisions, under
   // (1); heavy (factor 1 here) meets a cap of 2 leases while 6 ask at once.
   auto run = [](const std::string& mode) {
     Upstream up(kUpstream);
-    Sluice s(kSluice,
-             sluice::test::upstream_env(
-                 up, {{"SLUICE_THREADS", "2"},
-                      {"SLUICE_ADMISSION_MODE", mode},
-                      {"SLUICE_ROUTES", kLaneRoutes},
-                      {"SLUICE_HEAVY_MAX_IN_FLIGHT", "2"},
-                      {"SLUICE_QUEUE_WINDOW", "heavy=300ms"},
-                      {"SLUICE_LANE_FACTORS", "heavy=1,1,1,1"}}));
+    Sluice s(kSluice, sluice::test::upstream_env(up, {{"SLUICE_THREADS", "2"},
+                                                      {"SLUICE_ADMISSION_MODE", mode},
+                                                      {"SLUICE_ROUTES", kLaneRoutes},
+                                                      {"SLUICE_HEAVY_MAX_IN_FLIGHT", "2"},
+                                                      {"SLUICE_QUEUE_WINDOW", "heavy=300ms"},
+                                                      {"SLUICE_LANE_FACTORS", "heavy=1,1,1,1"}}));
     std::map<int, int> statuses;
     {
       std::vector<std::jthread> heavy;
@@ -130,4 +130,82 @@ TEST_CASE("observe and enforce over the same load make the same decisions, under
     CHECK(observe[name] == n);
   }
   CHECK(observe_statuses[200] == 26);
+}
+
+TEST_CASE("a stalled worker does not stop the others from accepting and serving new connections",
+          "[e2e][scale][concurrency]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, sluice::test::upstream_env(up, {{"SLUICE_THREADS", "2"},
+                                                    {"SLUICE_DEBUG_ENDPOINTS", "true"},
+                                                    {"SLUICE_ACCESS_LOG", "off"}}));
+  for (int blocked = 0; blocked < 2; ++blocked) {
+    INFO("blocked worker " << blocked);
+    REQUIRE(request(s.admin, "POST",
+                    "/admin/debug/block?thread=" + std::to_string(blocked) + "&ms=4000")
+                .status == 202);
+    std::this_thread::sleep_for(200ms);  // the block has begun
+    // New connections, each one request, all while the worker is stalled: the
+    // other accepts and serves them (one that waited for the stalled worker
+    // would answer only after the block, past the 2 s allowed).
+    const auto start = std::chrono::steady_clock::now();
+    int ok = 0;
+    for (int i = 0; i < 20; ++i) {
+      try {
+        ok += request(s.port, "GET", "/", {}, {}, 2s).status == 200;
+      } catch (const std::runtime_error&) {
+      }
+    }
+    CHECK(ok == 20);
+    CHECK(std::chrono::steady_clock::now() - start < 3800ms);
+    std::this_thread::sleep_for(4s);  // the block is over
+  }
+}
+
+TEST_CASE(
+    "an upstream that times out sheds only what is bound to it: the other's lanes are all served "
+    "and its level stays 0",
+    "[e2e][scale][concurrency]") {
+  Upstream good(kUpstream), slow(kUpstream);
+  Sluice s(kSluice,
+           {{"SLUICE_UPSTREAMS", "good=127.0.0.1:" + std::to_string(good.port) +
+                                     ";slow=127.0.0.1:" + std::to_string(slow.port)},
+            {"SLUICE_THREADS", "2"},
+            {"SLUICE_TICK", "200ms"},
+            {"SLUICE_UPSTREAM_RESPONSE_TIMEOUT", "300ms"},
+            {"SLUICE_ROUTES", R"([{"prefix":"/slow","upstream":"slow"},)"
+                              R"({"header":{"name":"X-Lane","value":"bulk"},"lane":"bulk"},)"
+                              R"({"prefix":"/","lane":"standard"}])"}});
+  // The slow upstream answers after 2 s: every request to it times out (504).
+  std::vector<std::jthread> timing_out;
+  std::atomic<int> gateway_timeouts{0};
+  std::atomic<bool> stop{false};
+  for (int i = 0; i < 2; ++i)
+    timing_out.emplace_back([&] {
+      while (!stop) gateway_timeouts += request(s.port, "GET", "/slow?ms=2000").status == 504;
+    });
+  REQUIRE(
+      eventually([&] { return s.metric(R"(sluice_upstream_level{upstream="slow"})") >= 2; }, 10s));
+  // Meanwhile both lanes bound to the good upstream are served, bulk too
+  // (whose factor at level 2 is 0: a process-wide level 2 would refuse it all).
+  int sent = 0, ok = 0;
+  double good_level = 0;
+  for (int i = 0; i < 40; ++i) {
+    sluice::test::Headers h;
+    if (i % 2 == 0) h.emplace_back("X-Lane", "bulk");
+    ok += request(s.port, "GET", "/", h).status == 200;
+    ++sent;
+    good_level = std::max(good_level, s.metric(R"(sluice_upstream_level{upstream="good"})"));
+    std::this_thread::sleep_for(20ms);
+  }
+  const double slow_level = s.metric(R"(sluice_upstream_level{upstream="slow"})");
+  const double process_level = s.metric("sluice_admission_level");
+  stop = true;
+  timing_out.clear();
+  INFO("slow level " << slow_level << ", process level " << process_level << ", 504s "
+                     << gateway_timeouts);
+  CHECK(ok == sent);
+  CHECK(good_level == 0);
+  CHECK(process_level == 0);
+  CHECK(slow_level >= 2);
+  CHECK(gateway_timeouts > 0);
 }

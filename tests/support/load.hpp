@@ -82,7 +82,9 @@ class Load {
         conn.reset();
         continue;
       }
-      const auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      const auto ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
       if (res->status == 200) {
         ++tally.ok;
         if (tally.recording) {

@@ -302,10 +302,17 @@ TEST_CASE("a refusal names what held the request: heavy cap, budget, reserved sl
     auto ask = ask_for(0, kNone, Lane::heavy);
     auto p2 = place(ask, h2, ups, 1us, rng);
     REQUIRE(p2.how == Placed::queued);
+    TestSeat h3(Lane::heavy);
+    auto p3 = place(ask, h3, ups, 2us, rng);  // behind h2
+    REQUIRE(p3.how == Placed::queued);
     ask.waited = 2s;
     auto t = timed_out(ask, h2, p2.lease, ups, 2s, rng);
     CHECK(t.how == Placed::refused);
     CHECK(t.reason == Reason::heavy_cap);
+    // h3 waited behind h2, and is held by the cap too, not by a full upstream.
+    auto t3 = timed_out(ask, h3, p3.lease, ups, 2s, rng);
+    CHECK(t3.how == Placed::refused);
+    CHECK(t3.reason == Reason::heavy_cap);
   }
   SECTION("budget: Retry-After is the quota's reset") {
     TestUpstreams ups(1, 8.0);

@@ -15,13 +15,17 @@ namespace {
 const Clock::time_point t0 = Clock::time_point{} + 1h;  // test time
 }  // namespace
 
-TEST_CASE("the tick's lag is the largest of the loops that sampled in its epoch",
-          "[proxy][sampler]") {
+TEST_CASE("the tick's lag is what every loop that sampled in its epoch shows", "[proxy][sampler]") {
   std::vector<LagSample> loops{{7, 12.0}, {7, 30.0}, {6, 250.0}};
   auto lag = tick_lag(loops, 7, 5.0);
   CHECK(lag.fresh);
   REQUIRE(lag.ms);
-  CHECK(*lag.ms == 30.0);  // the loop still at epoch 6 is not this tick's evidence
+  CHECK(*lag.ms == 12.0);  // the least; the loop still at epoch 6 is not this tick's evidence
+  // One loop far behind among several is not the process lagging; all of them are.
+  std::vector<LagSample> one{{8, 900.0}, {8, 1.0}};
+  CHECK(*tick_lag(one, 8, std::nullopt).ms == 1.0);
+  std::vector<LagSample> every{{8, 900.0}, {8, 700.0}};
+  CHECK(*tick_lag(every, 8, std::nullopt).ms == 700.0);
 }
 
 TEST_CASE("a lag tagged with a past epoch is not fresh evidence: the last value, marked stale",
@@ -70,21 +74,30 @@ TEST_CASE("the upstream-wait p95 is taken per upstream over every loop's samples
   CHECK(p95[1] == Approx(700.0));
 }
 
-TEST_CASE("the reading takes the worst upstream's wait and any upstream's timeout",
+TEST_CASE("an upstream's reading is its own wait and its own timeout, nothing of the loops'",
           "[proxy][sampler]") {
-  std::vector<UpstreamPressure> upstreams(3);
+  std::vector<UpstreamPressure> upstreams(2);
   upstreams[0].wait_p95_ms = 30.0;
   upstreams[0].oldest_wait_ms = 80.0;  // a request still queued is evidence too
-  upstreams[1].wait_p95_ms = 50.0;
-  upstreams[2].timeout = true;
-  Reading r;
-  worst_upstream(upstreams, r);
-  REQUIRE(r.upstream_wait_ms);
-  CHECK(*r.upstream_wait_ms == 80.0);
-  CHECK(r.upstream_timeout);
+  upstreams[1].timeout = true;
+  auto a = upstream_reading(sluice::admission::Millis{5000}, upstreams[0]);
+  REQUIRE(a.upstream_wait_ms);
+  CHECK(*a.upstream_wait_ms == 80.0);
+  CHECK_FALSE(a.upstream_timeout);
+  CHECK_FALSE(a.lag_ms);
+  CHECK_FALSE(a.stall_ms);
+  CHECK(a.t.count() == 5000);
+  auto b = upstream_reading(sluice::admission::Millis{5000}, upstreams[1]);
+  CHECK_FALSE(b.upstream_wait_ms);  // the other upstream's wait is not this one's
+  CHECK(b.upstream_timeout);
+}
 
-  Reading calm;
-  worst_upstream(std::vector<UpstreamPressure>(2), calm);
-  CHECK_FALSE(calm.upstream_wait_ms);
-  CHECK_FALSE(calm.upstream_timeout);
+TEST_CASE("the process stalls when every loop stalls, not when one does", "[proxy][sampler]") {
+  const std::int64_t second = 1'000'000'000;
+  std::vector<std::int64_t> one{second, 0};
+  CHECK_FALSE(all_stalled_ms(one));
+  std::vector<std::int64_t> every{second, 3 * second / 2};
+  REQUIRE(all_stalled_ms(every));
+  CHECK(*all_stalled_ms(every) == Approx(1000.0));  // what every loop went through
+  CHECK_FALSE(all_stalled_ms(std::vector<std::int64_t>{}));
 }
