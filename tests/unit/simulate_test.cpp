@@ -195,8 +195,9 @@ void check_same(const Row& single, const FleetRow& one) {
 
 }  // namespace
 
-TEST_CASE("Jain's index is 1 for equal shares, 1/n when one takes all, and between otherwise",
-          "[sim][fleet]") {
+TEST_CASE(
+    "a simulated fleet's fairness is Jain's index: 1 for equal shares, 1/n when one takes all",
+    "[sim][fleet]") {
   CHECK(jain({5, 5, 5, 5}) == Approx(1.0));
   CHECK(jain({7, 0, 0, 0}) == Approx(0.25));
   CHECK(jain({1, 2, 3}) == Approx(36.0 / 42.0));
