@@ -112,12 +112,15 @@ int replay(int argc, char** argv) {
 }
 
 // `sluice simulate [--scenario NAME|all] [--model provider|mmc] [--runs N]
-// [--seed S] [--json]`: the policy simulator, Sluice's admission configured
-// from the environment like `serve` (only the admission variables).
+// [--seed S] [--instances N,N,...] [--balance round-robin|random] [--json]`:
+// the policy simulator, Sluice's admission configured from the environment
+// like `serve` (only the admission variables). --instances: fleets of that
+// many Sluice instances in front of each scenario's upstream, instead of the policies.
 int simulate(int argc, char** argv) {
   constexpr const char* kUsage =
       "usage: sluice simulate [--scenario burst|idle|isolation|step|review|all] "
-      "[--model provider|mmc] [--runs N] [--seed S] [--json]";
+      "[--model provider|mmc] [--runs N] [--seed S] [--instances N,N,...] "
+      "[--balance round-robin|random] [--json]";
   sluice::sim::Options o;
   bool json = false;
   auto fail = [&](const std::string& what) {
@@ -136,7 +139,8 @@ int simulate(int argc, char** argv) {
       json = true;
       continue;
     }
-    if (arg != "--scenario" && arg != "--model" && arg != "--runs" && arg != "--seed")
+    if (arg != "--scenario" && arg != "--model" && arg != "--runs" && arg != "--seed" &&
+        arg != "--instances" && arg != "--balance")
       return fail("unknown argument \"" + arg + "\"");
     if (i + 1 >= argc) return fail(arg + " needs a value");
     std::string v = argv[++i];
@@ -152,6 +156,20 @@ int simulate(int argc, char** argv) {
       auto m = sluice::sim::model_from_string(v);
       if (!m) return fail("no model \"" + v + "\"");
       o.model = *m;
+    } else if (arg == "--instances") {
+      o.instances.clear();
+      for (std::size_t at = 0; at <= v.size();) {
+        std::size_t comma = v.find(',', at);
+        if (comma == std::string::npos) comma = v.size();
+        auto n = count(v.substr(at, comma - at), 64);
+        if (!n || *n == 0) return fail("--instances takes counts from 1 to 64, comma-separated");
+        o.instances.push_back(static_cast<int>(*n));
+        at = comma + 1;
+      }
+    } else if (arg == "--balance") {
+      auto b = sluice::sim::balance_from_string(v);
+      if (!b) return fail("no balance \"" + v + "\"");
+      o.balance = *b;
     } else if (arg == "--runs") {
       auto n = count(v, 1000);
       if (!n || *n == 0) return fail("--runs takes a count from 1 to 1000");
@@ -169,6 +187,12 @@ int simulate(int argc, char** argv) {
     o.settings.sluice.retry = a.retry;
   } catch (const std::exception& e) {
     return config_error(e);
+  }
+  if (!o.instances.empty()) {
+    auto fleets = sluice::sim::simulate_fleet(o);
+    std::cout << (json ? sluice::sim::format_json(fleets)
+                       : sluice::sim::format_text(fleets) + "\n");
+    return 0;
   }
   auto tables = sluice::sim::simulate(o);
   std::cout << (json ? sluice::sim::format_json(tables) : sluice::sim::format_text(tables) + "\n");

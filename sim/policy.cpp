@@ -26,6 +26,7 @@ std::string_view to_string(PolicyKind kind) {
 
 double Policy::next_timer() const { return kNever; }
 void Policy::on_timer(double) {}
+std::optional<double> Policy::estimate(std::size_t) const { return std::nullopt; }
 
 namespace {
 
@@ -42,7 +43,7 @@ class Sluice final : public Policy {
  public:
   Sluice(const SluiceSettings& s, std::size_t upstreams, std::size_t requests, Driver& driver,
          Rng& rng)
-      : s_(s), driver_(driver), rng_(rng), seats_(requests) {
+      : s_(s), driver_(driver), rng_(rng), seats_(requests), next_tick_(s.phase) {
     for (std::size_t u = 0; u < upstreams; ++u) {
       adm::Estimate e(s.estimate);
       if (u < s.remembered.size() && s.remembered[u])
@@ -80,6 +81,10 @@ class Sluice final : public Policy {
   }
 
   double next_timer() const override { return next_tick_; }
+
+  std::optional<double> estimate(std::size_t upstream) const override {
+    return bulkheads_[upstream]->estimate().value();
+  }
 
   // The proxy's heartbeat: the queue windows that ended, then every bulkhead's tick.
   void on_timer(double now) override {

@@ -69,6 +69,8 @@ class Policy {
   // The policy's own clock (kNever: none due).
   virtual double next_timer() const;
   virtual void on_timer(double now);
+  // Its estimate of what `upstream` serves now (none: it keeps none).
+  virtual std::optional<double> estimate(std::size_t upstream) const;
 };
 
 // The estimate one proxy I/O thread keeps (SLUICE_THREADS=1): the seed whole,
@@ -83,6 +85,7 @@ struct SluiceSettings {
   admission::EstimatePolicy estimate = one_thread_estimate();
   admission::RetryBands retry = admission::default_retry_bands();
   double heartbeat = 0.05;  // s: SLUICE_LAG_PROBE_INTERVAL
+  double phase = 0;         // s: the first heartbeat (a fleet's instances beat out of step)
   // A remembered estimate per upstream: K̂ and K (empty: never measured).
   std::vector<std::optional<std::pair<double, double>>> remembered;
 };

@@ -15,6 +15,24 @@
 // Each row runs `runs` seeded runs; run i of every row sees the same arrivals
 // (common random numbers), so rows differ by their policy only.
 //
+// A fleet: N instances of the proxy in front of the same upstreams, each with
+// its own policy (its own bulkheads and estimates, its own RNG, its heartbeat
+// out of step with the others'), and a load balancer that sends every attempt,
+// a retry as much as a first arrival, to one of them: round robin over the
+// attempts, or a uniform draw from its own RNG. One instance is the single
+// proxy exactly. Its figures (estimate and converge: on the scenario's first upstream):
+//   429 share    upstream 429s / requests forwarded to the upstreams
+//   fairness     Jain's index of per-instance goodput, (sum x)^2 / (N sum x^2):
+//                1 when every instance completes the same tokens, 1/N when one does all
+//   estimate     each instance's K̂, time-weighted mean over the run
+//   converge     the end of the last window (60 s, from t = 0; the last ends at
+//                the drain) whose mean in-flight count m at the upstream is outside
+//                the band |m - min(K, d)| <= band K, d the window's mean number of
+//                requests to it that have arrived and not completed (those waiting
+//                to retry included): at capacity while demand lasts, then at
+//                demand. Means of windows, so a wave of answers ending together
+//                and coming back within the window is not an exit.
+//
 // Threading: none. The same options give the same bytes.
 #include <array>
 #include <cstdint>
@@ -75,19 +93,52 @@ struct Settings {
   GradientSettings gradient;
 };
 
+// How the fleet's load balancer picks an instance for each attempt.
+enum class Balance : std::uint8_t { round_robin, random };
+std::string_view to_string(Balance balance);
+std::optional<Balance> balance_from_string(std::string_view s);
+
+struct Fleet {
+  int instances = 1;
+  Balance balance = Balance::round_robin;
+  double band = 0.25;  // of K: the convergence band
+  double window = 60;  // s: in-flight counts are judged by their mean over a window
+};
+
+// What one instance of a fleet did in a run.
+struct InstanceResult {
+  int attempts = 0;           // the balancer sent it
+  int forwarded = 0;          // it started at an upstream
+  int upstream_refusals = 0;  // 429s to what it forwarded
+  int policy_refusals = 0;    // its own 503s
+  double tokens = 0;          // completed through it, by the drain
+  double estimate = 0;        // K̂ on the first upstream, time-weighted mean (0: no estimate)
+};
+
 struct RunResult {
   double drain = 0;  // s; kHorizon when it did not drain
   bool drained = false;
   int upstream_refusals = 0;  // 429s
   int policy_refusals = 0;    // 503s of the policy
   int cuts = 0;
+  int forwarded = 0;  // requests started at an upstream, retries included
   double tokens = 0;  // of completed requests, by the drain
   std::array<std::vector<double>, admission::kLaneCount> latency;  // s, first arrival to completion
+  std::vector<InstanceResult> instances;                           // one per instance of the fleet
+  double converge = 0;  // s: the first upstream's in-flight count stays in the band from here on
+  double in_band = 0;   // s of the run in windows in the band
   double goodput() const { return drain > 0 ? tokens / drain : 0; }
+  // Upstream 429s per request forwarded (0: none forwarded).
+  double refusal_share() const;
+  // Jain's index of the instances' goodput.
+  double fairness() const;
 };
 
+// Jain's fairness index of x: (sum x)^2 / (n sum x^2); 1 for an empty or all-zero x.
+double jain(const std::vector<double>& x);
+
 RunResult run_once(const Scenario& scenario, ModelKind model, const PolicyChoice& policy,
-                   const Settings& settings, std::uint64_t seed);
+                   const Settings& settings, std::uint64_t seed, const Fleet& fleet = {});
 
 struct Spread {
   double mean = 0, min = 0, max = 0;
@@ -109,6 +160,27 @@ struct Table {
   std::vector<Row> rows;
 };
 
+// One fleet size under Sluice, over the runs. Spreads are over the runs.
+struct FleetRow {
+  int instances = 1;
+  int runs = 0, drained = 0;
+  Spread drain, goodput, refusal_share, upstream_refusals, policy_refusals, cuts, fairness;
+  Spread estimate_sum;       // the instances' mean K̂ added up
+  Spread converge, in_band;  // s, and the fraction of the run in the band
+  // Per instance, means over the runs of the mean, the lowest and the highest instance's K̂.
+  Spread estimate;
+};
+
+struct FleetTable {
+  ScenarioKind scenario = ScenarioKind::burst;
+  ModelKind model = ModelKind::provider;
+  int runs = 0;
+  std::uint64_t seed = 0;
+  Balance balance = Balance::round_robin;
+  double capacity = 0;  // K (or c) of the first upstream
+  std::vector<FleetRow> rows;
+};
+
 struct Options {
   std::vector<ScenarioKind> scenarios{kScenarios.begin(), kScenarios.end()};
   ModelKind model = ModelKind::provider;
@@ -116,14 +188,24 @@ struct Options {
   std::uint64_t seed = 1;
   Settings settings;
   bool quiet = false;  // the isolation scenario without its flood
+  // Fleet sizes: one fleet table per scenario instead of the policies (empty: the policies).
+  std::vector<int> instances;
+  Balance balance = Balance::round_robin;
 };
 
 Row run_row(ScenarioKind scenario, const PolicyChoice& policy, const Options& o);
 Table run_table(ScenarioKind scenario, const Options& o);
 std::vector<Table> simulate(const Options& o);
 
+// Run i of every fleet row sees the arrivals run i of run_row sees.
+FleetRow run_fleet_row(ScenarioKind scenario, const Fleet& fleet, const Options& o);
+FleetTable run_fleet_table(ScenarioKind scenario, const Options& o);
+std::vector<FleetTable> simulate_fleet(const Options& o);
+
 std::string format_text(const std::vector<Table>& tables);
 std::string format_json(const std::vector<Table>& tables);
+std::string format_text(const std::vector<FleetTable>& tables);
+std::string format_json(const std::vector<FleetTable>& tables);
 
 // p in [0, 1] of v (nearest rank); v need not be sorted.
 double percentile(std::vector<double> v, double p);

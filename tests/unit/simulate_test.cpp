@@ -166,3 +166,163 @@ TEST_CASE("a never-measured pool drains within two minutes of a remembered one",
   CHECK(fresh.drain.mean <= remembered.drain.mean + 120);
   CHECK(fresh.drain.max <= remembered.drain.max + 120);
 }
+
+// ---------------------------------------------------------------- fleets
+
+namespace {
+
+Fleet fleet(int instances, Balance balance = Balance::round_robin) {
+  Fleet f;
+  f.instances = instances;
+  f.balance = balance;
+  return f;
+}
+
+// Every figure a policy row and a fleet row both carry, compared exactly.
+void check_same(const Row& single, const FleetRow& one) {
+  CHECK(one.drained == single.drained);
+  for (auto [a, b] : {std::pair{one.drain, single.drain},
+                      {one.goodput, single.goodput},
+                      {one.upstream_refusals, single.upstream_refusals},
+                      {one.policy_refusals, single.policy_refusals},
+                      {one.cuts, single.cuts}}) {
+    CHECK(a.mean == b.mean);
+    CHECK(a.min == b.min);
+    CHECK(a.max == b.max);
+  }
+  CHECK(one.fairness.min == 1.0);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a simulated fleet's fairness is Jain's index: 1 for equal shares, 1/n when one takes all",
+    "[sim][fleet]") {
+  CHECK(jain({5, 5, 5, 5}) == Approx(1.0));
+  CHECK(jain({7, 0, 0, 0}) == Approx(0.25));
+  CHECK(jain({1, 2, 3}) == Approx(36.0 / 42.0));
+  CHECK(jain({}) == 1.0);
+  CHECK(jain({0, 0}) == 1.0);
+}
+
+TEST_CASE(
+    "a simulated fleet of one instance is the single proxy, run for run, under either balance",
+    "[sim][fleet]") {
+  auto o = options(2);
+  for (auto scenario : {ScenarioKind::burst, ScenarioKind::step}) {
+    auto single = row(scenario, PolicyKind::sluice, o);
+    for (auto balance : {Balance::round_robin, Balance::random}) {
+      INFO(to_string(scenario) << " " << to_string(balance));
+      check_same(single, run_fleet_row(scenario, fleet(1, balance), o));
+    }
+  }
+}
+
+TEST_CASE(
+    "a simulated fleet of four sends every attempt to one instance and its instances' counts add "
+    "up to the run's",
+    "[sim][fleet]") {
+  Rng arrivals(5);
+  Scenario s = make_scenario(ScenarioKind::step, ModelKind::provider, arrivals);
+  double work = 0;
+  for (const Job& j : s.jobs) work += j.work;  // all fixed: every one completes by the drain
+  for (auto balance : {Balance::round_robin, Balance::random}) {
+    INFO(to_string(balance));
+    auto r = run_once(s, ModelKind::provider, {PolicyKind::sluice, "sluice", false}, Settings{}, 9,
+                      fleet(4, balance));
+    REQUIRE(r.drained);
+    REQUIRE(r.instances.size() == 4);
+    int attempts = 0, forwarded = 0, r429 = 0, r503 = 0, least = 1 << 30, most = 0;
+    double tokens = 0;
+    for (const auto& in : r.instances) {
+      attempts += in.attempts;
+      forwarded += in.forwarded;
+      r429 += in.upstream_refusals;
+      r503 += in.policy_refusals;
+      tokens += in.tokens;
+      least = std::min(least, in.attempts);
+      most = std::max(most, in.attempts);
+      CHECK(in.estimate >= 1.0);  // K̂ never below one slot
+      // Each attempt started at the upstream or was refused by the instance it went to, once.
+      CHECK(in.attempts == in.forwarded + in.policy_refusals);
+    }
+    CHECK(attempts == r.forwarded + r.policy_refusals);
+    CHECK(forwarded == r.forwarded);
+    CHECK(r429 == r.upstream_refusals);
+    CHECK(r503 == r.policy_refusals);
+    CHECK(tokens == work);
+    CHECK(r.tokens == work);
+    CHECK(r.refusal_share() == Approx(static_cast<double>(r429) / forwarded));
+    if (balance == Balance::round_robin) {
+      CHECK(most - least <= 1);
+    } else {
+      CHECK(least > attempts / 8);  // a quarter each, give or take
+      CHECK(most < attempts * 3 / 8);
+    }
+  }
+}
+
+TEST_CASE(
+    "a simulated fleet's 429 share, fairness and convergence are what the hand count of a small "
+    "run gives",
+    "[sim][fleet]") {
+  // Two instances without gating before an M/M/c upstream of two servers. At t = 0
+  // requests 0 and 2 go to instance 0, 1 and 3 to instance 1: 0 and 1 are served,
+  // 2 and 3 meet three and four in flight and get a 429 at once, come back at
+  // t = 10 (instance 0, then 1) and are served. Request 4 arrives alone at t = 30
+  // (instance 0). Instance 0 completes 1 + 1 + 4 tokens, instance 1 3 + 1.
+  Scenario s;
+  s.upstreams = {"api"};
+  s.capacity = {2};
+  for (double w : {1.0, 3.0, 1.0, 1.0}) s.jobs.push_back({0, Lane::standard, 0, w, true});
+  s.jobs.push_back({30, Lane::standard, 0, 4, true});
+  Fleet f = fleet(2);
+  f.window = 1;  // judged second by second
+  auto r = run_once(s, ModelKind::mmc, {PolicyKind::none, "none", false}, Settings{}, 3, f);
+  REQUIRE(r.drained);
+  CHECK(r.forwarded == 7);
+  CHECK(r.upstream_refusals == 2);
+  CHECK(r.refusal_share() == Approx(2.0 / 7.0));
+  REQUIRE(r.instances.size() == 2);
+  CHECK(r.instances[0].tokens == 6);
+  CHECK(r.instances[1].tokens == 4);
+  CHECK(r.instances[0].attempts == 4);  // a retry is an attempt of its own
+  CHECK(r.instances[1].attempts == 3);
+  CHECK(r.fairness() == Approx(100.0 / 104.0));
+  // Until t = 10 the two refused wait to retry with nothing in flight: short of
+  // min(K, demand) = 2 by more than 0.25 K. From then on in flight is what is
+  // asked for: the retries, nothing while nothing is asked, request 4 alone.
+  CHECK(r.converge == Approx(10.0));
+  CHECK(r.in_band == Approx(r.drain - 10.0));
+  CHECK(r.instances[0].estimate == 0);  // no gating keeps no estimate
+}
+
+TEST_CASE("a simulated fleet prints the same bytes for the same seed", "[sim][fleet]") {
+  Options o = options(1, 42);
+  o.scenarios = {ScenarioKind::idle};
+  o.instances = {1, 4};
+  o.balance = Balance::random;
+  auto a = format_text(simulate_fleet(o)) + format_json(simulate_fleet(o));
+  CHECK(a == format_text(simulate_fleet(o)) + format_json(simulate_fleet(o)));
+  o.seed = 43;
+  CHECK(format_text(simulate_fleet(o)) != format_text(simulate_fleet(options(1, 42))));
+}
+
+TEST_CASE(
+    "sixteen simulated instances, each estimating on its own, overrun a pool of four that one "
+    "instance drains",
+    "[sim][fleet]") {
+  auto o = options(1);
+  auto one = run_fleet_row(ScenarioKind::isolation, fleet(1), o);
+  auto sixteen = run_fleet_row(ScenarioKind::isolation, fleet(16), o);
+  CHECK(one.drained == 1);
+  CHECK(one.refusal_share.mean < 0.2);
+  // Every instance keeps at least one slot: sixteen together, on an upstream of four.
+  CHECK(sixteen.estimate.min >= 1.0);
+  CHECK(sixteen.estimate_sum.mean >= 16.0);
+  CHECK(sixteen.estimate_sum.mean == Approx(16 * sixteen.estimate.mean));
+  CHECK(sixteen.refusal_share.mean > 0.5);
+  CHECK(sixteen.drained == 0);
+  CHECK(sixteen.in_band.mean < one.in_band.mean);
+  CHECK(sixteen.fairness.mean < one.fairness.mean);
+}
