@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Instructions per request on the request path: Sluice under callgrind
-# (SLUICE_THREADS=1), `wrk -t1 -c10 -dDURATIONs` against GET / through it to one
+# (SLUICE_THREADS=THREADS, 1 by default), `wrk -t1 -c10 -dDURATIONs` against GET / through it to one
 # sluice-upstream. The counters are zeroed once Sluice serves and dumped when wrk
 # ends (callgrind_control), so start-up and shut-down are left out: the
 # instructions of that window divided by the requests Sluice counted in it
@@ -8,7 +8,8 @@
 # User-space instruction counts hold steady on a shared machine where times do not.
 #
 # Usage: bench/callgrind.sh [SLUICE_BINARY]   (default build/release/app/sluice)
-# Environment: DURATION (default 8), KEEP_TMP=1 keeps the temp dir (callgrind.out.*
+# Environment: DURATION (default 8), THREADS (default 1; callgrind runs them one at a
+# time, so the count is the instructions of the path, locks included), KEEP_TMP=1 keeps the temp dir (callgrind.out.*
 # for callgrind_annotate). Installs valgrind and wrk with apt-get when missing.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,6 +17,7 @@ LIB="$REPO/bench/lib"
 SLUICE=$(realpath "${1:-$REPO/build/release/app/sluice}")
 UPSTREAM="$REPO/build/release/upstream/sluice-upstream"
 DURATION=${DURATION:-8}
+THREADS=${THREADS:-1}
 KEEP_TMP=${KEEP_TMP:-0}
 log() { echo "callgrind: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -41,7 +43,7 @@ run() {  # NAME ACCESS_LOG: prints instructions per request
   mapfile -t ports < <(free_ports 2)
   start_bg "$TMP/$name.log" env SLUICE_UPSTREAMS="127.0.0.1:$UP_PORT" \
     SLUICE_LISTEN="127.0.0.1:${ports[0]}" SLUICE_ADMIN_LISTEN="127.0.0.1:${ports[1]}" \
-    SLUICE_THREADS=1 SLUICE_ACCESS_LOG="$access_log" SLUICE_DRAIN_DELAY=0 SLUICE_DRAIN_TIMEOUT=2s \
+    SLUICE_THREADS="$THREADS" SLUICE_ACCESS_LOG="$access_log" SLUICE_DRAIN_DELAY=0 SLUICE_DRAIN_TIMEOUT=2s \
     valgrind --tool=callgrind --callgrind-out-file="$TMP/callgrind.out.$name" "$SLUICE"
   pid=$LAST_PID
   wait_http_200 "$name" "$pid" "http://127.0.0.1:${ports[0]}/" "$TMP/$name.log"

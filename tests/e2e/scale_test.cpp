@@ -209,3 +209,22 @@ TEST_CASE(
   CHECK(slow_level >= 2);
   CHECK(gateway_timeouts > 0);
 }
+
+TEST_CASE("an SSE stream cut for idling is not an upstream timeout", "[e2e][scale]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, sluice::test::upstream_env(up, {{"SLUICE_SSE_IDLE_TIMEOUT", "200ms"},
+                                                    {"SLUICE_TICK", "100ms"}}));
+  // Events 1 s apart: the stream is cut after its first event.
+  auto conn = sluice::test::Conn::open(s.port);
+  REQUIRE(conn.send(sluice::test::format_request("GET", "/sse?n=3&interval_ms=1000", s.port,
+                                                 {{"Accept", "text/event-stream"}})));
+  sluice::test::BodyReader reader(conn);
+  auto head = reader.read_head(5s);
+  REQUIRE(head);
+  REQUIRE(head->status == 200);
+  reader.read_all(5s);
+  CHECK(eventually([&] { return s.metric("sluice_client_connections") == 0; }, 5s));
+  std::this_thread::sleep_for(300ms);  // a few ticks
+  CHECK(s.metric(R"(sluice_upstream_timeouts_total{upstream="api"})") == 0);
+  CHECK(s.metric(R"(sluice_upstream_level{upstream="api"})") == 0);
+}

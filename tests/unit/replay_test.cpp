@@ -419,3 +419,88 @@ TEST_CASE(
   // Ten lag blips (one fresh tick each) and ten slow waits (two ticks each) held back.
   CHECK(after.summary["rise_suppressed"] == 30);
 }
+
+TEST_CASE("an upstream's part of a line is its own reading, pin and unpin", "[replay][trace]") {
+  auto tl = parse_trace_line(
+      R"({"t":900,"lag_ms":3,"upstreams":{"api":{"upstream_wait_ms":250,"upstream_timeout":true,)"
+      R"("pin":{"level":2,"ttl":"1m"},"level":0,"changed":false},"spare":{"ok":false,"unpin":true}}})",
+      std::nullopt);
+  REQUIRE(tl.upstreams.size() == 2);
+  const auto& api = tl.upstreams[0].name == "api" ? tl.upstreams[0] : tl.upstreams[1];
+  const auto& spare = tl.upstreams[0].name == "api" ? tl.upstreams[1] : tl.upstreams[0];
+  CHECK(api.reading.t == 900ms);
+  REQUIRE(api.reading.upstream_wait_ms);
+  CHECK(*api.reading.upstream_wait_ms == 250);
+  CHECK(api.reading.upstream_timeout);
+  CHECK_FALSE(api.reading.lag_ms);  // the loops' lag is the process's, at the top
+  REQUIRE(api.pin);
+  CHECK(api.pin->level == Level::critical);
+  CHECK_FALSE(spare.reading.ok);
+  CHECK(spare.unpin);
+  CHECK_FALSE(tl.reading.upstream_wait_ms);
+  CHECK_THROWS_WITH(parse_trace_line(R"({"t":1,"upstreams":{"api":{"lag_ms":3}}})", std::nullopt),
+                    Catch::Contains("\"upstreams\": \"api\": unknown key \"lag_ms\""));
+  CHECK_THROWS_WITH(parse_trace_line(R"({"t":1,"upstreams":[1]})", std::nullopt),
+                    Catch::Contains("\"upstreams\": expected an object"));
+}
+
+TEST_CASE("each upstream replays on a controller of its own; the process level is not moved by it",
+          "[replay]") {
+  // Three ticks of an upstream wait above level 1's line on "api", calm on
+  // "spare", calm loops: api rises to 1, spare and the process stay at 0.
+  std::string trace;
+  for (int t = 1; t <= 4; ++t)
+    trace += R"({"t":)" + std::to_string(t * 1000) +
+             R"(,"lag_ms":1,"upstreams":{"api":{"upstream_wait_ms":170},"spare":{}}})" "\n";
+  auto r = replay(trace);
+  REQUIRE(r.code == 0);
+  REQUIRE(r.ticks.size() == 4);
+  CHECK(r.ticks[2]["upstreams"]["api"]["level"] == 1);
+  CHECK(r.ticks[2]["upstreams"]["api"]["changed"] == true);
+  CHECK(r.ticks[2]["upstreams"]["api"]["trigger"] == "upstream_wait");
+  CHECK(r.ticks[3]["upstreams"]["spare"]["level"] == 0);
+  CHECK(r.ticks[3]["level"] == 0);
+  CHECK(r.summary["max_level"] == 0);
+  CHECK(r.summary["upstreams"]["api"]["max_level"] == 1);
+  CHECK(r.summary["upstreams"]["api"]["level_changes"] == 1);
+  CHECK(r.summary["upstreams"]["spare"]["max_level"] == 0);
+  // The same readings in today's format (no upstreams): one controller, as before.
+  std::string old;
+  for (int t = 1; t <= 4; ++t)
+    old += R"({"t":)" + std::to_string(t * 1000) + R"(,"lag_ms":1,"upstream_wait_ms":170})" "\n";
+  auto o = replay(old);
+  CHECK(o.ticks[2]["level"] == 1);
+  CHECK_FALSE(o.ticks[2].contains("upstreams"));
+  CHECK_FALSE(o.summary.contains("upstreams"));
+}
+
+TEST_CASE("a tick-log line writes each upstream's reading and decision, and reads back",
+          "[replay][trace]") {
+  Reading process;
+  process.t = 5000ms;
+  process.lag_ms = 2.0;
+  Reading api;
+  api.t = 5000ms;
+  api.upstream_wait_ms = 300.0;
+  api.upstream_timeout = true;
+  Decision d, ud;
+  ud.level = Level::constrained;
+  ud.to = Level::constrained;
+  ud.changed = true;
+  PinRequest pin{Level::critical, 60s, "incident"};
+  sluice::replay::UpstreamTick ups[] = {{"api", &api, &ud, &pin, false}};
+  TickLogExtras extras;
+  extras.upstreams = ups;
+  auto line = tick_log_line(process, nullptr, d, extras);
+  auto j = json::parse(line);
+  CHECK(j["upstreams"]["api"]["level"] == 1);
+  CHECK(j["upstreams"]["api"]["upstream_wait_ms"] == 300.0);
+  auto back = parse_trace_line(line, std::nullopt);
+  REQUIRE(back.upstreams.size() == 1);
+  CHECK(back.upstreams[0].name == "api");
+  CHECK(*back.upstreams[0].reading.upstream_wait_ms == 300.0);
+  CHECK(back.upstreams[0].reading.upstream_timeout);
+  REQUIRE(back.upstreams[0].pin);
+  CHECK(back.upstreams[0].pin->ttl == 60s);
+  CHECK(*back.reading.lag_ms == 2.0);
+}
