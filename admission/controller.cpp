@@ -116,12 +116,21 @@ Decision Controller::step(const Reading& r) {
   // Remembered even while pinned or blind, so the window is right when automatic decisions resume.
   if (r.ok && r.upstream_timeout) last_timeout_ = r.t;
 
+  const auto& c = config_;
+  auto stalled = [&](double ms) { return ms >= static_cast<double>(c.emergency_stall.count()); };
+
   if (!r.ok) {
     ++failed_reads_;
     // A tick we could not read is not calm: protection holds, the streak is left as is.
     calm_since_ = r.t;
-    if (failed_reads_ >= 2 && !pin_ && level_ != Level::normal)
-      change(Level::normal, Trigger::signal_loss, r.t, d);
+    if (!pin_) {
+      // The watchdog's stall is seen apart from the probes: a failed read keeps it.
+      if (r.stall_ms && stalled(*r.stall_ms)) {
+        if (level_ != Level::emergency) change(Level::emergency, Trigger::stall, r.t, d);
+      } else if (failed_reads_ >= 2 && level_ != Level::normal) {
+        change(Level::normal, Trigger::signal_loss, r.t, d);
+      }
+    }
     d.level = level_;
     return d;
   }
@@ -132,12 +141,10 @@ Decision Controller::step(const Reading& r) {
     return d;
   }
 
-  const auto& c = config_;
   const std::optional<double> fresh_lag = r.lag_fresh ? r.lag_ms : std::nullopt;
 
   // Stall: immediate, past the gate, spacing and dwell.
-  double stall = std::max(r.stall_ms.value_or(0.0), fresh_lag.value_or(0.0));
-  if (stall >= static_cast<double>(c.emergency_stall.count())) {
+  if (stalled(std::max(r.stall_ms.value_or(0.0), fresh_lag.value_or(0.0)))) {
     // The change clears any streak; at level 3 there can be none.
     calm_since_ = r.t;
     if (level_ != Level::emergency) change(Level::emergency, Trigger::stall, r.t, d);

@@ -36,8 +36,11 @@
 // Spacing: no automatic change (rise or decay) within `spacing` of the last change
 //   (of any kind, pins included; none before the first change).
 // Signal loss: a reading with ok == false holds the level and the streak and is not
-//   calm; the second consecutive one releases to 0 (trigger signal_loss, no
-//   spacing) unless a pin holds the level.
+//   calm; its lag, upstream wait and timeout are not read. The second consecutive
+//   one releases to 0 (trigger signal_loss, no spacing) unless a pin holds the
+//   level. The watchdog's stall_ms is seen apart from the probes, so a failed read
+//   keeps it: a stall on a failed read goes to 3 as any stall does, and that tick
+//   does not release (the next failed read without one does).
 // Pins select any level at once (trigger pin) and hold it until they expire or are
 //   removed (trigger unpin); automatic decisions then continue from the pinned
 //   level with an empty streak and calm_since = now. A pin or unpin that leaves the

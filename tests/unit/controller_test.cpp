@@ -50,9 +50,11 @@ class Ticker {
     r.upstream_timeout = true;
     return step(r);
   }
-  Decision failed() {
+  // A read that failed; the watchdog's stall, if any, comes with it.
+  Decision failed(std::optional<double> stall_ms = std::nullopt) {
     Reading r;
     r.ok = false;
+    r.stall_ms = stall_ms;
     return step(r);
   }
   // Pins act at the time of the last tick, as an admin call between ticks would.
@@ -660,6 +662,49 @@ TEST_CASE("one failed read holds the level, the second consecutive one releases 
     t.pin(Level::critical);
     t.repeat(3, [](Ticker& x) { return x.failed(); });
     CHECK(t.level() == Level::critical);
+  }
+}
+
+TEST_CASE("a failed read keeps its stall: it goes to level 3 at once, and does not release",
+          "[admission][controller]") {
+  SECTION("one failed read with a stall, in either profile") {
+    Ticker f;
+    require_change(f.failed(1500), Level::normal, Level::emergency, Trigger::stall);
+    Ticker s = sentinel();
+    require_change(s.failed(1500), Level::normal, Level::emergency, Trigger::stall);
+  }
+  SECTION("the second failed read with a stall goes to 3, the next without one releases") {
+    Ticker t;
+    t.repeat(3, lag(300));
+    CHECK(t.failed().level == Level::critical);
+    require_change(t.failed(1200), Level::critical, Level::emergency, Trigger::stall);
+    require_change(t.failed(), Level::emergency, Level::normal, Trigger::signal_loss);
+  }
+  SECTION("a stall on a failed read at level 3 keeps it there") {
+    Ticker t;
+    t.stall(1500);
+    t.failed();
+    Decision d = t.failed(1500);
+    CHECK_FALSE(d.changed);
+    CHECK(d.level == Level::emergency);
+  }
+  SECTION("under the stall length it is no stall, and the failed read counts as ever") {
+    Ticker t;
+    t.repeat(3, lag(300));
+    CHECK(t.failed(999).level == Level::critical);
+    require_change(t.failed(999), Level::critical, Level::normal, Trigger::signal_loss);
+  }
+  SECTION("a failed read's lag is not read, however long") {
+    Ticker t;
+    Reading r;
+    r.ok = false;
+    r.lag_ms = 1500;
+    CHECK_FALSE(t.step(r).changed);
+  }
+  SECTION("a pin holds against it") {
+    Ticker t;
+    t.pin(Level::constrained);
+    CHECK(t.failed(1500).level == Level::constrained);
   }
 }
 
