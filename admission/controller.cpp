@@ -83,6 +83,23 @@ void Controller::reset_streak() {
   streak_low_trigger_ = Trigger::none;
 }
 
+// Sustained pressure reaches emergency only from critical (seed 003).
+Level Controller::streak_target() const {
+  if (level_ < Level::critical && streak_low_ > Level::critical) return Level::critical;
+  return streak_low_;
+}
+
+// The gate ends the streak. An open streak has not risen (its rise resets it), so
+// it is one suppressed rise.
+void Controller::end_streak(Decision& d) {
+  if (streak_len_ > 0) {
+    Level to = streak_target();
+    d.suppressed = Decision::Suppressed{to, streak_low_trigger_};
+    ++stats_.suppressed[idx(to)][idx(streak_low_trigger_)];
+  }
+  reset_streak();
+}
+
 bool Controller::spacing_allows(Millis now) const {
   return !changed_once_ || now - last_change_ >= config_.spacing;
 }
@@ -180,19 +197,14 @@ Decision Controller::step(const Reading& r) {
       streak_low_trigger_ = tick_trigger;
     }
     ++streak_len_;
-    Level target = streak_low_;
-    // Sustained pressure reaches emergency only from critical (seed 003).
-    if (level_ < Level::critical && target > Level::critical) target = Level::critical;
+    Level target = streak_target();
     bool dwell_ok = target != Level::emergency || r.t - entered_level_ >= c.emergency_dwell;
-    if (streak_len_ >= c.rise_ticks && spacing_allows(r.t) && dwell_ok) {
+    // Spacing and the dwell hold the streak back without ending it.
+    if (streak_len_ >= c.rise_ticks && spacing_allows(r.t) && dwell_ok)
       change(target, streak_low_trigger_, r.t, d);
-    } else {
-      d.suppressed = Decision::Suppressed{target, streak_low_trigger_};
-      ++stats_.suppressed[idx(target)][idx(streak_low_trigger_)];
-    }
   } else if (!stale_elevated) {
-    // A stale repeat is no new evidence either way: it neither extends nor resets.
-    reset_streak();
+    // A stale repeat is no new evidence either way: it neither extends nor ends it.
+    end_streak(d);
   }
 
   if (!d.changed && level_ != Level::normal && calm &&

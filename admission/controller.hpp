@@ -18,15 +18,20 @@
 //                   way from below 2 straight to 3)
 // Rise gate: a tick whose level is above the current level extends the streak; a
 //   tick whose only elevated reading is a stale lag holds it (neither extends nor
-//   resets); any other tick resets it. When the streak reaches rise_ticks, the
+//   ends it); any other tick ends it. When the streak reaches rise_ticks, the
 //   level becomes the LOWEST tick level in the streak, with the trigger of the
 //   earliest tick that had that level. Sustained pressure enters 3 only from 2,
 //   and only once 2 has lasted emergency_dwell (seed 003: no automatic jump to
-//   emergency); a rise above 2 from below 2 stops at 2. Every tick that had
-//   fresh evidence above the current level and did not raise it reports (and
-//   counts) `suppressed {to, trigger}`: to = the level a rise would have entered,
-//   trigger = the streak's. Not while a pin holds the level: the gate held nothing.
-//   Rises are decided only on ticks that extend the streak.
+//   emergency); a rise above 2 from below 2 stops at 2. Spacing and the dwell hold
+//   a streak that reached rise_ticks without ending it: it rises on the first
+//   extending tick they allow. Rises are decided only on ticks that extend the streak.
+// Suppressed rises (seed 000's counter of what the gate absorbed): a streak the gate
+//   ends without its rise is reported once, on the tick that ends it, as
+//   `suppressed {to, trigger}` and counted: to = the level its rise would have
+//   entered, trigger = the streak's. A streak that rises counts nothing, however
+//   long spacing or the dwell held it back; nor does one a level change ends (a
+//   stall, a pin, a signal-loss release: the level moved for another reason), nor
+//   one still open. Nothing while a pin holds the level: the gate held nothing.
 // Exit line of level L: every signal below exit_ratio * E_s[L] (a stale lag
 //   counts with its value; no upstream timeout in the window when L <= 2).
 //   calm_since = the time of the last tick that was not calm (a failed read is
@@ -116,6 +121,7 @@ struct Decision {
     Level to;
     Trigger trigger;
   };
+  // A streak the gate ended in this tick without its rise (what stats().suppressed counts).
   std::optional<Suppressed> suppressed;
 };
 
@@ -132,7 +138,7 @@ struct ControllerStats {
   // [from][to][trigger]
   std::array<std::array<std::array<std::uint64_t, kTriggerCount>, kLevelCount>, kLevelCount>
       changes{};
-  // [to][trigger]
+  // [to][trigger]: streaks the gate ended without their rise
   std::array<std::array<std::uint64_t, kTriggerCount>, kLevelCount> suppressed{};
   std::uint64_t ticks = 0;
 };
@@ -189,6 +195,8 @@ class Controller {
   void change(Level to, Trigger trigger, Millis now, Decision& d);
   void end_pin(Millis now);
   void reset_streak();
+  void end_streak(Decision& d);
+  Level streak_target() const;
   bool spacing_allows(Millis now) const;
 };
 

@@ -193,6 +193,8 @@ TEST_CASE("(a) one 300 ms lag sample at idle stays at level 0 and counts one sup
   Decision d = t.lag(300);
   CHECK(d.level == Level::normal);
   CHECK_FALSE(d.changed);
+  CHECK_FALSE(d.suppressed);  // the streak is open: it could still rise
+  d = t.quiet();              // the gate ends it: one suppressed rise, reported here
   REQUIRE(d.suppressed);
   CHECK(d.suppressed->to == Level::critical);  // 300 ms reaches level 2's 250 ms entry
   CHECK(d.suppressed->trigger == Trigger::lag);
@@ -211,7 +213,7 @@ TEST_CASE("(b) three consecutive 220 ms lag samples raise the level to 1",
   Decision d = t.lag(220);
   require_change(d, Level::normal, Level::constrained, Trigger::lag);
   CHECK_FALSE(d.suppressed);
-  CHECK(suppressed_total(t.controller) == 2);  // the two ticks that waited
+  CHECK(suppressed_total(t.controller) == 0);  // the streak reached its rise: nothing suppressed
   CHECK(t.controller.trigger() == Trigger::lag);
   CHECK(t.controller.last_change() == 3s);
 }
@@ -253,10 +255,11 @@ TEST_CASE("a 1 -> 2 rise also waits for three ticks of fresh evidence",
   Ticker t = at_constrained();
   Decision d = t.lag(300);
   CHECK(d.level == Level::constrained);
-  REQUIRE(d.suppressed);
-  CHECK(d.suppressed->to == Level::critical);
+  CHECK_FALSE(d.suppressed);
+  CHECK(t.controller.streak() == 1);
   CHECK(t.lag(300).level == Level::constrained);
   require_change(t.lag(300), Level::constrained, Level::critical, Trigger::lag);
+  CHECK(suppressed_total(t.controller) == 0);
 }
 
 TEST_CASE("a stale lag repeat at level 1 holds the streak: it neither extends nor resets it",
@@ -276,7 +279,12 @@ TEST_CASE("a stale lag repeat at idle never raises the level however long it rep
   Ticker t;
   t.lag(300);
   for (int i = 0; i < 10; ++i) CHECK(t.lag(300, false).level == Level::normal);
-  CHECK(suppressed_total(t.controller) == 1);  // only the fresh sample
+  CHECK(t.controller.streak() == 1);           // only the fresh sample: held, not extended
+  CHECK(suppressed_total(t.controller) == 0);  // ... and still open
+  Decision d = t.quiet();
+  REQUIRE(d.suppressed);  // the first fresh calm tick ends it: once, however long it was held
+  CHECK(d.suppressed->to == Level::critical);
+  CHECK(suppressed_total(t.controller) == 1);
 }
 
 TEST_CASE("a mixed streak enters its lowest level with the trigger of the first tick at that level",
@@ -357,9 +365,10 @@ TEST_CASE(
     CHECK(d.level == Level::constrained);
   }
   CHECK(t.now() == 7min);
-  REQUIRE(t.controller.stats().suppressed[2][static_cast<int>(Trigger::lag)] == 4);
+  CHECK(t.controller.streak() == 4);  // spacing holds the streak back without ending it
   require_change(t.lag(300), Level::constrained, Level::critical, Trigger::lag);
   CHECK(t.now() == 8min);
+  CHECK(suppressed_total(t.controller) == 0);  // both streaks rose
 }
 
 TEST_CASE("sentinel: constrained -> critical after three critical readings once spacing permits",
@@ -384,11 +393,11 @@ TEST_CASE(
   for (int i = 0; i < 4; ++i) {
     Decision d = t.lag(700);
     CHECK(d.level == Level::critical);
-    REQUIRE(d.suppressed);
-    CHECK(d.suppressed->to == Level::emergency);
+    CHECK_FALSE(d.suppressed);  // held back by spacing, not ended
   }
   require_change(t.lag(700), Level::critical, Level::emergency, Trigger::lag);
   CHECK(t.now() - 3min == 5min);
+  CHECK(suppressed_total(t.controller) == 0);
 }
 
 TEST_CASE("sentinel: emergency -> critical after five readings below emergency pressure",
@@ -507,29 +516,107 @@ TEST_CASE("a rise above critical from below critical stops at critical",
   }
 }
 
-TEST_CASE("a held-back rise reports the level the rise would have entered",
+TEST_CASE("a suppressed rise reports the level the streak's rise would have entered",
           "[admission][controller]") {
+  SECTION("evidence for 3 from 0 would have stopped at 2") {
+    Ticker t;
+    t.lag(700);
+    Decision d = t.quiet();
+    REQUIRE(d.suppressed);
+    CHECK(d.suppressed->to == Level::critical);
+    CHECK(t.controller.stats().suppressed[2][static_cast<int>(Trigger::lag)] == 1);
+  }
+  SECTION("a mixed streak: its lowest level and that level's first trigger") {
+    Ticker t;
+    t.lag(700);
+    t.wait(160);  // the streak's lowest is now 1, by upstream_wait
+    Decision d = t.quiet();
+    REQUIRE(d.suppressed);
+    CHECK(d.suppressed->to == Level::constrained);
+    CHECK(d.suppressed->trigger == Trigger::upstream_wait);
+    CHECK(suppressed_total(t.controller) == 1);
+  }
+}
+
+TEST_CASE("a streak the gate ends without its rise counts once, on the tick that ends it",
+          "[admission][controller][seed000]") {
   Ticker t;
-  Decision d = t.lag(700);  // evidence for 3, but from 0 a rise would stop at 2
-  REQUIRE(d.suppressed);
-  CHECK(d.suppressed->to == Level::critical);
-  d = t.lag(220);  // the streak's lowest is now 1
-  REQUIRE(d.suppressed);
-  CHECK(d.suppressed->to == Level::constrained);
-  CHECK(d.suppressed->trigger == Trigger::lag);
+  for (int i = 0; i < 2; ++i) {  // two ticks of evidence, one short of the gate
+    Decision d = t.lag(300);
+    CHECK_FALSE(d.suppressed);
+  }
+  Decision end = t.lag(150);  // evidence falls away below level 1's entry
+  REQUIRE(end.suppressed);
+  CHECK(end.suppressed->to == Level::critical);
+  CHECK(end.suppressed->trigger == Trigger::lag);
+  CHECK(t.controller.streak() == 0);
+  for (int i = 0; i < 5; ++i) CHECK_FALSE(t.quiet().suppressed);
+  CHECK(suppressed_total(t.controller) == 1);
+  // A second blip is a second streak.
+  t.wait(210);
+  CHECK(t.quiet().suppressed->trigger == Trigger::upstream_wait);
+  CHECK(suppressed_total(t.controller) == 2);
+  CHECK(changes_total(t.controller) == 0);
+}
+
+TEST_CASE("a streak still open counts nothing", "[admission][controller][seed000]") {
+  Ticker t;
+  t.lag(300);
+  t.lag(300);
+  CHECK(t.controller.streak() == 2);
+  CHECK(suppressed_total(t.controller) == 0);
+}
+
+TEST_CASE("a streak that a level change ends counts nothing", "[admission][controller][seed000]") {
+  SECTION("a stall") {
+    Ticker t;
+    t.repeat(2, lag(300));
+    t.stall(1500);
+    t.quiet();
+    CHECK(suppressed_total(t.controller) == 0);
+  }
+  SECTION("a pin") {
+    Ticker t;
+    t.repeat(2, lag(300));
+    t.pin(Level::normal);
+    t.quiet();
+    t.unpin();
+    t.quiet();
+    CHECK(suppressed_total(t.controller) == 0);
+  }
+  SECTION("a signal-loss release") {
+    Ticker t = at_constrained();
+    t.repeat(2, lag(300));
+    t.failed();
+    require_change(t.failed(), Level::constrained, Level::normal, Trigger::signal_loss);
+    t.quiet();
+    CHECK(suppressed_total(t.controller) == 0);
+  }
 }
 
 TEST_CASE("no automatic change within the spacing of the last change", "[admission][controller]") {
   auto c = ControllerConfig::fast();
   c.spacing = 10s;
-  SECTION("a rise waits") {
+  SECTION("a rise waits, and its streak counts nothing when it rises") {
     Ticker t = at_constrained(c);  // at 3 s
     for (int i = 0; i < 9; ++i) {
       Decision d = t.lag(300);
       CHECK(d.level == Level::constrained);
+      CHECK_FALSE(d.suppressed);
     }
     require_change(t.lag(300), Level::constrained, Level::critical, Trigger::lag);
     CHECK(t.now() == 13s);
+    CHECK(suppressed_total(t.controller) == 0);
+  }
+  SECTION("a streak spacing held past the gate counts once if it ends without its rise") {
+    Ticker t = at_constrained(c);  // at 3 s
+    t.repeat(5, lag(300));         // 4..8 s: three ticks and more, but spacing holds
+    CHECK(t.controller.streak() == 5);
+    Decision d = t.lag(210);  // 9 s: evidence for 1 only, no longer above the level
+    REQUIRE(d.suppressed);
+    CHECK(d.suppressed->to == Level::critical);
+    CHECK(suppressed_total(t.controller) == 1);
+    CHECK(t.level() == Level::constrained);
   }
   SECTION("a decay waits") {
     Ticker t = at_constrained(c);
@@ -550,14 +637,23 @@ TEST_CASE("sustained pressure enters emergency only after critical has lasted th
   Ticker t(c);
   t.repeat(3, lag(700));
   REQUIRE(t.level() == Level::critical);  // at 3 s
-  for (int i = 0; i < 9; ++i) {
-    Decision d = t.lag(700);
-    CHECK(d.level == Level::critical);
+  SECTION("the rise waits, and its streak counts nothing when it rises") {
+    for (int i = 0; i < 9; ++i) {
+      Decision d = t.lag(700);
+      CHECK(d.level == Level::critical);
+      CHECK_FALSE(d.suppressed);  // held back, not ended
+    }
+    require_change(t.lag(700), Level::critical, Level::emergency, Trigger::lag);
+    CHECK(t.now() == 13s);
+    CHECK(suppressed_total(t.controller) == 0);
+  }
+  SECTION("a streak the dwell held counts once if it ends without its rise") {
+    t.repeat(5, lag(700));  // 4..8 s: the dwell runs to 13 s
+    Decision d = t.lag(300);
     REQUIRE(d.suppressed);
     CHECK(d.suppressed->to == Level::emergency);
+    CHECK(suppressed_total(t.controller) == 1);
   }
-  require_change(t.lag(700), Level::critical, Level::emergency, Trigger::lag);
-  CHECK(t.now() == 13s);
 }
 
 TEST_CASE("a stall is not held by the gate, spacing or dwell", "[admission][controller]") {
@@ -850,9 +946,13 @@ TEST_CASE(
   Ticker t;
   t.wait(160);
   t.wait(160);
-  t.wait(160);
+  t.wait(160);  // rises to 1: nothing suppressed
+  t.wait(210);  // a streak toward 2 ...
+  t.quiet();    // ... that the gate ends: one suppressed rise
   const auto& s = t.controller.stats();
-  CHECK(s.ticks == 3);
+  CHECK(s.ticks == 5);
   CHECK(s.changes[0][1][static_cast<int>(Trigger::upstream_wait)] == 1);
-  CHECK(s.suppressed[1][static_cast<int>(Trigger::upstream_wait)] == 2);
+  CHECK(s.suppressed[1][static_cast<int>(Trigger::upstream_wait)] == 0);
+  CHECK(s.suppressed[2][static_cast<int>(Trigger::upstream_wait)] == 1);
+  CHECK(suppressed_total(t.controller) == 1);
 }
