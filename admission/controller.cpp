@@ -72,6 +72,7 @@ ControllerConfig ControllerConfig::sentinel() {
   c.exit_ratio = 1.0;
   c.spacing = Millis{300'000};
   c.emergency_dwell = Millis{180'000};
+  c.emergency_rule = EmergencyRule::sustained_critical;
   return c;
 }
 
@@ -169,6 +170,12 @@ Decision Controller::step(const Reading& r) {
     return d;
   }
 
+  const bool sentinel = c.emergency_rule == EmergencyRule::sustained_critical;
+  // Seed 003: at critical, critical pressure that lasts is evidence for emergency.
+  auto gate_level = [&](Level l) {
+    return sentinel && level_ == Level::critical && l >= Level::critical ? Level::emergency : l;
+  };
+
   // This tick's level: the highest fresh evidence; ties go to the first signal listed.
   Level tick = Level::normal;
   Trigger tick_trigger = Trigger::none;
@@ -182,13 +189,16 @@ Decision Controller::step(const Reading& r) {
   consider(evidence(r.upstream_wait_ms, c.upstream_wait_ms), Trigger::upstream_wait);
   bool timeout_recent = last_timeout_ && r.t - *last_timeout_ < c.timeout_window;
   if (timeout_recent) consider(Level::critical, Trigger::upstream_timeout);
-  bool stale_elevated = !r.lag_fresh && evidence(r.lag_ms, c.lag_ms) > level_;
+  tick = gate_level(tick);
+  bool stale_elevated = !r.lag_fresh && gate_level(evidence(r.lag_ms, c.lag_ms)) > level_;
 
-  // Calm is judged against the current level, before any change in this tick.
+  // Calm is judged against the current level, before any change in this tick; the
+  // sentinel's emergency is held by critical readings, so its exit line is critical's.
+  Level exit_of = sentinel && level_ == Level::emergency ? Level::critical : level_;
   bool calm = level_ == Level::normal ||
-              (below_exit(r.lag_ms, c.lag_ms, level_, c.exit_ratio) &&
-               below_exit(r.upstream_wait_ms, c.upstream_wait_ms, level_, c.exit_ratio) &&
-               !(timeout_recent && level_ <= Level::critical));
+              (below_exit(r.lag_ms, c.lag_ms, exit_of, c.exit_ratio) &&
+               below_exit(r.upstream_wait_ms, c.upstream_wait_ms, exit_of, c.exit_ratio) &&
+               !(timeout_recent && exit_of <= Level::critical));
   if (!calm) calm_since_ = r.t;
 
   if (tick > level_) {

@@ -2,8 +2,8 @@
 // The tick controller: one reading per tick in, one admission level out.
 //
 // Levels 0 normal, 1 constrained, 2 critical, 3 emergency. Seeds 000 (the tick
-// controller) and 003 (the capacity sentinel) merged; the profile only changes
-// the timing defaults.
+// controller) and 003 (the capacity sentinel) merged; the profile changes the
+// timing defaults and the emergency rule.
 //
 // Per tick, with thresholds E_s[L] per signal s and level L (strictly increasing in L):
 //   evidence(s)   = the highest L with value(s) >= E_s[L], 0 if none
@@ -16,6 +16,13 @@
 //                   (trigger stall; no gate, no spacing, no dwell; clears the streak;
 //                   SPEC excepts stalls from the dwell, so this is the one automatic
 //                   way from below 2 straight to 3)
+// Emergency rule (emergency_rule):
+//   evidence (fast): as above; level 3 is held by readings above its own exit line.
+//   sustained_critical (sentinel, seed 003): at level 2 a tick level of 2 or more
+//     counts as 3, so critical that has lasted emergency_dwell enters emergency on
+//     rise_ticks critical readings (spacing permitting) with no level-3 evidence;
+//     at level 3 the exit line is level 2's (and a timeout in its window is not
+//     calm), so emergency steps down after hold[3] of below-critical readings.
 // Rise gate: a tick whose level is above the current level extends the streak; a
 //   tick whose only elevated reading is a stale lag holds it (neither extends nor
 //   ends it); any other tick ends it. When the streak reaches rise_ticks, the
@@ -93,6 +100,12 @@ struct Reading {
   std::optional<double> stall_ms;  // a stall seen by the watchdog while it lasts
 };
 
+// How sustained pressure enters emergency and what holds it there (see above).
+enum class EmergencyRule : std::uint8_t {
+  evidence,            // fast: level-3 evidence, level 3's own exit line
+  sustained_critical,  // sentinel: critical lasting the dwell, level 2's exit line
+};
+
 struct ControllerConfig {
   std::array<double, 3> lag_ms{200, 250, 600};            // entry thresholds of levels 1..3
   std::array<double, 3> upstream_wait_ms{150, 200, 600};  // entry thresholds of levels 1..3
@@ -103,9 +116,11 @@ struct ControllerConfig {
   Millis spacing{0};
   Millis emergency_dwell{0};
   Millis timeout_window{30000};
+  EmergencyRule emergency_rule = EmergencyRule::evidence;
 
-  static ControllerConfig fast();      // seed 000's defaults (SPEC: profile fast)
-  static ControllerConfig sentinel();  // seed 003's timings (SPEC: profile sentinel)
+  static ControllerConfig fast();  // seed 000's defaults (SPEC: profile fast)
+  // Seed 003's timings and emergency rule (SPEC: profile sentinel).
+  static ControllerConfig sentinel();
 };
 
 struct Decision {

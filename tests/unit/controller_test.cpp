@@ -10,6 +10,7 @@ using namespace std::chrono_literals;
 using sluice::admission::Controller;
 using sluice::admission::ControllerConfig;
 using sluice::admission::Decision;
+using sluice::admission::EmergencyRule;
 using sluice::admission::Level;
 using sluice::admission::Millis;
 using sluice::admission::Reading;
@@ -125,6 +126,16 @@ Ticker at_constrained(ControllerConfig config = ControllerConfig::fast()) {
 // Sentinel profile, one reading a minute (SPEC: SLUICE_TICK 1m in sentinel).
 Ticker sentinel() { return Ticker(ControllerConfig::sentinel(), 60'000ms); }
 
+// Sentinel: into critical at 3 min by three critical-only readings (lag 300:
+// level 2's entry is 250 ms, level 3's 600 ms).
+Ticker sentinel_at_critical(ControllerConfig config = ControllerConfig::sentinel(),
+                            Millis tick = 60'000ms) {
+  Ticker t(config, tick);
+  t.repeat(3, lag(300));
+  REQUIRE(t.level() == Level::critical);
+  return t;
+}
+
 // Sentinel: into critical at 3 min (three critical readings), then into
 // emergency at 8 min, when spacing first allows it.
 Ticker sentinel_at_emergency() {
@@ -158,8 +169,9 @@ TEST_CASE("levels and triggers have the names SPEC uses", "[admission][controlle
   CHECK(to_string(Trigger::decay) == "decay");
 }
 
-TEST_CASE("the fast profile has SPEC's defaults and sentinel changes only the timings",
-          "[admission][controller]") {
+TEST_CASE(
+    "the fast profile has SPEC's defaults and sentinel changes the timings and the emergency rule",
+    "[admission][controller]") {
   auto f = ControllerConfig::fast();
   CHECK(f.lag_ms == std::array<double, 3>{200, 250, 600});
   CHECK(f.upstream_wait_ms == std::array<double, 3>{150, 200, 600});
@@ -170,6 +182,7 @@ TEST_CASE("the fast profile has SPEC's defaults and sentinel changes only the ti
   CHECK(f.spacing == 0ms);
   CHECK(f.emergency_dwell == 0ms);
   CHECK(f.timeout_window == 30s);
+  CHECK(f.emergency_rule == EmergencyRule::evidence);
 
   auto s = ControllerConfig::sentinel();
   CHECK(s.hold == std::array<Millis, 3>{5min, 5min, 5min});
@@ -181,6 +194,7 @@ TEST_CASE("the fast profile has SPEC's defaults and sentinel changes only the ti
   CHECK(s.rise_ticks == f.rise_ticks);
   CHECK(s.emergency_stall == f.emergency_stall);
   CHECK(s.timeout_window == f.timeout_window);
+  CHECK(s.emergency_rule == EmergencyRule::sustained_critical);
 }
 
 // ---------------------------------------------------------------------------
@@ -384,36 +398,143 @@ TEST_CASE("sentinel: constrained -> critical after three critical readings once 
 }
 
 TEST_CASE(
-    "sentinel: critical -> emergency once critical has lasted three minutes and spacing "
-    "permits",
+    "sentinel: critical -> emergency on critical readings alone once critical has lasted "
+    "three minutes and spacing permits",
     "[admission][controller][seed003]") {
-  Ticker t = sentinel();
-  t.repeat(3, lag(700));
-  REQUIRE(t.level() == Level::critical);  // sustained pressure from normal stops at critical
+  Ticker t = sentinel_at_critical();  // 3 min
+  // Critical readings, none of them level-3 evidence: the sustained critical state
+  // is what escalates. Spacing (5 min from 3 min) is the later of the two guards.
   for (int i = 0; i < 4; ++i) {
-    Decision d = t.lag(700);
+    Decision d = t.lag(300);
     CHECK(d.level == Level::critical);
-    CHECK_FALSE(d.suppressed);  // held back by spacing, not ended
+    CHECK_FALSE(d.suppressed);
   }
-  require_change(t.lag(700), Level::critical, Level::emergency, Trigger::lag);
-  CHECK(t.now() - 3min == 5min);
+  CHECK(t.controller.streak() == 4);
+  require_change(t.lag(300), Level::critical, Level::emergency, Trigger::lag);
+  CHECK(t.now() == 8min);
   CHECK(suppressed_total(t.controller) == 0);
 }
 
-TEST_CASE("sentinel: emergency -> critical after five readings below emergency pressure",
+TEST_CASE("sentinel: level-3 evidence escalates from critical under the same guards",
           "[admission][controller][seed003]") {
-  Ticker t = sentinel_at_emergency();
-  for (int i = 0; i < 4; ++i) CHECK(t.lag(400).level == Level::emergency);
-  require_change(t.lag(400), Level::emergency, Level::critical, Trigger::decay);
+  Ticker t = sentinel();
+  t.repeat(3, lag(700));
+  REQUIRE(t.level() == Level::critical);  // sustained pressure from normal stops at critical
+  t.repeat(4, lag(700));
+  CHECK(t.level() == Level::critical);
+  require_change(t.lag(700), Level::critical, Level::emergency, Trigger::lag);
+  CHECK(t.now() - 3min == 5min);
+}
+
+TEST_CASE("sentinel: critical -> emergency waits until critical has lasted three minutes",
+          "[admission][controller][seed003]") {
+  // Spacing of 1 min and 30 s readings, so the three-minute dwell is the guard that binds.
+  auto c = ControllerConfig::sentinel();
+  c.spacing = 1min;
+  Ticker t = sentinel_at_critical(c, 30s);  // critical at 90 s
+  for (int i = 0; i < 5; ++i) {  // 120 s .. 240 s: three critical readings and spacing are met
+    Decision d = t.lag(300);
+    CHECK(d.level == Level::critical);
+  }
+  CHECK(t.now() == 240s);
+  require_change(t.lag(300), Level::critical, Level::emergency, Trigger::lag);
+  CHECK(t.now() == 270s);  // 90 s + 3 min
+}
+
+TEST_CASE("sentinel: critical escalates only on sustained critical readings",
+          "[admission][controller][seed003]") {
+  SECTION("calmer readings at critical never escalate, however long critical lasted") {
+    Ticker t = sentinel_at_critical();
+    for (int i = 0; i < 4; ++i) {
+      Decision d = t.lag(220);  // level-1 evidence: below critical
+      CHECK(d.level == Level::critical);
+      CHECK(t.controller.streak() == 0);
+    }
+    // ... and five of them are the recovery from critical.
+    require_change(t.lag(220), Level::critical, Level::constrained, Trigger::decay);
+  }
+  SECTION("a calmer reading ends the escalating streak") {
+    auto c = ControllerConfig::sentinel();
+    c.spacing = 0ms;
+    c.emergency_dwell = 0ms;
+    Ticker t = sentinel_at_critical(c);
+    t.repeat(2, lag(300));
+    Decision d = t.lag(220);
+    CHECK(d.level == Level::critical);
+    REQUIRE(d.suppressed);  // the gate ended a streak toward emergency
+    CHECK(d.suppressed->to == Level::emergency);
+    CHECK(d.suppressed->trigger == Trigger::lag);
+    t.repeat(2, lag(300));
+    CHECK(t.level() == Level::critical);  // a fresh streak needs three readings again
+    require_change(t.lag(300), Level::critical, Level::emergency, Trigger::lag);
+  }
+  SECTION("an upstream timeout is critical pressure too") {
+    auto c = ControllerConfig::sentinel();
+    c.spacing = 0ms;
+    c.emergency_dwell = 0ms;
+    c.timeout_window = 10min;
+    Ticker t = sentinel_at_critical(c);
+    t.timeout();
+    t.quiet();
+    require_change(t.quiet(), Level::critical, Level::emergency, Trigger::upstream_timeout);
+  }
+}
+
+TEST_CASE(
+    "sentinel: emergency -> critical after five below-critical readings, and critical readings "
+    "hold emergency",
+    "[admission][controller][seed003]") {
+  SECTION("critical readings hold it, five below-critical readings release it") {
+    Ticker t = sentinel_at_emergency();                                        // 8 min
+    for (int i = 0; i < 10; ++i) CHECK(t.lag(400).level == Level::emergency);  // critical
+    for (int i = 0; i < 4; ++i) CHECK(t.lag(220).level == Level::emergency);
+    require_change(t.lag(220), Level::emergency, Level::critical, Trigger::decay);
+    CHECK(t.now() == 23min);
+  }
+  SECTION("a reading at critical's entry is not below it") {
+    Ticker t = sentinel_at_emergency();
+    t.repeat(4, quiet);
+    CHECK(t.lag(250).level == Level::emergency);  // 13 min: the hold starts again
+    for (int i = 0; i < 4; ++i) CHECK(t.quiet().level == Level::emergency);
+    require_change(t.quiet(), Level::emergency, Level::critical, Trigger::decay);
+    CHECK(t.now() == 18min);
+  }
+  SECTION("an upstream timeout in its window is critical, not below it") {
+    Ticker t = sentinel_at_emergency();
+    t.repeat(4, quiet);
+    CHECK(t.timeout().level == Level::emergency);
+    for (int i = 0; i < 4; ++i) CHECK(t.quiet().level == Level::emergency);
+    require_change(t.quiet(), Level::emergency, Level::critical, Trigger::decay);
+  }
+  SECTION("spacing permits the recovery") {
+    auto c = ControllerConfig::sentinel();
+    c.spacing = 7min;
+    Ticker t(c, 60'000ms);
+    t.repeat(3, lag(300));  // critical at 3 min: the first change is not spaced
+    t.repeat(7, lag(300));
+    REQUIRE(t.level() == Level::emergency);  // 10 min: 7 min after the last change
+    REQUIRE(t.now() == 10min);
+    for (int i = 0; i < 6; ++i) CHECK(t.quiet().level == Level::emergency);  // hold met at 15
+    require_change(t.quiet(), Level::emergency, Level::critical, Trigger::decay);
+    CHECK(t.now() == 17min);
+  }
 }
 
 TEST_CASE("sentinel: critical -> constrained after five calmer readings",
           "[admission][controller][seed003]") {
-  Ticker t = sentinel();
-  t.repeat(3, lag(300));
-  REQUIRE(t.level() == Level::critical);
-  for (int i = 0; i < 4; ++i) CHECK(t.lag(220).level == Level::critical);
-  require_change(t.lag(220), Level::critical, Level::constrained, Trigger::decay);
+  SECTION("right after critical was entered: spacing and the hold end together") {
+    Ticker t = sentinel_at_critical();
+    for (int i = 0; i < 4; ++i) CHECK(t.lag(220).level == Level::critical);
+    require_change(t.lag(220), Level::critical, Level::constrained, Trigger::decay);
+  }
+  SECTION("long after: five calmer readings from the last that was not") {
+    Ticker t = sentinel_at_critical();  // 3 min
+    // A repeated critical lag is no evidence to escalate on, but it is not calmer.
+    for (int i = 0; i < 6; ++i) CHECK(t.lag(300, /*fresh=*/false).level == Level::critical);
+    for (int i = 0; i < 4; ++i) CHECK(t.lag(220).level == Level::critical);  // 10..13 min
+    require_change(t.lag(220), Level::critical, Level::constrained, Trigger::decay);
+    CHECK(t.now() == 14min);
+  }
 }
 
 TEST_CASE("sentinel: constrained -> normal after five calm readings, or after two failed reads",
@@ -424,6 +545,14 @@ TEST_CASE("sentinel: constrained -> normal after five calm readings, or after tw
     REQUIRE(t.level() == Level::constrained);
     for (int i = 0; i < 4; ++i) CHECK(t.lag(150).level == Level::constrained);
     require_change(t.lag(150), Level::constrained, Level::normal, Trigger::decay);
+  }
+  SECTION("recovery long after the rise: five calm readings from the last that was not") {
+    Ticker t = sentinel();
+    t.repeat(3, lag(220));  // constrained at 3 min
+    t.repeat(6, lag(210));  // pressure at the constrained level to 9 min
+    for (int i = 0; i < 4; ++i) CHECK(t.lag(150).level == Level::constrained);
+    require_change(t.lag(150), Level::constrained, Level::normal, Trigger::decay);
+    CHECK(t.now() == 14min);
   }
   SECTION("signal loss, without waiting for spacing") {
     Ticker t = sentinel();
@@ -653,6 +782,24 @@ TEST_CASE("sustained pressure enters emergency only after critical has lasted th
     REQUIRE(d.suppressed);
     CHECK(d.suppressed->to == Level::emergency);
     CHECK(suppressed_total(t.controller) == 1);
+  }
+}
+
+TEST_CASE("fast: only level-3 evidence enters emergency, and level 3 holds on its own exit line",
+          "[admission][controller][seed000]") {
+  SECTION("critical readings however long never escalate") {
+    Ticker t;
+    t.repeat(3, lag(300));
+    REQUIRE(t.level() == Level::critical);
+    for (int i = 0; i < 60; ++i) CHECK(t.lag(300).level == Level::critical);
+    CHECK(t.controller.streak() == 0);
+  }
+  SECTION("critical readings below level 3's exit line (360 ms) let it step down") {
+    Ticker t;
+    t.stall(1500);  // 3 at 1 s
+    for (int i = 0; i < 14; ++i) CHECK(t.lag(300).level == Level::emergency);
+    require_change(t.lag(300), Level::emergency, Level::critical, Trigger::decay);
+    CHECK(t.now() == 16s);
   }
 }
 
