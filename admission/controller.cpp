@@ -72,6 +72,7 @@ ControllerConfig ControllerConfig::sentinel() {
   c.exit_ratio = 1.0;
   c.spacing = Millis{300'000};
   c.emergency_dwell = Millis{180'000};
+  c.emergency_rule = EmergencyRule::sustained_critical;
   return c;
 }
 
@@ -81,6 +82,23 @@ void Controller::reset_streak() {
   streak_len_ = 0;
   streak_low_ = Level::normal;
   streak_low_trigger_ = Trigger::none;
+}
+
+// Sustained pressure reaches emergency only from critical (seed 003).
+Level Controller::streak_target() const {
+  if (level_ < Level::critical && streak_low_ > Level::critical) return Level::critical;
+  return streak_low_;
+}
+
+// The gate ends the streak. An open streak has not risen (its rise resets it), so
+// it is one suppressed rise.
+void Controller::end_streak(Decision& d) {
+  if (streak_len_ > 0) {
+    Level to = streak_target();
+    d.suppressed = Decision::Suppressed{to, streak_low_trigger_};
+    ++stats_.suppressed[idx(to)][idx(streak_low_trigger_)];
+  }
+  reset_streak();
 }
 
 bool Controller::spacing_allows(Millis now) const {
@@ -116,12 +134,21 @@ Decision Controller::step(const Reading& r) {
   // Remembered even while pinned or blind, so the window is right when automatic decisions resume.
   if (r.ok && r.upstream_timeout) last_timeout_ = r.t;
 
+  const auto& c = config_;
+  auto stalled = [&](double ms) { return ms >= static_cast<double>(c.emergency_stall.count()); };
+
   if (!r.ok) {
     ++failed_reads_;
     // A tick we could not read is not calm: protection holds, the streak is left as is.
     calm_since_ = r.t;
-    if (failed_reads_ >= 2 && !pin_ && level_ != Level::normal)
-      change(Level::normal, Trigger::signal_loss, r.t, d);
+    if (!pin_) {
+      // The watchdog's stall is seen apart from the probes: a failed read keeps it.
+      if (r.stall_ms && stalled(*r.stall_ms)) {
+        if (level_ != Level::emergency) change(Level::emergency, Trigger::stall, r.t, d);
+      } else if (failed_reads_ >= 2 && level_ != Level::normal) {
+        change(Level::normal, Trigger::signal_loss, r.t, d);
+      }
+    }
     d.level = level_;
     return d;
   }
@@ -132,18 +159,22 @@ Decision Controller::step(const Reading& r) {
     return d;
   }
 
-  const auto& c = config_;
   const std::optional<double> fresh_lag = r.lag_fresh ? r.lag_ms : std::nullopt;
 
   // Stall: immediate, past the gate, spacing and dwell.
-  double stall = std::max(r.stall_ms.value_or(0.0), fresh_lag.value_or(0.0));
-  if (stall >= static_cast<double>(c.emergency_stall.count())) {
+  if (stalled(std::max(r.stall_ms.value_or(0.0), fresh_lag.value_or(0.0)))) {
     // The change clears any streak; at level 3 there can be none.
     calm_since_ = r.t;
     if (level_ != Level::emergency) change(Level::emergency, Trigger::stall, r.t, d);
     d.level = level_;
     return d;
   }
+
+  const bool sentinel = c.emergency_rule == EmergencyRule::sustained_critical;
+  // Seed 003: at critical, critical pressure that lasts is evidence for emergency.
+  auto gate_level = [&](Level l) {
+    return sentinel && level_ == Level::critical && l >= Level::critical ? Level::emergency : l;
+  };
 
   // This tick's level: the highest fresh evidence; ties go to the first signal listed.
   Level tick = Level::normal;
@@ -158,13 +189,16 @@ Decision Controller::step(const Reading& r) {
   consider(evidence(r.upstream_wait_ms, c.upstream_wait_ms), Trigger::upstream_wait);
   bool timeout_recent = last_timeout_ && r.t - *last_timeout_ < c.timeout_window;
   if (timeout_recent) consider(Level::critical, Trigger::upstream_timeout);
-  bool stale_elevated = !r.lag_fresh && evidence(r.lag_ms, c.lag_ms) > level_;
+  tick = gate_level(tick);
+  bool stale_elevated = !r.lag_fresh && gate_level(evidence(r.lag_ms, c.lag_ms)) > level_;
 
-  // Calm is judged against the current level, before any change in this tick.
+  // Calm is judged against the current level, before any change in this tick; the
+  // sentinel's emergency is held by critical readings, so its exit line is critical's.
+  Level exit_of = sentinel && level_ == Level::emergency ? Level::critical : level_;
   bool calm = level_ == Level::normal ||
-              (below_exit(r.lag_ms, c.lag_ms, level_, c.exit_ratio) &&
-               below_exit(r.upstream_wait_ms, c.upstream_wait_ms, level_, c.exit_ratio) &&
-               !(timeout_recent && level_ <= Level::critical));
+              (below_exit(r.lag_ms, c.lag_ms, exit_of, c.exit_ratio) &&
+               below_exit(r.upstream_wait_ms, c.upstream_wait_ms, exit_of, c.exit_ratio) &&
+               !(timeout_recent && exit_of <= Level::critical));
   if (!calm) calm_since_ = r.t;
 
   if (tick > level_) {
@@ -173,19 +207,14 @@ Decision Controller::step(const Reading& r) {
       streak_low_trigger_ = tick_trigger;
     }
     ++streak_len_;
-    Level target = streak_low_;
-    // Sustained pressure reaches emergency only from critical (seed 003).
-    if (level_ < Level::critical && target > Level::critical) target = Level::critical;
+    Level target = streak_target();
     bool dwell_ok = target != Level::emergency || r.t - entered_level_ >= c.emergency_dwell;
-    if (streak_len_ >= c.rise_ticks && spacing_allows(r.t) && dwell_ok) {
+    // Spacing and the dwell hold the streak back without ending it.
+    if (streak_len_ >= c.rise_ticks && spacing_allows(r.t) && dwell_ok)
       change(target, streak_low_trigger_, r.t, d);
-    } else {
-      d.suppressed = Decision::Suppressed{target, streak_low_trigger_};
-      ++stats_.suppressed[idx(target)][idx(streak_low_trigger_)];
-    }
   } else if (!stale_elevated) {
-    // A stale repeat is no new evidence either way: it neither extends nor resets.
-    reset_streak();
+    // A stale repeat is no new evidence either way: it neither extends nor ends it.
+    end_streak(d);
   }
 
   if (!d.changed && level_ != Level::normal && calm &&

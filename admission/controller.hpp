@@ -2,8 +2,8 @@
 // The tick controller: one reading per tick in, one admission level out.
 //
 // Levels 0 normal, 1 constrained, 2 critical, 3 emergency. Seeds 000 (the tick
-// controller) and 003 (the capacity sentinel) merged; the profile only changes
-// the timing defaults.
+// controller) and 003 (the capacity sentinel) merged; the profile changes the
+// timing defaults and the emergency rule.
 //
 // Per tick, with thresholds E_s[L] per signal s and level L (strictly increasing in L):
 //   evidence(s)   = the highest L with value(s) >= E_s[L], 0 if none
@@ -16,17 +16,29 @@
 //                   (trigger stall; no gate, no spacing, no dwell; clears the streak;
 //                   SPEC excepts stalls from the dwell, so this is the one automatic
 //                   way from below 2 straight to 3)
+// Emergency rule (emergency_rule):
+//   evidence (fast): as above; level 3 is held by readings above its own exit line.
+//   sustained_critical (sentinel, seed 003): at level 2 a tick level of 2 or more
+//     counts as 3, so critical that has lasted emergency_dwell enters emergency on
+//     rise_ticks critical readings (spacing permitting) with no level-3 evidence;
+//     at level 3 the exit line is level 2's (and a timeout in its window is not
+//     calm), so emergency steps down after hold[3] of below-critical readings.
 // Rise gate: a tick whose level is above the current level extends the streak; a
 //   tick whose only elevated reading is a stale lag holds it (neither extends nor
-//   resets); any other tick resets it. When the streak reaches rise_ticks, the
+//   ends it); any other tick ends it. When the streak reaches rise_ticks, the
 //   level becomes the LOWEST tick level in the streak, with the trigger of the
 //   earliest tick that had that level. Sustained pressure enters 3 only from 2,
 //   and only once 2 has lasted emergency_dwell (seed 003: no automatic jump to
-//   emergency); a rise above 2 from below 2 stops at 2. Every tick that had
-//   fresh evidence above the current level and did not raise it reports (and
-//   counts) `suppressed {to, trigger}`: to = the level a rise would have entered,
-//   trigger = the streak's. Not while a pin holds the level: the gate held nothing.
-//   Rises are decided only on ticks that extend the streak.
+//   emergency); a rise above 2 from below 2 stops at 2. Spacing and the dwell hold
+//   a streak that reached rise_ticks without ending it: it rises on the first
+//   extending tick they allow. Rises are decided only on ticks that extend the streak.
+// Suppressed rises (seed 000's counter of what the gate absorbed): a streak the gate
+//   ends without its rise is reported once, on the tick that ends it, as
+//   `suppressed {to, trigger}` and counted: to = the level its rise would have
+//   entered, trigger = the streak's. A streak that rises counts nothing, however
+//   long spacing or the dwell held it back; nor does one a level change ends (a
+//   stall, a pin, a signal-loss release: the level moved for another reason), nor
+//   one still open. Nothing while a pin holds the level: the gate held nothing.
 // Exit line of level L: every signal below exit_ratio * E_s[L] (a stale lag
 //   counts with its value; no upstream timeout in the window when L <= 2).
 //   calm_since = the time of the last tick that was not calm (a failed read is
@@ -36,8 +48,11 @@
 // Spacing: no automatic change (rise or decay) within `spacing` of the last change
 //   (of any kind, pins included; none before the first change).
 // Signal loss: a reading with ok == false holds the level and the streak and is not
-//   calm; the second consecutive one releases to 0 (trigger signal_loss, no
-//   spacing) unless a pin holds the level.
+//   calm; its lag, upstream wait and timeout are not read. The second consecutive
+//   one releases to 0 (trigger signal_loss, no spacing) unless a pin holds the
+//   level. The watchdog's stall_ms is seen apart from the probes, so a failed read
+//   keeps it: a stall on a failed read goes to 3 as any stall does, and that tick
+//   does not release (the next failed read without one does).
 // Pins select any level at once (trigger pin) and hold it until they expire or are
 //   removed (trigger unpin); automatic decisions then continue from the pinned
 //   level with an empty streak and calm_since = now. A pin or unpin that leaves the
@@ -85,6 +100,12 @@ struct Reading {
   std::optional<double> stall_ms;  // a stall seen by the watchdog while it lasts
 };
 
+// How sustained pressure enters emergency and what holds it there (see above).
+enum class EmergencyRule : std::uint8_t {
+  evidence,            // fast: level-3 evidence, level 3's own exit line
+  sustained_critical,  // sentinel: critical lasting the dwell, level 2's exit line
+};
+
 struct ControllerConfig {
   std::array<double, 3> lag_ms{200, 250, 600};            // entry thresholds of levels 1..3
   std::array<double, 3> upstream_wait_ms{150, 200, 600};  // entry thresholds of levels 1..3
@@ -95,9 +116,11 @@ struct ControllerConfig {
   Millis spacing{0};
   Millis emergency_dwell{0};
   Millis timeout_window{30000};
+  EmergencyRule emergency_rule = EmergencyRule::evidence;
 
-  static ControllerConfig fast();      // seed 000's defaults (SPEC: profile fast)
-  static ControllerConfig sentinel();  // seed 003's timings (SPEC: profile sentinel)
+  static ControllerConfig fast();  // seed 000's defaults (SPEC: profile fast)
+  // Seed 003's timings and emergency rule (SPEC: profile sentinel).
+  static ControllerConfig sentinel();
 };
 
 struct Decision {
@@ -113,6 +136,7 @@ struct Decision {
     Level to;
     Trigger trigger;
   };
+  // A streak the gate ended in this tick without its rise (what stats().suppressed counts).
   std::optional<Suppressed> suppressed;
 };
 
@@ -129,7 +153,7 @@ struct ControllerStats {
   // [from][to][trigger]
   std::array<std::array<std::array<std::uint64_t, kTriggerCount>, kLevelCount>, kLevelCount>
       changes{};
-  // [to][trigger]
+  // [to][trigger]: streaks the gate ended without their rise
   std::array<std::array<std::uint64_t, kTriggerCount>, kLevelCount> suppressed{};
   std::uint64_t ticks = 0;
 };
@@ -186,6 +210,8 @@ class Controller {
   void change(Level to, Trigger trigger, Millis now, Decision& d);
   void end_pin(Millis now);
   void reset_streak();
+  void end_streak(Decision& d);
+  Level streak_target() const;
   bool spacing_allows(Millis now) const;
 };
 

@@ -1457,6 +1457,8 @@ void apply_rules(const Env& env, Config& c, bool admission_only) {
     profile.admission.tick = Duration{60'000};
     for (const Row& row : kRows)
       if (row.admission && !lookup(env, row.about.name)) row.take(c, profile);
+    // Not a variable: the profile alone selects how sustained pressure enters emergency.
+    c.admission.controller.emergency_rule = profile.admission.controller.emergency_rule;
   }
   if (admission_only) return;
 

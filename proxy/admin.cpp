@@ -73,7 +73,8 @@ bool level_change_known(std::size_t from, std::size_t to, admission::Trigger tri
 }
 
 bool rise_suppressed_known(std::size_t to, admission::Trigger trigger) {
-  return to > 0 && moves(trigger) == Moves::up;
+  // A stall passes the gate: no streak of it is ever held back.
+  return to > 0 && moves(trigger) == Moves::up && trigger != admission::Trigger::stall;
 }
 
 namespace {
@@ -243,8 +244,8 @@ const FamilySpec kFamilies[] = {
        }
      }},
     {"sluice_admission_rise_suppressed_total",
-     "Ticks whose evidence would have raised the level but the rise gate held it back, by the "
-     "level it would have entered and trigger.",
+     "Streaks of evidence above the level that the rise gate ended before they raised it, by "
+     "the level the rise would have entered and trigger.",
      MetricType::Counter,
      [](const Scrape& s, Samples& out) {
        const auto& st = s.ticker.controller().stats();

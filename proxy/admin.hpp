@@ -23,7 +23,8 @@ std::string render_metrics(Runtime& rt, const Watchdog& watchdog, const Ticker& 
 // The label sets /metrics exports at 0 before their first event, so that a
 // dashboard has the series and increase() sees the first one. A level change
 // moves the level, the way its trigger can move it (pressure raises, relief
-// lowers, a pin or its end either way); a suppressed rise is toward a level above 0.
+// lowers, a pin or its end either way); a suppressed rise is toward a level above 0,
+// by a signal the rise gate judges (not a stall, which passes the gate).
 bool level_change_known(std::size_t from, std::size_t to, admission::Trigger trigger);
 bool rise_suppressed_known(std::size_t to, admission::Trigger trigger);
 // The statuses Sluice answers itself before a request has a route

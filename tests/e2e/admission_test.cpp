@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -299,6 +300,47 @@ TEST_CASE("upstream timeouts are evidence for level 2", "[e2e][admission][pressu
   CHECK(s.metric("sluice_admission_level") == 0);  // the process's own loops are calm
   CHECK(request(s.port, "GET", "/bulk/x").status == 503);
   CHECK(request(s.port, "GET", "/api").status == 200);  // standard is whole at level 2
+}
+
+TEST_CASE(
+    "sluice_admission_rise_suppressed_total counts a streak the rise gate ended once, and one "
+    "that rose not at all",
+    "[e2e][admission][metrics]") {
+  Upstream up(kUpstream);
+  const std::string series =
+      R"(sluice_admission_rise_suppressed_total{to="2",trigger="upstream_timeout"})";
+  const std::string rise =
+      R"(sluice_admission_level_changes_total{from="0",to="2",trigger="upstream_timeout"})";
+  // One upstream timeout is the only evidence: the other signals' thresholds and the
+  // stall length are far above anything a loaded test host shows.
+  std::map<std::string, std::string> env{{"SLUICE_UPSTREAM_RESPONSE_TIMEOUT", "100ms"},
+                                         {"SLUICE_ADMISSION_LAG_MS", "5000,6000,7000"},
+                                         {"SLUICE_ADMISSION_UPSTREAM_WAIT_MS", "5000,6000,7000"},
+                                         {"SLUICE_ADMISSION_EMERGENCY_MS", "60000"}};
+  SECTION("a streak shorter than the gate: counted once, not once per tick") {
+    // The timeout is evidence for level 2 on about five 100 ms ticks; the gate needs 20.
+    env["SLUICE_ADMISSION_TIMEOUT_PIN"] = "500ms";
+    env["SLUICE_ADMISSION_RISE_TICKS"] = "20";
+    Sluice s(kSluice, env_for(up, env));
+    CHECK(s.metric(series) == 0);
+    CHECK(request(s.port, "GET", "/slow?ms=1000").status == 504);
+    REQUIRE(eventually([&] { return s.metric(series) >= 1; }, 5s));
+    std::this_thread::sleep_for(1s);  // twice the window: nothing is left to count
+    auto text = s.metrics();
+    INFO(text);
+    CHECK(Sluice::sample(text, series) == 1);
+    CHECK(Sluice::sample(text, "sluice_admission_level") == 0);
+    CHECK(Sluice::sample(text, rise) == 0);
+  }
+  SECTION("a streak that reaches the rise: nothing") {
+    Sluice s(kSluice, env_for(up, env));  // a 30 s window, a 3-tick gate
+    CHECK(request(s.port, "GET", "/slow?ms=1000").status == 504);
+    REQUIRE(eventually([&] { return s.metric("sluice_admission_level") == 2; }, 5s));
+    auto text = s.metrics();
+    INFO(text);
+    CHECK(Sluice::sample(text, rise) == 1);
+    CHECK(Sluice::sample(text, series) == 0);
+  }
 }
 
 TEST_CASE(

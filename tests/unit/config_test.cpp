@@ -720,6 +720,7 @@ TEST_CASE("the sentinel profile sets seed 003's timings and single variables ove
   CHECK(fast.tick == 1000ms);
   CHECK(fast.controller.hold[0] == 5000ms);
   CHECK(fast.controller.exit_ratio == 0.6);
+  CHECK(fast.controller.emergency_rule == sluice::admission::EmergencyRule::evidence);
   auto sentinel = load(minimal({{"SLUICE_ADMISSION_PROFILE", "sentinel"}})).admission;
   CHECK(sentinel.tick == 60'000ms);
   CHECK(sentinel.controller.hold ==
@@ -727,6 +728,7 @@ TEST_CASE("the sentinel profile sets seed 003's timings and single variables ove
   CHECK(sentinel.controller.exit_ratio == 1.0);
   CHECK(sentinel.controller.spacing == 300'000ms);
   CHECK(sentinel.controller.emergency_dwell == 180'000ms);
+  CHECK(sentinel.controller.emergency_rule == sluice::admission::EmergencyRule::sustained_critical);
   auto overridden = load(minimal({{"SLUICE_ADMISSION_PROFILE", "sentinel"},
                                   {"SLUICE_ADMISSION_SPACING", "1m"},
                                   {"SLUICE_TICK", "30s"}}))
@@ -734,6 +736,8 @@ TEST_CASE("the sentinel profile sets seed 003's timings and single variables ove
   CHECK(overridden.controller.spacing == 60'000ms);
   CHECK(overridden.tick == 30'000ms);
   CHECK(overridden.controller.emergency_dwell == 180'000ms);
+  CHECK(overridden.controller.emergency_rule ==
+        sluice::admission::EmergencyRule::sustained_critical);
 }
 
 TEST_CASE("lane factors: lanes left out keep their defaults, a factor never rises with the level",

@@ -10,6 +10,7 @@ using namespace std::chrono_literals;
 using sluice::admission::Controller;
 using sluice::admission::ControllerConfig;
 using sluice::admission::Decision;
+using sluice::admission::EmergencyRule;
 using sluice::admission::Level;
 using sluice::admission::Millis;
 using sluice::admission::Reading;
@@ -50,9 +51,11 @@ class Ticker {
     r.upstream_timeout = true;
     return step(r);
   }
-  Decision failed() {
+  // A read that failed; the watchdog's stall, if any, comes with it.
+  Decision failed(std::optional<double> stall_ms = std::nullopt) {
     Reading r;
     r.ok = false;
+    r.stall_ms = stall_ms;
     return step(r);
   }
   // Pins act at the time of the last tick, as an admin call between ticks would.
@@ -123,6 +126,16 @@ Ticker at_constrained(ControllerConfig config = ControllerConfig::fast()) {
 // Sentinel profile, one reading a minute (SPEC: SLUICE_TICK 1m in sentinel).
 Ticker sentinel() { return Ticker(ControllerConfig::sentinel(), 60'000ms); }
 
+// Sentinel: into critical at 3 min by three critical-only readings (lag 300:
+// level 2's entry is 250 ms, level 3's 600 ms).
+Ticker sentinel_at_critical(ControllerConfig config = ControllerConfig::sentinel(),
+                            Millis tick = 60'000ms) {
+  Ticker t(config, tick);
+  t.repeat(3, lag(300));
+  REQUIRE(t.level() == Level::critical);
+  return t;
+}
+
 // Sentinel: into critical at 3 min (three critical readings), then into
 // emergency at 8 min, when spacing first allows it.
 Ticker sentinel_at_emergency() {
@@ -156,8 +169,9 @@ TEST_CASE("levels and triggers have the names SPEC uses", "[admission][controlle
   CHECK(to_string(Trigger::decay) == "decay");
 }
 
-TEST_CASE("the fast profile has SPEC's defaults and sentinel changes only the timings",
-          "[admission][controller]") {
+TEST_CASE(
+    "the fast profile has SPEC's defaults and sentinel changes the timings and the emergency rule",
+    "[admission][controller]") {
   auto f = ControllerConfig::fast();
   CHECK(f.lag_ms == std::array<double, 3>{200, 250, 600});
   CHECK(f.upstream_wait_ms == std::array<double, 3>{150, 200, 600});
@@ -168,6 +182,7 @@ TEST_CASE("the fast profile has SPEC's defaults and sentinel changes only the ti
   CHECK(f.spacing == 0ms);
   CHECK(f.emergency_dwell == 0ms);
   CHECK(f.timeout_window == 30s);
+  CHECK(f.emergency_rule == EmergencyRule::evidence);
 
   auto s = ControllerConfig::sentinel();
   CHECK(s.hold == std::array<Millis, 3>{5min, 5min, 5min});
@@ -179,6 +194,7 @@ TEST_CASE("the fast profile has SPEC's defaults and sentinel changes only the ti
   CHECK(s.rise_ticks == f.rise_ticks);
   CHECK(s.emergency_stall == f.emergency_stall);
   CHECK(s.timeout_window == f.timeout_window);
+  CHECK(s.emergency_rule == EmergencyRule::sustained_critical);
 }
 
 // ---------------------------------------------------------------------------
@@ -191,6 +207,8 @@ TEST_CASE("(a) one 300 ms lag sample at idle stays at level 0 and counts one sup
   Decision d = t.lag(300);
   CHECK(d.level == Level::normal);
   CHECK_FALSE(d.changed);
+  CHECK_FALSE(d.suppressed);  // the streak is open: it could still rise
+  d = t.quiet();              // the gate ends it: one suppressed rise, reported here
   REQUIRE(d.suppressed);
   CHECK(d.suppressed->to == Level::critical);  // 300 ms reaches level 2's 250 ms entry
   CHECK(d.suppressed->trigger == Trigger::lag);
@@ -209,7 +227,7 @@ TEST_CASE("(b) three consecutive 220 ms lag samples raise the level to 1",
   Decision d = t.lag(220);
   require_change(d, Level::normal, Level::constrained, Trigger::lag);
   CHECK_FALSE(d.suppressed);
-  CHECK(suppressed_total(t.controller) == 2);  // the two ticks that waited
+  CHECK(suppressed_total(t.controller) == 0);  // the streak reached its rise: nothing suppressed
   CHECK(t.controller.trigger() == Trigger::lag);
   CHECK(t.controller.last_change() == 3s);
 }
@@ -251,10 +269,11 @@ TEST_CASE("a 1 -> 2 rise also waits for three ticks of fresh evidence",
   Ticker t = at_constrained();
   Decision d = t.lag(300);
   CHECK(d.level == Level::constrained);
-  REQUIRE(d.suppressed);
-  CHECK(d.suppressed->to == Level::critical);
+  CHECK_FALSE(d.suppressed);
+  CHECK(t.controller.streak() == 1);
   CHECK(t.lag(300).level == Level::constrained);
   require_change(t.lag(300), Level::constrained, Level::critical, Trigger::lag);
+  CHECK(suppressed_total(t.controller) == 0);
 }
 
 TEST_CASE("a stale lag repeat at level 1 holds the streak: it neither extends nor resets it",
@@ -274,7 +293,12 @@ TEST_CASE("a stale lag repeat at idle never raises the level however long it rep
   Ticker t;
   t.lag(300);
   for (int i = 0; i < 10; ++i) CHECK(t.lag(300, false).level == Level::normal);
-  CHECK(suppressed_total(t.controller) == 1);  // only the fresh sample
+  CHECK(t.controller.streak() == 1);           // only the fresh sample: held, not extended
+  CHECK(suppressed_total(t.controller) == 0);  // ... and still open
+  Decision d = t.quiet();
+  REQUIRE(d.suppressed);  // the first fresh calm tick ends it: once, however long it was held
+  CHECK(d.suppressed->to == Level::critical);
+  CHECK(suppressed_total(t.controller) == 1);
 }
 
 TEST_CASE("a mixed streak enters its lowest level with the trigger of the first tick at that level",
@@ -355,9 +379,10 @@ TEST_CASE(
     CHECK(d.level == Level::constrained);
   }
   CHECK(t.now() == 7min);
-  REQUIRE(t.controller.stats().suppressed[2][static_cast<int>(Trigger::lag)] == 4);
+  CHECK(t.controller.streak() == 4);  // spacing holds the streak back without ending it
   require_change(t.lag(300), Level::constrained, Level::critical, Trigger::lag);
   CHECK(t.now() == 8min);
+  CHECK(suppressed_total(t.controller) == 0);  // both streaks rose
 }
 
 TEST_CASE("sentinel: constrained -> critical after three critical readings once spacing permits",
@@ -373,36 +398,143 @@ TEST_CASE("sentinel: constrained -> critical after three critical readings once 
 }
 
 TEST_CASE(
-    "sentinel: critical -> emergency once critical has lasted three minutes and spacing "
-    "permits",
+    "sentinel: critical -> emergency on critical readings alone once critical has lasted "
+    "three minutes and spacing permits",
     "[admission][controller][seed003]") {
+  Ticker t = sentinel_at_critical();  // 3 min
+  // Critical readings, none of them level-3 evidence: the sustained critical state
+  // is what escalates. Spacing (5 min from 3 min) is the later of the two guards.
+  for (int i = 0; i < 4; ++i) {
+    Decision d = t.lag(300);
+    CHECK(d.level == Level::critical);
+    CHECK_FALSE(d.suppressed);
+  }
+  CHECK(t.controller.streak() == 4);
+  require_change(t.lag(300), Level::critical, Level::emergency, Trigger::lag);
+  CHECK(t.now() == 8min);
+  CHECK(suppressed_total(t.controller) == 0);
+}
+
+TEST_CASE("sentinel: level-3 evidence escalates from critical under the same guards",
+          "[admission][controller][seed003]") {
   Ticker t = sentinel();
   t.repeat(3, lag(700));
   REQUIRE(t.level() == Level::critical);  // sustained pressure from normal stops at critical
-  for (int i = 0; i < 4; ++i) {
-    Decision d = t.lag(700);
-    CHECK(d.level == Level::critical);
-    REQUIRE(d.suppressed);
-    CHECK(d.suppressed->to == Level::emergency);
-  }
+  t.repeat(4, lag(700));
+  CHECK(t.level() == Level::critical);
   require_change(t.lag(700), Level::critical, Level::emergency, Trigger::lag);
   CHECK(t.now() - 3min == 5min);
 }
 
-TEST_CASE("sentinel: emergency -> critical after five readings below emergency pressure",
+TEST_CASE("sentinel: critical -> emergency waits until critical has lasted three minutes",
           "[admission][controller][seed003]") {
-  Ticker t = sentinel_at_emergency();
-  for (int i = 0; i < 4; ++i) CHECK(t.lag(400).level == Level::emergency);
-  require_change(t.lag(400), Level::emergency, Level::critical, Trigger::decay);
+  // Spacing of 1 min and 30 s readings, so the three-minute dwell is the guard that binds.
+  auto c = ControllerConfig::sentinel();
+  c.spacing = 1min;
+  Ticker t = sentinel_at_critical(c, 30s);  // critical at 90 s
+  for (int i = 0; i < 5; ++i) {  // 120 s .. 240 s: three critical readings and spacing are met
+    Decision d = t.lag(300);
+    CHECK(d.level == Level::critical);
+  }
+  CHECK(t.now() == 240s);
+  require_change(t.lag(300), Level::critical, Level::emergency, Trigger::lag);
+  CHECK(t.now() == 270s);  // 90 s + 3 min
+}
+
+TEST_CASE("sentinel: critical escalates only on sustained critical readings",
+          "[admission][controller][seed003]") {
+  SECTION("calmer readings at critical never escalate, however long critical lasted") {
+    Ticker t = sentinel_at_critical();
+    for (int i = 0; i < 4; ++i) {
+      Decision d = t.lag(220);  // level-1 evidence: below critical
+      CHECK(d.level == Level::critical);
+      CHECK(t.controller.streak() == 0);
+    }
+    // ... and five of them are the recovery from critical.
+    require_change(t.lag(220), Level::critical, Level::constrained, Trigger::decay);
+  }
+  SECTION("a calmer reading ends the escalating streak") {
+    auto c = ControllerConfig::sentinel();
+    c.spacing = 0ms;
+    c.emergency_dwell = 0ms;
+    Ticker t = sentinel_at_critical(c);
+    t.repeat(2, lag(300));
+    Decision d = t.lag(220);
+    CHECK(d.level == Level::critical);
+    REQUIRE(d.suppressed);  // the gate ended a streak toward emergency
+    CHECK(d.suppressed->to == Level::emergency);
+    CHECK(d.suppressed->trigger == Trigger::lag);
+    t.repeat(2, lag(300));
+    CHECK(t.level() == Level::critical);  // a fresh streak needs three readings again
+    require_change(t.lag(300), Level::critical, Level::emergency, Trigger::lag);
+  }
+  SECTION("an upstream timeout is critical pressure too") {
+    auto c = ControllerConfig::sentinel();
+    c.spacing = 0ms;
+    c.emergency_dwell = 0ms;
+    c.timeout_window = 10min;
+    Ticker t = sentinel_at_critical(c);
+    t.timeout();
+    t.quiet();
+    require_change(t.quiet(), Level::critical, Level::emergency, Trigger::upstream_timeout);
+  }
+}
+
+TEST_CASE(
+    "sentinel: emergency -> critical after five below-critical readings, and critical readings "
+    "hold emergency",
+    "[admission][controller][seed003]") {
+  SECTION("critical readings hold it, five below-critical readings release it") {
+    Ticker t = sentinel_at_emergency();                                        // 8 min
+    for (int i = 0; i < 10; ++i) CHECK(t.lag(400).level == Level::emergency);  // critical
+    for (int i = 0; i < 4; ++i) CHECK(t.lag(220).level == Level::emergency);
+    require_change(t.lag(220), Level::emergency, Level::critical, Trigger::decay);
+    CHECK(t.now() == 23min);
+  }
+  SECTION("a reading at critical's entry is not below it") {
+    Ticker t = sentinel_at_emergency();
+    t.repeat(4, quiet);
+    CHECK(t.lag(250).level == Level::emergency);  // 13 min: the hold starts again
+    for (int i = 0; i < 4; ++i) CHECK(t.quiet().level == Level::emergency);
+    require_change(t.quiet(), Level::emergency, Level::critical, Trigger::decay);
+    CHECK(t.now() == 18min);
+  }
+  SECTION("an upstream timeout in its window is critical, not below it") {
+    Ticker t = sentinel_at_emergency();
+    t.repeat(4, quiet);
+    CHECK(t.timeout().level == Level::emergency);
+    for (int i = 0; i < 4; ++i) CHECK(t.quiet().level == Level::emergency);
+    require_change(t.quiet(), Level::emergency, Level::critical, Trigger::decay);
+  }
+  SECTION("spacing permits the recovery") {
+    auto c = ControllerConfig::sentinel();
+    c.spacing = 7min;
+    Ticker t(c, 60'000ms);
+    t.repeat(3, lag(300));  // critical at 3 min: the first change is not spaced
+    t.repeat(7, lag(300));
+    REQUIRE(t.level() == Level::emergency);  // 10 min: 7 min after the last change
+    REQUIRE(t.now() == 10min);
+    for (int i = 0; i < 6; ++i) CHECK(t.quiet().level == Level::emergency);  // hold met at 15
+    require_change(t.quiet(), Level::emergency, Level::critical, Trigger::decay);
+    CHECK(t.now() == 17min);
+  }
 }
 
 TEST_CASE("sentinel: critical -> constrained after five calmer readings",
           "[admission][controller][seed003]") {
-  Ticker t = sentinel();
-  t.repeat(3, lag(300));
-  REQUIRE(t.level() == Level::critical);
-  for (int i = 0; i < 4; ++i) CHECK(t.lag(220).level == Level::critical);
-  require_change(t.lag(220), Level::critical, Level::constrained, Trigger::decay);
+  SECTION("right after critical was entered: spacing and the hold end together") {
+    Ticker t = sentinel_at_critical();
+    for (int i = 0; i < 4; ++i) CHECK(t.lag(220).level == Level::critical);
+    require_change(t.lag(220), Level::critical, Level::constrained, Trigger::decay);
+  }
+  SECTION("long after: five calmer readings from the last that was not") {
+    Ticker t = sentinel_at_critical();  // 3 min
+    // A repeated critical lag is no evidence to escalate on, but it is not calmer.
+    for (int i = 0; i < 6; ++i) CHECK(t.lag(300, /*fresh=*/false).level == Level::critical);
+    for (int i = 0; i < 4; ++i) CHECK(t.lag(220).level == Level::critical);  // 10..13 min
+    require_change(t.lag(220), Level::critical, Level::constrained, Trigger::decay);
+    CHECK(t.now() == 14min);
+  }
 }
 
 TEST_CASE("sentinel: constrained -> normal after five calm readings, or after two failed reads",
@@ -413,6 +545,14 @@ TEST_CASE("sentinel: constrained -> normal after five calm readings, or after tw
     REQUIRE(t.level() == Level::constrained);
     for (int i = 0; i < 4; ++i) CHECK(t.lag(150).level == Level::constrained);
     require_change(t.lag(150), Level::constrained, Level::normal, Trigger::decay);
+  }
+  SECTION("recovery long after the rise: five calm readings from the last that was not") {
+    Ticker t = sentinel();
+    t.repeat(3, lag(220));  // constrained at 3 min
+    t.repeat(6, lag(210));  // pressure at the constrained level to 9 min
+    for (int i = 0; i < 4; ++i) CHECK(t.lag(150).level == Level::constrained);
+    require_change(t.lag(150), Level::constrained, Level::normal, Trigger::decay);
+    CHECK(t.now() == 14min);
   }
   SECTION("signal loss, without waiting for spacing") {
     Ticker t = sentinel();
@@ -505,29 +645,107 @@ TEST_CASE("a rise above critical from below critical stops at critical",
   }
 }
 
-TEST_CASE("a held-back rise reports the level the rise would have entered",
+TEST_CASE("a suppressed rise reports the level the streak's rise would have entered",
           "[admission][controller]") {
+  SECTION("evidence for 3 from 0 would have stopped at 2") {
+    Ticker t;
+    t.lag(700);
+    Decision d = t.quiet();
+    REQUIRE(d.suppressed);
+    CHECK(d.suppressed->to == Level::critical);
+    CHECK(t.controller.stats().suppressed[2][static_cast<int>(Trigger::lag)] == 1);
+  }
+  SECTION("a mixed streak: its lowest level and that level's first trigger") {
+    Ticker t;
+    t.lag(700);
+    t.wait(160);  // the streak's lowest is now 1, by upstream_wait
+    Decision d = t.quiet();
+    REQUIRE(d.suppressed);
+    CHECK(d.suppressed->to == Level::constrained);
+    CHECK(d.suppressed->trigger == Trigger::upstream_wait);
+    CHECK(suppressed_total(t.controller) == 1);
+  }
+}
+
+TEST_CASE("a streak the gate ends without its rise counts once, on the tick that ends it",
+          "[admission][controller][seed000]") {
   Ticker t;
-  Decision d = t.lag(700);  // evidence for 3, but from 0 a rise would stop at 2
-  REQUIRE(d.suppressed);
-  CHECK(d.suppressed->to == Level::critical);
-  d = t.lag(220);  // the streak's lowest is now 1
-  REQUIRE(d.suppressed);
-  CHECK(d.suppressed->to == Level::constrained);
-  CHECK(d.suppressed->trigger == Trigger::lag);
+  for (int i = 0; i < 2; ++i) {  // two ticks of evidence, one short of the gate
+    Decision d = t.lag(300);
+    CHECK_FALSE(d.suppressed);
+  }
+  Decision end = t.lag(150);  // evidence falls away below level 1's entry
+  REQUIRE(end.suppressed);
+  CHECK(end.suppressed->to == Level::critical);
+  CHECK(end.suppressed->trigger == Trigger::lag);
+  CHECK(t.controller.streak() == 0);
+  for (int i = 0; i < 5; ++i) CHECK_FALSE(t.quiet().suppressed);
+  CHECK(suppressed_total(t.controller) == 1);
+  // A second blip is a second streak.
+  t.wait(210);
+  CHECK(t.quiet().suppressed->trigger == Trigger::upstream_wait);
+  CHECK(suppressed_total(t.controller) == 2);
+  CHECK(changes_total(t.controller) == 0);
+}
+
+TEST_CASE("a streak still open counts nothing", "[admission][controller][seed000]") {
+  Ticker t;
+  t.lag(300);
+  t.lag(300);
+  CHECK(t.controller.streak() == 2);
+  CHECK(suppressed_total(t.controller) == 0);
+}
+
+TEST_CASE("a streak that a level change ends counts nothing", "[admission][controller][seed000]") {
+  SECTION("a stall") {
+    Ticker t;
+    t.repeat(2, lag(300));
+    t.stall(1500);
+    t.quiet();
+    CHECK(suppressed_total(t.controller) == 0);
+  }
+  SECTION("a pin") {
+    Ticker t;
+    t.repeat(2, lag(300));
+    t.pin(Level::normal);
+    t.quiet();
+    t.unpin();
+    t.quiet();
+    CHECK(suppressed_total(t.controller) == 0);
+  }
+  SECTION("a signal-loss release") {
+    Ticker t = at_constrained();
+    t.repeat(2, lag(300));
+    t.failed();
+    require_change(t.failed(), Level::constrained, Level::normal, Trigger::signal_loss);
+    t.quiet();
+    CHECK(suppressed_total(t.controller) == 0);
+  }
 }
 
 TEST_CASE("no automatic change within the spacing of the last change", "[admission][controller]") {
   auto c = ControllerConfig::fast();
   c.spacing = 10s;
-  SECTION("a rise waits") {
+  SECTION("a rise waits, and its streak counts nothing when it rises") {
     Ticker t = at_constrained(c);  // at 3 s
     for (int i = 0; i < 9; ++i) {
       Decision d = t.lag(300);
       CHECK(d.level == Level::constrained);
+      CHECK_FALSE(d.suppressed);
     }
     require_change(t.lag(300), Level::constrained, Level::critical, Trigger::lag);
     CHECK(t.now() == 13s);
+    CHECK(suppressed_total(t.controller) == 0);
+  }
+  SECTION("a streak spacing held past the gate counts once if it ends without its rise") {
+    Ticker t = at_constrained(c);  // at 3 s
+    t.repeat(5, lag(300));         // 4..8 s: three ticks and more, but spacing holds
+    CHECK(t.controller.streak() == 5);
+    Decision d = t.lag(210);  // 9 s: evidence for 1 only, no longer above the level
+    REQUIRE(d.suppressed);
+    CHECK(d.suppressed->to == Level::critical);
+    CHECK(suppressed_total(t.controller) == 1);
+    CHECK(t.level() == Level::constrained);
   }
   SECTION("a decay waits") {
     Ticker t = at_constrained(c);
@@ -548,14 +766,41 @@ TEST_CASE("sustained pressure enters emergency only after critical has lasted th
   Ticker t(c);
   t.repeat(3, lag(700));
   REQUIRE(t.level() == Level::critical);  // at 3 s
-  for (int i = 0; i < 9; ++i) {
-    Decision d = t.lag(700);
-    CHECK(d.level == Level::critical);
+  SECTION("the rise waits, and its streak counts nothing when it rises") {
+    for (int i = 0; i < 9; ++i) {
+      Decision d = t.lag(700);
+      CHECK(d.level == Level::critical);
+      CHECK_FALSE(d.suppressed);  // held back, not ended
+    }
+    require_change(t.lag(700), Level::critical, Level::emergency, Trigger::lag);
+    CHECK(t.now() == 13s);
+    CHECK(suppressed_total(t.controller) == 0);
+  }
+  SECTION("a streak the dwell held counts once if it ends without its rise") {
+    t.repeat(5, lag(700));  // 4..8 s: the dwell runs to 13 s
+    Decision d = t.lag(300);
     REQUIRE(d.suppressed);
     CHECK(d.suppressed->to == Level::emergency);
+    CHECK(suppressed_total(t.controller) == 1);
   }
-  require_change(t.lag(700), Level::critical, Level::emergency, Trigger::lag);
-  CHECK(t.now() == 13s);
+}
+
+TEST_CASE("fast: only level-3 evidence enters emergency, and level 3 holds on its own exit line",
+          "[admission][controller][seed000]") {
+  SECTION("critical readings however long never escalate") {
+    Ticker t;
+    t.repeat(3, lag(300));
+    REQUIRE(t.level() == Level::critical);
+    for (int i = 0; i < 60; ++i) CHECK(t.lag(300).level == Level::critical);
+    CHECK(t.controller.streak() == 0);
+  }
+  SECTION("critical readings below level 3's exit line (360 ms) let it step down") {
+    Ticker t;
+    t.stall(1500);  // 3 at 1 s
+    for (int i = 0; i < 14; ++i) CHECK(t.lag(300).level == Level::emergency);
+    require_change(t.lag(300), Level::emergency, Level::critical, Trigger::decay);
+    CHECK(t.now() == 16s);
+  }
 }
 
 TEST_CASE("a stall is not held by the gate, spacing or dwell", "[admission][controller]") {
@@ -660,6 +905,49 @@ TEST_CASE("one failed read holds the level, the second consecutive one releases 
     t.pin(Level::critical);
     t.repeat(3, [](Ticker& x) { return x.failed(); });
     CHECK(t.level() == Level::critical);
+  }
+}
+
+TEST_CASE("a failed read keeps its stall: it goes to level 3 at once, and does not release",
+          "[admission][controller]") {
+  SECTION("one failed read with a stall, in either profile") {
+    Ticker f;
+    require_change(f.failed(1500), Level::normal, Level::emergency, Trigger::stall);
+    Ticker s = sentinel();
+    require_change(s.failed(1500), Level::normal, Level::emergency, Trigger::stall);
+  }
+  SECTION("the second failed read with a stall goes to 3, the next without one releases") {
+    Ticker t;
+    t.repeat(3, lag(300));
+    CHECK(t.failed().level == Level::critical);
+    require_change(t.failed(1200), Level::critical, Level::emergency, Trigger::stall);
+    require_change(t.failed(), Level::emergency, Level::normal, Trigger::signal_loss);
+  }
+  SECTION("a stall on a failed read at level 3 keeps it there") {
+    Ticker t;
+    t.stall(1500);
+    t.failed();
+    Decision d = t.failed(1500);
+    CHECK_FALSE(d.changed);
+    CHECK(d.level == Level::emergency);
+  }
+  SECTION("under the stall length it is no stall, and the failed read counts as ever") {
+    Ticker t;
+    t.repeat(3, lag(300));
+    CHECK(t.failed(999).level == Level::critical);
+    require_change(t.failed(999), Level::critical, Level::normal, Trigger::signal_loss);
+  }
+  SECTION("a failed read's lag is not read, however long") {
+    Ticker t;
+    Reading r;
+    r.ok = false;
+    r.lag_ms = 1500;
+    CHECK_FALSE(t.step(r).changed);
+  }
+  SECTION("a pin holds against it") {
+    Ticker t;
+    t.pin(Level::constrained);
+    CHECK(t.failed(1500).level == Level::constrained);
   }
 }
 
@@ -805,9 +1093,13 @@ TEST_CASE(
   Ticker t;
   t.wait(160);
   t.wait(160);
-  t.wait(160);
+  t.wait(160);  // rises to 1: nothing suppressed
+  t.wait(210);  // a streak toward 2 ...
+  t.quiet();    // ... that the gate ends: one suppressed rise
   const auto& s = t.controller.stats();
-  CHECK(s.ticks == 3);
+  CHECK(s.ticks == 5);
   CHECK(s.changes[0][1][static_cast<int>(Trigger::upstream_wait)] == 1);
-  CHECK(s.suppressed[1][static_cast<int>(Trigger::upstream_wait)] == 2);
+  CHECK(s.suppressed[1][static_cast<int>(Trigger::upstream_wait)] == 0);
+  CHECK(s.suppressed[2][static_cast<int>(Trigger::upstream_wait)] == 1);
+  CHECK(suppressed_total(t.controller) == 1);
 }

@@ -255,10 +255,11 @@ TEST_CASE("replay prints one line per tick with SPEC's fields, then a summary", 
   REQUIRE(r.ticks.size() == 2);
   CHECK(r.out.substr(0, r.out.find('\n')) ==
         R"({"t":1000,"level":0,"changed":false,"from":0,"to":0,"trigger":"none",)"
-        R"("suppressed":{"to":2,"trigger":"lag"}})");
+        R"("suppressed":null})");
   const json& second = r.ticks[1];
   CHECK(second["t"] == 2000);
-  CHECK(second["suppressed"].is_null());
+  // The blip's streak ends here without its rise: reported on this tick, counted once.
+  CHECK(second["suppressed"] == json{{"to", 2}, {"trigger", "lag"}});
   CHECK(second["admitted"] == json{{"bulk", 4}, {"standard", 2}, {"heavy", 0}});
   CHECK(second["shed"] == json{{"bulk", 0}, {"standard", 0}, {"heavy", 0}});
   CHECK(r.summary["ticks"] == 2);
@@ -373,8 +374,8 @@ TEST_CASE("every rule shows through replay", "[replay]") {
       "{\"t\":26000,\"pin\":{\"level\":0}}\n");            // 11: a pin, at once
   REQUIRE(r.code == 0);
   auto trig = [&](int i) { return r.ticks[i]["trigger"].get<std::string>(); };
-  CHECK(r.ticks[0]["suppressed"]["to"] == 2);
-  CHECK(r.ticks[1]["suppressed"].is_null());
+  CHECK(r.ticks[0]["level"] == 0);
+  CHECK(r.ticks[1]["level"] == 0);
   CHECK(r.ticks[3]["to"] == 1);
   CHECK(trig(3) == "lag");
   CHECK(r.ticks[4]["to"] == 3);
@@ -389,6 +390,9 @@ TEST_CASE("every rule shows through replay", "[replay]") {
   CHECK(r.ticks[11]["to"] == 0);
   CHECK(trig(11) == "pin");
   CHECK(r.summary["level_changes"] == 6);
+  // Both streaks rose (0..3 by lag, 8..10 by timeout): none was suppressed.
+  for (const auto& tick : r.ticks) CHECK(tick["suppressed"].is_null());
+  CHECK(r.summary["rise_suppressed"] == 0);
 }
 
 TEST_CASE(
@@ -416,8 +420,9 @@ TEST_CASE(
   CHECK(after.summary["max_level"] == 0);
   CHECK(after.summary["level_changes"] == 0);
   CHECK(after.summary["shed"] == json{{"bulk", 0}, {"standard", 0}, {"heavy", 0}});
-  // Ten lag blips (one fresh tick each) and ten slow waits (two ticks each) held back.
-  CHECK(after.summary["rise_suppressed"] == 30);
+  // Ten lag blips (one fresh tick each) and ten slow waits (two ticks each): twenty
+  // streaks the gate ended, each counted once.
+  CHECK(after.summary["rise_suppressed"] == 20);
 }
 
 TEST_CASE("an upstream's part of a line is its own reading, pin and unpin", "[replay][trace]") {
