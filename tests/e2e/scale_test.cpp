@@ -212,8 +212,8 @@ TEST_CASE(
 
 TEST_CASE("an SSE stream cut for idling is not an upstream timeout", "[e2e][scale]") {
   Upstream up(kUpstream);
-  Sluice s(kSluice, sluice::test::upstream_env(up, {{"SLUICE_SSE_IDLE_TIMEOUT", "200ms"},
-                                                    {"SLUICE_TICK", "100ms"}}));
+  Sluice s(kSluice, sluice::test::upstream_env(
+                        up, {{"SLUICE_SSE_IDLE_TIMEOUT", "200ms"}, {"SLUICE_TICK", "100ms"}}));
   // Events 1 s apart: the stream is cut after its first event.
   auto conn = sluice::test::Conn::open(s.port);
   REQUIRE(conn.send(sluice::test::format_request("GET", "/sse?n=3&interval_ms=1000", s.port,

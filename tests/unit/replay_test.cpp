@@ -449,14 +449,15 @@ TEST_CASE("an upstream's part of a line is its own reading, pin and unpin", "[re
                     Catch::Contains("\"upstreams\": expected an object"));
 }
 
-TEST_CASE("each upstream replays on a controller of its own; the process level is not moved by it",
+TEST_CASE("each upstream replays on a controller of its own, which does not move the process level",
           "[replay]") {
   // Three ticks of an upstream wait above level 1's line on "api", calm on
   // "spare", calm loops: api rises to 1, spare and the process stay at 0.
   std::string trace;
   for (int t = 1; t <= 4; ++t)
     trace += R"({"t":)" + std::to_string(t * 1000) +
-             R"(,"lag_ms":1,"upstreams":{"api":{"upstream_wait_ms":170},"spare":{}}})" "\n";
+             R"(,"lag_ms":1,"upstreams":{"api":{"upstream_wait_ms":170},"spare":{}}})"
+             "\n";
   auto r = replay(trace);
   REQUIRE(r.code == 0);
   REQUIRE(r.ticks.size() == 4);
@@ -472,7 +473,9 @@ TEST_CASE("each upstream replays on a controller of its own; the process level i
   // The same readings in today's format (no upstreams): one controller, as before.
   std::string old;
   for (int t = 1; t <= 4; ++t)
-    old += R"({"t":)" + std::to_string(t * 1000) + R"(,"lag_ms":1,"upstream_wait_ms":170})" "\n";
+    old += R"({"t":)" + std::to_string(t * 1000) +
+           R"(,"lag_ms":1,"upstream_wait_ms":170})"
+           "\n";
   auto o = replay(old);
   CHECK(o.ticks[2]["level"] == 1);
   CHECK_FALSE(o.ticks[2].contains("upstreams"));
