@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace sluice::admission {
 
@@ -103,15 +104,22 @@ bool Estimate::maybe_grow(Micros now) {
   return khat_ != before;
 }
 
-Signal Estimate::classify(int status, Micros ttfb) const {
+double Estimate::slow_above_us() const {
+  if (p_.slow_factor <= 0 || samples_ < EstimatePolicy::kBaselineSamples)
+    return std::numeric_limits<double>::infinity();
+  return std::max(p_.slow_factor * baseline_us_,
+                  baseline_us_ + static_cast<double>(kSlowMinGap.count()));
+}
+
+namespace {
+Signal classify_head(int status, Micros ttfb, double slow_above_us) {
   if (status == 429 || status == 503) return Signal::refused;
-  if (p_.slow_factor > 0 && samples_ >= EstimatePolicy::kBaselineSamples) {
-    double us = static_cast<double>(ttfb.count());
-    if (us > p_.slow_factor * baseline_us_ &&
-        us > baseline_us_ + static_cast<double>(kSlowMinGap.count()))
-      return Signal::slow;
-  }
-  return Signal::clean;
+  return static_cast<double>(ttfb.count()) > slow_above_us ? Signal::slow : Signal::clean;
+}
+}  // namespace
+
+Signal Estimate::classify(int status, Micros ttfb) const {
+  return classify_head(status, ttfb, slow_above_us());
 }
 
 bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, Micros now) {
@@ -276,7 +284,10 @@ void Bulkhead::List::erase(Seat& s) {
 }
 
 Bulkhead::Bulkhead(const LanePolicy& lanes, const Estimate& estimate, LeaseCap* heavy_cap)
-    : lanes_(lanes), estimate_(estimate), heavy_cap_(heavy_cap) {}
+    : lanes_(lanes),
+      estimate_(estimate),
+      heavy_cap_(heavy_cap),
+      slow_above_us_(estimate.slow_above_us()) {}
 
 bool budget_allows_borrowing(const std::optional<BudgetReading>& reading, double reserve,
                              Micros now) {
@@ -321,8 +332,7 @@ Candidate Bulkhead::known() const {
 }
 
 Signal Bulkhead::classify(int status, Micros ttfb) const {
-  Lock lock(mutex_);
-  return estimate_.classify(status, ttfb);
+  return classify_head(status, ttfb, slow_above_us_.load(std::memory_order_relaxed));
 }
 
 Estimate Bulkhead::estimate() const {
@@ -427,6 +437,7 @@ bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, Rng& rng
   if (signal == Signal::slow || signal == Signal::timeout)
     load = std::max(load, running_[0] + running_[1] + running_[2]);
   bool decreased = estimate_.observe(signal, s.seq, load, ttfb, now);
+  slow_above_us_.store(estimate_.slow_above_us(), std::memory_order_relaxed);
   serve(now, rng);
   return decreased;
 }

@@ -70,6 +70,7 @@
 // queued) or after on_seated() handed it over. Time comes in as Micros since
 // an epoch the caller picks; nothing is scheduled.
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -125,6 +126,8 @@ class Estimate {
   bool maybe_grow(Micros now);
   // A response head arrived after `ttfb`: clean, slow or (by status) refused.
   Signal classify(int status, Micros ttfb) const;
+  // A head later than this is slow (infinite before the baseline is judged).
+  double slow_above_us() const;
   // The request admitted as number `seq`, which met `load` running requests,
   // ended with `signal`. True when this decreased the estimate.
   bool observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, Micros now);
@@ -304,7 +307,8 @@ class Bulkhead {
   void abandon(Seat& s);
   // Growth and a re-ask of the waiters. Returns lanes that became starving.
   std::array<bool, kLaneCount> tick(Micros now, Rng& rng);
-  // Classifies a response head for release().
+  // Classifies a response head for release(), without the lock: by the slow
+  // line as of the last release.
   Signal classify(int status, Micros ttfb) const;
 
   // With `now`, the budget guard is filled in too.
@@ -355,6 +359,7 @@ class Bulkhead {
   std::uint64_t successes_ = 0, failures_ = 0;
   double latency_sum_us_ = 0;
   std::optional<BudgetReading> budget_;
+  std::atomic<double> slow_above_us_;  // estimate_.slow_above_us(), for classify()
 };
 
 // Seed 004's Retry-After, before clamping to the lane's band: the larger of the
