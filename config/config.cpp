@@ -1141,10 +1141,9 @@ constexpr Row kRows[] = {
     field<count_in<std::size_t, 1>, as_is, &Config::upstream_max_connections>(
         restart, "upstream_max_connections",
         {"SLUICE_UPSTREAM_MAX_CONNECTIONS", "512",
-         "Most connections open to each upstream, split evenly across the I/O threads' pools; a "
-         "request that finds its pool exhausted waits for a connection, and that wait is a "
-         "pressure "
-         "signal."}),
+         "Most connections open to each upstream, split evenly across the I/O threads' pools, and "
+         "the ceiling of its capacity estimate; a request that finds its thread's pool exhausted "
+         "waits for a connection, and that wait is the upstream's pressure signal."}),
     field<parse_timeout, format_duration, &Config::upstream_idle_timeout>(
         restart, "upstream_idle_timeout",
         {"SLUICE_UPSTREAM_IDLE_TIMEOUT", "30s",
@@ -1245,8 +1244,8 @@ constexpr Row kRows[] = {
     field<parse_mode, mode_text, &Config::admission, &Admission::mode>(
         live, "admission_mode",
         {"SLUICE_ADMISSION_MODE", "enforce",
-         "enforce (refuse with 503), observe (decide and count would_shed, forward everything) or "
-         "off."}),
+         "enforce (refuse with 503), observe (decide as enforce, waits included, and forward what "
+         "enforce would refuse, counted would_shed with the same reason) or off."}),
     field<parse_profile, as_is, &Config::admission, &Admission::profile>(
         live, "admission_profile",
         {"SLUICE_ADMISSION_PROFILE", "fast",
@@ -1350,8 +1349,8 @@ constexpr Row kRows[] = {
     estimate<parse_seed, as_is, &EstimatePolicy::seed>(
         restart, "bulkhead_seed",
         {"SLUICE_BULKHEAD_SEED", "4",
-         "The capacity estimate an upstream starts from (split across the I/O threads, at least 1 "
-         "each) before slow start grows it (1..100000)."}),
+         "The capacity estimate an upstream starts from, for the whole process (every I/O thread "
+         "shares it), before slow start grows it (1..100000)."}),
     estimate<parse_growth_interval, format_micros, &EstimatePolicy::growth_interval>(
         restart, "bulkhead_growth_interval",
         {"SLUICE_BULKHEAD_GROWTH_INTERVAL", "250ms",
