@@ -256,6 +256,24 @@ const FamilySpec kFamilies[] = {
              out.add(n, {{"to", kLevelLabels[to]}, {"trigger", admission::to_string(trigger)}});
          }
      }},
+    {"sluice_upstream_rise_suppressed_total",
+     "Streaks of evidence above an upstream's level that the rise gate ended before they raised "
+     "it, by upstream, the level the rise would have entered and trigger.",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       const auto& ups = s.rt.config.upstreams;
+       for (std::size_t u = 0; u < ups.size(); ++u) {
+         const auto& st = s.ticker.upstream_controller(u).stats();
+         for (std::size_t to = 0; to < admission::kLevelCount; ++to)
+           for (std::size_t t = 0; t < admission::kTriggerCount; ++t) {
+             auto trigger = static_cast<Trigger>(t);
+             if (auto n = st.suppressed[to][t]; n || rise_suppressed_known(to, trigger))
+               out.add(n, {{"upstream", ups[u].name},
+                           {"to", kLevelLabels[to]},
+                           {"trigger", admission::to_string(trigger)}});
+           }
+       }
+     }},
     {"sluice_config_reloads_total", "Live reloads of the configuration, by result (ok, failed).",
      MetricType::Counter,
      [](const Scrape& s, Samples& out) {

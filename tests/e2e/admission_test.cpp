@@ -302,15 +302,16 @@ TEST_CASE("upstream timeouts are evidence for level 2", "[e2e][admission][pressu
   CHECK(request(s.port, "GET", "/api").status == 200);  // standard is whole at level 2
 }
 
-TEST_CASE(
-    "sluice_admission_rise_suppressed_total counts a streak the rise gate ended once, and one "
-    "that rose not at all",
-    "[e2e][admission][metrics]") {
+TEST_CASE("rise_suppressed counts a streak the rise gate ended once, and one that rose not at all",
+          "[e2e][admission][metrics]") {
   Upstream up(kUpstream);
+  // An upstream's timeouts are evidence for its own level (the process's and
+  // its family count the same way, on its loops' evidence).
   const std::string series =
-      R"(sluice_admission_rise_suppressed_total{to="2",trigger="upstream_timeout"})";
+      R"(sluice_upstream_rise_suppressed_total{upstream="api",to="2",trigger="upstream_timeout"})";
   const std::string rise =
-      R"(sluice_admission_level_changes_total{from="0",to="2",trigger="upstream_timeout"})";
+      R"(sluice_upstream_level_changes_total{upstream="api",from="0",to="2",trigger="upstream_timeout"})";
+  const std::string level = R"(sluice_upstream_level{upstream="api"})";
   // One upstream timeout is the only evidence: the other signals' thresholds and the
   // stall length are far above anything a loaded test host shows.
   std::map<std::string, std::string> env{{"SLUICE_UPSTREAM_RESPONSE_TIMEOUT", "100ms"},
@@ -329,13 +330,16 @@ TEST_CASE(
     auto text = s.metrics();
     INFO(text);
     CHECK(Sluice::sample(text, series) == 1);
-    CHECK(Sluice::sample(text, "sluice_admission_level") == 0);
+    CHECK(Sluice::sample(text, level) == 0);
     CHECK(Sluice::sample(text, rise) == 0);
+    CHECK(Sluice::sample(
+              text,
+              R"(sluice_admission_rise_suppressed_total{to="2",trigger="upstream_timeout"})") == 0);
   }
   SECTION("a streak that reaches the rise: nothing") {
     Sluice s(kSluice, env_for(up, env));  // a 30 s window, a 3-tick gate
     CHECK(request(s.port, "GET", "/slow?ms=1000").status == 504);
-    REQUIRE(eventually([&] { return s.metric("sluice_admission_level") == 2; }, 5s));
+    REQUIRE(eventually([&] { return s.metric(level) == 2; }, 5s));
     auto text = s.metrics();
     INFO(text);
     CHECK(Sluice::sample(text, rise) == 1);
