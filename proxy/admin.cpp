@@ -81,8 +81,8 @@ namespace {
 
 constexpr std::array<std::string_view, admission::kLevelCount> kLevelLabels{"0", "1", "2", "3"};
 
-// What one scrape reads besides the shards: the bulkheads' views are copied
-// under each worker's mutex, so they are taken once for every family.
+// What one scrape reads besides the shards: the bulkheads' views are taken
+// (each under its bulkhead's lock) once for every family.
 struct Scrape {
   Runtime& rt;
   const Watchdog& watchdog;
@@ -327,15 +327,14 @@ const FamilySpec kFamilies[] = {
              s.rt, [&](Shard & sh) -> auto& { return sh.lane[l].in_flight; });
        });
      }},
-    // The bulkheads, summed over the I/O threads (each estimates its own share).
+    // The bulkheads: one per upstream, for every thread.
     {"sluice_upstream_capacity_estimate",
-     "The measured concurrency the upstream serves now (K-hat), all threads.", MetricType::Gauge,
+     "The measured concurrency the upstream serves now (K-hat).", MetricType::Gauge,
      [](const Scrape& s, Samples& out) {
        per_upstream(s, out, [&](std::size_t u) { return s.views[u].estimate; });
      }},
     {"sluice_upstream_carrying_capacity",
-     "The load at which the upstream last said too much (K; 0: never), all threads.",
-     MetricType::Gauge,
+     "The load at which the upstream last said too much (K; 0: never).", MetricType::Gauge,
      [](const Scrape& s, Samples& out) {
        per_upstream(s, out, [&](std::size_t u) { return s.views[u].carrying; });
      }},

@@ -79,7 +79,7 @@ Sample Sampler::sample(admission::Millis t, std::chrono::milliseconds tick) {
   auto now = Clock::now();
   const std::size_t upstreams = rt_.config.upstreams.size();
 
-  // Lag: the largest probe lateness of the tick that just ended, from the
+  // Lag: what every loop shows (the least of their maxima) in the tick that just ended, from the
   // loops that took a sample in it. None took one: the last value, marked stale.
   auto epoch = rt_.tick_epoch.fetch_add(1, std::memory_order_relaxed) & 0xFFFF;
   std::vector<LagSample> loops;
