@@ -198,6 +198,10 @@ Placement place(const Ask& a, Seat& s, Upstreams& ups, Micros now, Rng& rng) {
     seated(p, ups, s);
     return p;
   }
+  if (a.level_refused) {
+    refuse(a, s, ups, now, Reason::level, std::nullopt, p);
+    return p;
+  }
   auto verdict = ups.ask_gate(a.upstream, now);
   if (verdict == Verdict::probe) {
     ups.bulkhead(a.upstream).seat_outside(s, now);

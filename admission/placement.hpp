@@ -24,7 +24,9 @@
 //   observe     decides exactly as enforce (a wait is a wait: its window
 //               bounds it); where enforce refuses, the request goes on seated
 //               outside the lane rules (the bulkhead carries the load it
-//               really has), counted would_shed with the same reason.
+//               really has), counted would_shed with the same reason. One the
+//               level gate refused (level_refused) is not placed at all under
+//               enforce: under observe it goes on so at once, never queued.
 // timed_out(), for a queued request whose window ended: out of the queue and
 // refused for what held it at its last ask; seated, when another thread seated
 // it just before (its on_seated() is on the way).
@@ -58,8 +60,9 @@ struct Ask {
   std::span<const std::size_t> alternatives;
   bool pinned = false;  // its route is hard-pinned: it never moves
   Mode mode = Mode::enforce;
-  bool delegated = false;  // carries a verified live lease's token (lane: the token's)
-  Micros waited{0};        // time it already spent in a queue (a refusal's Retry-After)
+  bool delegated = false;      // carries a verified live lease's token (lane: the token's)
+  Micros waited{0};            // time it already spent in a queue (a refusal's Retry-After)
+  bool level_refused = false;  // the level gate refused it (observe mode: it goes on regardless)
   bool movable() const { return !pinned && !alternatives.empty(); }
 };
 

@@ -491,6 +491,8 @@ class Session : public Tracked,
     a.mode = ex_.live->gate.mode();
     a.delegated = ex_.delegated;
     a.waited = std::chrono::duration_cast<admission::Micros>(ex_.queue_wait);
+    a.level_refused = ex_.decision.outcome == admission::Outcome::would_shed &&
+                      ex_.decision.reason == admission::Reason::level;
     return a;
   }
 

@@ -290,6 +290,24 @@ TEST_CASE(
   CHECK(ups.running(0) == 3);
 }
 
+TEST_CASE(
+    "observe mode forwards what the level gate refused at once, seated outside the rules, "
+    "never queued",
+    "[admission][placement]") {
+  TestUpstreams ups(1);
+  Rng rng(1);
+  TestSeat a, b;
+  REQUIRE(place(ask_for(0), a, ups, 0us, rng).how == Placed::seated);  // the one slot
+  auto ask = ask_for(0);
+  ask.mode = Mode::observe;
+  ask.level_refused = true;
+  auto p = place(ask, b, ups, 1us, rng);
+  CHECK(p.how == Placed::observed);
+  CHECK(p.reason == Reason::level);
+  CHECK(ups.waiting(0) == 0);  // enforce would not have queued it: it was refused
+  CHECK(ups.running(0) == 2);  // the upstream carries it
+}
+
 TEST_CASE("a refusal names what held the request: heavy cap, budget, reserved slots",
           "[admission][placement]") {
   SECTION("heavy_cap") {
