@@ -297,7 +297,8 @@ TEST_CASE(
   TestUpstreams ups(1);
   Rng rng(1);
   TestSeat a, b;
-  REQUIRE(place(ask_for(0), a, ups, 0us, rng).how == Placed::seated);  // the one slot
+  auto pa = place(ask_for(0), a, ups, 0us, rng);
+  REQUIRE(pa.how == Placed::seated);  // the one slot
   auto ask = ask_for(0);
   ask.mode = Mode::observe;
   ask.level_refused = true;
