@@ -86,7 +86,10 @@ std::string show(const tcp::endpoint& ep) {
 // (SO_REUSEPORT's listener per worker would hash a stalled worker's share of
 // new connections into its own queue, to wait there.) A new connection wakes
 // every waiting worker; one accepts it, the others find nothing: a few cheap
-// system calls per connection, not per request.
+// system calls per connection, not per request. A worker that holds more than
+// its share of the open connections (kept-alive ones stay where they were
+// accepted) waits a millisecond before it accepts again, so the others take
+// the next ones; a stalled worker holds nobody back that way either.
 class Acceptor {
  public:
   Acceptor(Runtime& rt, Worker& w, tcp::acceptor& listener)
@@ -127,8 +130,20 @@ class Acceptor {
       } else {
         start_session(w_, std::move(s));
       }
+      if (over_share(open)) {
+        backoff_.expires_after(std::chrono::milliseconds(1));
+        backoff_.async_wait([this](error_code e) {
+          if (!e) accept();
+        });
+        return;
+      }
       accept();
     });
+  }
+  // More sessions than the open connections' even share, and one more.
+  bool over_share(std::int64_t open) const {
+    auto threads = static_cast<std::int64_t>(rt_.workers.size());
+    return threads > 1 && w_.active_sessions.load(std::memory_order_relaxed) > open / threads + 1;
   }
   Runtime& rt_;
   Worker& w_;
