@@ -231,7 +231,9 @@ TEST_CASE(
   // to b, whose probe goes with one of them and reopens it.
   bool served = eventually([&] { return request(s.port, "GET", "/").status == 200; }, 5s);
   CHECK(served);
-  CHECK(s.metric(R"(sluice_upstream_closed{upstream="b"})") == 0);
+  // The probe's outcome is taken when its exchange ends, just after its client
+  // has the answer.
+  CHECK(eventually([&] { return s.metric(R"(sluice_upstream_closed{upstream="b"})") == 0; }, 2s));
   CHECK(s.metric(R"(sluice_upstream_probes_total{upstream="b",result="ok"})") >= 1);
 }
 
