@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string_view>
+#include <utility>
 
 namespace sluice::upstream {
 
@@ -97,13 +98,15 @@ class InFlight {
     do {
       if (capacity != 0 && current >= capacity) {
         stats.rejected.fetch_add(1, std::memory_order_relaxed);
-        note_high(stats.max_offered, current + 1);
+        auto refusing = stats.refusing.fetch_add(1, std::memory_order_relaxed) + 1;
+        note_high(stats.max_offered, current + refusing);
+        refusing_ = &shared;  // until its 429 is written (release())
         return Seat::kRefused;
       }
     } while (
         !stats.in_flight.compare_exchange_weak(current, current + 1, std::memory_order_relaxed));
     note_high(stats.max_in_flight, current + 1);
-    note_high(stats.max_offered, current + 1);
+    note_high(stats.max_offered, current + 1 + stats.refusing.load(std::memory_order_relaxed));
     shared_ = &shared;
     return Seat::kHeld;
   }
@@ -112,6 +115,8 @@ class InFlight {
   void adopt(Shared& shared) { shared_ = &shared; }
 
   void release() {
+    if (refusing_)
+      std::exchange(refusing_, nullptr)->stats.refusing.fetch_sub(1, std::memory_order_relaxed);
     if (shared_ == nullptr) return;
     auto& shared = *shared_;
     shared_ = nullptr;
@@ -141,6 +146,7 @@ class InFlight {
   }
 
   Shared* shared_ = nullptr;
+  Shared* refusing_ = nullptr;  // a 429 being answered
 };
 
 // The value of `name` in "a=1&b=2", or "" when absent.
@@ -374,7 +380,8 @@ class Session : public std::enable_shared_from_this<Session> {
           auto& st = shared_.stats;
           auto now = st.in_flight.load(std::memory_order_relaxed);
           st.max_in_flight.store(now, std::memory_order_relaxed);
-          st.max_offered.store(now + st.waiting.load(std::memory_order_relaxed),
+          st.max_offered.store(now + st.waiting.load(std::memory_order_relaxed) +
+                                   st.refusing.load(std::memory_order_relaxed),
                                std::memory_order_relaxed);
         }
         return write_small(prepare_small(http::status::ok, "application/json", body_));

@@ -38,9 +38,11 @@ struct Stats {
   std::atomic<std::uint64_t> requests{0};
   std::atomic<std::uint64_t> in_flight{0};
   std::atomic<std::uint64_t> max_in_flight{0};
-  // The most requests at the upstream at once, counting one it refuses (429
-  // shape) or queues (queue shape) as it arrives: the concurrency it was offered.
+  // The most requests at the upstream at once, counting those it is refusing
+  // (429 shape: from their arrival until the 429 is written) or queues (queue
+  // shape): the concurrency it was offered.
   std::atomic<std::uint64_t> max_offered{0};
+  std::atomic<std::uint64_t> refusing{0};  // 429s being answered now
   std::atomic<std::uint64_t> rejected{0};
   std::atomic<std::uint64_t> queued{0};   // requests that waited for a slot (queue shape)
   std::atomic<std::uint64_t> waiting{0};  // requests waiting for a slot now
