@@ -242,12 +242,12 @@ Placement timed_out(const Ask& a, Seat& s, Lease& lease, Upstreams& ups, Micros 
   Placement p;
   p.upstream = lease.upstream();
   Hold hold = ups.bulkhead(p.upstream).cancel(s, now, rng);
-  p.lease = std::move(lease);
   if (s.seated) {  // seated now, or by another thread just before (its on_seated() is on the way)
     p.how = Placed::seated;
+    p.lease = std::move(lease);
     return p;
   }
-  p.lease = Lease{};  // out of the queue, nothing held (cancel gave a heavy-cap unit back)
+  lease.cancel();  // out of the queue by now: nothing left to give back
   refuse_held(a, s, ups, now, hold, p);
   return p;
 }

@@ -170,6 +170,31 @@ void per_lane(Samples& out, Value value) {
 }
 
 // One sample per upstream (label `upstream`) of value(upstream index).
+// A controller's level changes, every one it can make (at 0 until it does):
+// emit(n, from, to, trigger) adds one sample. The process's and each upstream's.
+template <class Emit>
+void level_changes(const admission::ControllerStats& st, Emit emit) {
+  for (std::size_t from = 0; from < admission::kLevelCount; ++from)
+    for (std::size_t to = 0; to < admission::kLevelCount; ++to)
+      for (std::size_t t = 0; t < admission::kTriggerCount; ++t) {
+        auto trigger = static_cast<admission::Trigger>(t);
+        if (auto n = st.changes[from][to][t]; n || level_change_known(from, to, trigger))
+          emit(n, kLevelLabels[from], kLevelLabels[to], admission::to_string(trigger));
+      }
+}
+
+// A controller's suppressed rises, every one the gate can hold back:
+// emit(n, to, trigger) adds one sample.
+template <class Emit>
+void rises_suppressed(const admission::ControllerStats& st, Emit emit) {
+  for (std::size_t to = 0; to < admission::kLevelCount; ++to)
+    for (std::size_t t = 0; t < admission::kTriggerCount; ++t) {
+      auto trigger = static_cast<admission::Trigger>(t);
+      if (auto n = st.suppressed[to][t]; n || rise_suppressed_known(to, trigger))
+        emit(n, kLevelLabels[to], admission::to_string(trigger));
+    }
+}
+
 template <class Value>
 void per_upstream(const Scrape& s, Samples& out, Value value) {
   const auto& ups = s.rt.config.upstreams;
@@ -204,16 +229,9 @@ const FamilySpec kFamilies[] = {
     {"sluice_admission_level_changes_total", "Level changes, by from, to and trigger.",
      MetricType::Counter,
      [](const Scrape& s, Samples& out) {
-       const auto& st = s.ticker.controller().stats();
-       for (std::size_t from = 0; from < admission::kLevelCount; ++from)
-         for (std::size_t to = 0; to < admission::kLevelCount; ++to)
-           for (std::size_t t = 0; t < admission::kTriggerCount; ++t) {
-             auto trigger = static_cast<Trigger>(t);
-             if (auto n = st.changes[from][to][t]; n || level_change_known(from, to, trigger))
-               out.add(n, {{"from", kLevelLabels[from]},
-                           {"to", kLevelLabels[to]},
-                           {"trigger", admission::to_string(trigger)}});
-           }
+       level_changes(s.ticker.controller().stats(), [&](auto n, auto from, auto to, auto trigger) {
+         out.add(n, {{"from", from}, {"to", to}, {"trigger", trigger}});
+       });
      }},
     // Each upstream's level (what waits on it); a request meets the higher of
     // that and the process's.
@@ -229,32 +247,21 @@ const FamilySpec kFamilies[] = {
      "Changes of an upstream's level, by upstream, from, to and trigger.", MetricType::Counter,
      [](const Scrape& s, Samples& out) {
        const auto& ups = s.rt.config.upstreams;
-       for (std::size_t u = 0; u < ups.size(); ++u) {
-         const auto& st = s.ticker.upstream_controller(u).stats();
-         for (std::size_t from = 0; from < admission::kLevelCount; ++from)
-           for (std::size_t to = 0; to < admission::kLevelCount; ++to)
-             for (std::size_t t = 0; t < admission::kTriggerCount; ++t) {
-               auto trigger = static_cast<Trigger>(t);
-               if (auto n = st.changes[from][to][t]; n || level_change_known(from, to, trigger))
-                 out.add(n, {{"upstream", ups[u].name},
-                             {"from", kLevelLabels[from]},
-                             {"to", kLevelLabels[to]},
-                             {"trigger", admission::to_string(trigger)}});
-             }
-       }
+       for (std::size_t u = 0; u < ups.size(); ++u)
+         level_changes(s.ticker.upstream_controller(u).stats(), [&](auto n, auto from, auto to,
+                                                                    auto trigger) {
+           out.add(n,
+                   {{"upstream", ups[u].name}, {"from", from}, {"to", to}, {"trigger", trigger}});
+         });
      }},
     {"sluice_admission_rise_suppressed_total",
      "Streaks of evidence above the level that the rise gate ended before they raised it, by "
      "the level the rise would have entered and trigger.",
      MetricType::Counter,
      [](const Scrape& s, Samples& out) {
-       const auto& st = s.ticker.controller().stats();
-       for (std::size_t to = 0; to < admission::kLevelCount; ++to)
-         for (std::size_t t = 0; t < admission::kTriggerCount; ++t) {
-           auto trigger = static_cast<Trigger>(t);
-           if (auto n = st.suppressed[to][t]; n || rise_suppressed_known(to, trigger))
-             out.add(n, {{"to", kLevelLabels[to]}, {"trigger", admission::to_string(trigger)}});
-         }
+       rises_suppressed(s.ticker.controller().stats(), [&](auto n, auto to, auto trigger) {
+         out.add(n, {{"to", to}, {"trigger", trigger}});
+       });
      }},
     {"sluice_upstream_rise_suppressed_total",
      "Streaks of evidence above an upstream's level that the rise gate ended before they raised "
@@ -262,17 +269,11 @@ const FamilySpec kFamilies[] = {
      MetricType::Counter,
      [](const Scrape& s, Samples& out) {
        const auto& ups = s.rt.config.upstreams;
-       for (std::size_t u = 0; u < ups.size(); ++u) {
-         const auto& st = s.ticker.upstream_controller(u).stats();
-         for (std::size_t to = 0; to < admission::kLevelCount; ++to)
-           for (std::size_t t = 0; t < admission::kTriggerCount; ++t) {
-             auto trigger = static_cast<Trigger>(t);
-             if (auto n = st.suppressed[to][t]; n || rise_suppressed_known(to, trigger))
-               out.add(n, {{"upstream", ups[u].name},
-                           {"to", kLevelLabels[to]},
-                           {"trigger", admission::to_string(trigger)}});
-           }
-       }
+       for (std::size_t u = 0; u < ups.size(); ++u)
+         rises_suppressed(
+             s.ticker.upstream_controller(u).stats(), [&](auto n, auto to, auto trigger) {
+               out.add(n, {{"upstream", ups[u].name}, {"to", to}, {"trigger", trigger}});
+             });
      }},
     {"sluice_config_reloads_total", "Live reloads of the configuration, by result (ok, failed).",
      MetricType::Counter,
@@ -833,17 +834,16 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
     auto lane = admission::lane_from_string(query_value(target, "lane").value_or(""));
     const auto& ups = rt_.config.upstreams;
     auto name = query_value(target, "upstream").value_or(ups.front().name);
-    std::size_t u = 0;
-    while (u < ups.size() && ups[u].name != name) ++u;
+    auto u = upstream_index(name);
     auto wanted = query_value(target, "wanted") ? query_number(target, "wanted").value_or(0) : 1;
-    if (!lane || u == ups.size() || wanted < 1 || wanted > 1'000'000)
+    if (!lane || !u || wanted < 1 || wanted > 1'000'000)
       return reply(
           http::status::bad_request,
           json{{"error", "bad_request"},
                {"valid",
                 "lane=bulk|standard|heavy&upstream=<a name in SLUICE_UPSTREAMS>&wanted=1..1000000"}}
               .dump());
-    const auto& b = rt_.bulkhead(u);
+    const auto& b = rt_.bulkhead(*u);
     int start = admission::plan(b.lanes(), b.census(rt_.micros(Clock::now())), *lane,
                                 static_cast<int>(wanted));
     reply(http::status::ok, json{{"lane", std::string(admission::to_string(*lane))},

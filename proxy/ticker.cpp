@@ -27,6 +27,7 @@ Ticker::Ticker(Runtime& rt, Watchdog& watchdog, net::io_context& ioc, int log_fd
       sampler_(rt, watchdog),
       pins_file_(rt.config.admission.pins_file),
       logged_upstreams_(rt.config.upstreams.size()) {
+  last_sample_.upstreams.resize(rt.config.upstreams.size());  // read before the first tick
   const auto& path = rt.config.admission.tick_log;
   if (!path.empty()) {
     tick_log_fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
@@ -336,43 +337,35 @@ std::string Ticker::state_json() const {
         host["failures"] = std::max(host["failures"].get<std::uint32_t>(), x.failures);
       }
     }
-    Json level;
-    level_of(level, upstream_controllers_[u],
-             u < last_sample_.upstreams.size() ? last_sample_.upstreams[u] : admission::Reading{});
-    upstreams.push_back(
-        {{"name", name},
-         {"level", level["level"]},
-         {"level_name", level["level_name"]},
-         {"trigger", level["trigger"]},
-         {"streak", level["streak"]},
-         {"last_change_ms_ago", level["last_change_ms_ago"]},
-         {"reading", level["reading"]},
-         {"pin", level["pin"]},
-         {"hosts", hosts},
-         {"connections", conns},
-         {"waiting_for_connection", waiting},
-         {"capacity", v.estimate},
-         {"carrying_capacity", v.carrying},
-         {"slow_start", v.slow_start},
-         {"exhausted", v.exhausted_at.has_value()},
-         {"exhausted_ago_s", age_s(v.exhausted_at)},
-         {"why", v.exhausted_at ? Json(std::string(admission::to_string(v.why))) : Json(nullptr)},
-         {"slots", v.slots},
-         {"free", v.free},
-         {"running", v.running},
-         {"waiting", v.waiting},
-         {"successes", v.successes},
-         {"failures", v.failures},
-         {"mean_latency_ms", static_cast<double>(v.mean_latency.count()) / 1e3},
-         {"lanes", per_lane},
-         {"closed", gate.closed},
-         {"closed_for_s", gate.until ? age_s_until(*gate.until) : Json(nullptr)},
-         {"last_probe_ago_s", age_s(gate.last_probe)},
-         {"next_probe_in_s", gate.closed ? age_s_until(gate.next_probe) : Json(nullptr)},
-         {"budget_remaining",
-          v.budget && now_us < v.budget->until ? Json(v.budget->remaining) : Json(nullptr)},
-         {"budget_reset_in_s",
-          v.budget && now_us < v.budget->until ? age_s_until(v.budget->until) : Json(nullptr)}});
+    Json entry = {
+        {"name", name},
+        {"hosts", hosts},
+        {"connections", conns},
+        {"waiting_for_connection", waiting},
+        {"capacity", v.estimate},
+        {"carrying_capacity", v.carrying},
+        {"slow_start", v.slow_start},
+        {"exhausted", v.exhausted_at.has_value()},
+        {"exhausted_ago_s", age_s(v.exhausted_at)},
+        {"why", v.exhausted_at ? Json(std::string(admission::to_string(v.why))) : Json(nullptr)},
+        {"slots", v.slots},
+        {"free", v.free},
+        {"running", v.running},
+        {"waiting", v.waiting},
+        {"successes", v.successes},
+        {"failures", v.failures},
+        {"mean_latency_ms", static_cast<double>(v.mean_latency.count()) / 1e3},
+        {"lanes", per_lane},
+        {"closed", gate.closed},
+        {"closed_for_s", gate.until ? age_s_until(*gate.until) : Json(nullptr)},
+        {"last_probe_ago_s", age_s(gate.last_probe)},
+        {"next_probe_in_s", gate.closed ? age_s_until(gate.next_probe) : Json(nullptr)},
+        {"budget_remaining",
+         v.budget && now_us < v.budget->until ? Json(v.budget->remaining) : Json(nullptr)},
+        {"budget_reset_in_s",
+         v.budget && now_us < v.budget->until ? age_s_until(v.budget->until) : Json(nullptr)}};
+    level_of(entry, upstream_controllers_[u], last_sample_.upstreams[u]);
+    upstreams.push_back(std::move(entry));
   }
   j["upstreams"] = upstreams;
   int heavy = 0;

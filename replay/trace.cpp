@@ -106,6 +106,25 @@ PinRequest parse_pin(const Json& value) {
   return pin;
 }
 
+// The keys a line and an upstream's part of it share: the wait, the timeout,
+// ok, pin and unpin. False when `key` is none of them.
+bool shared_key(const std::string& key, const Json& v, Reading& r, std::optional<PinRequest>& pin,
+                bool& unpin) {
+  if (key == "upstream_wait_ms")
+    r.upstream_wait_ms = measurement(key, v);
+  else if (key == "upstream_timeout")
+    r.upstream_timeout = boolean(key, v);
+  else if (key == "ok")
+    r.ok = boolean(key, v);
+  else if (key == "pin")
+    pin = parse_pin(v);
+  else if (key == "unpin")
+    unpin = boolean(key, v);
+  else
+    return false;
+  return true;
+}
+
 std::vector<UpstreamTrace> parse_upstreams(const Json& value, Millis t) {
   if (!value.is_object())
     fail("\"upstreams\": expected an object of upstream names, got " + shown(value));
@@ -118,17 +137,7 @@ std::vector<UpstreamTrace> parse_upstreams(const Json& value, Millis t) {
     ut.reading.t = t;
     for (const auto& [key, v] : u.items()) {
       try {
-        if (key == "upstream_wait_ms")
-          ut.reading.upstream_wait_ms = measurement(key, v);
-        else if (key == "upstream_timeout")
-          ut.reading.upstream_timeout = boolean(key, v);
-        else if (key == "ok")
-          ut.reading.ok = boolean(key, v);
-        else if (key == "pin")
-          ut.pin = parse_pin(v);
-        else if (key == "unpin")
-          ut.unpin = boolean(key, v);
-        else if (!is_output_key(key))
+        if (!shared_key(key, v, ut.reading, ut.pin, ut.unpin) && !is_output_key(key))
           fail("unknown key " + in_quotes(key) + "; valid: " + std::string(kUpstreamKeys));
       } catch (const TraceError& e) {
         fail(where + ": " + e.what());
@@ -183,6 +192,15 @@ void append_decision(std::string& out, const Decision& d) {
 }
 
 std::string format_duration(Millis ms);
+
+// ,"upstream_wait_ms":..,"upstream_timeout":true: what waits on an upstream, when measured.
+void append_wait(std::string& out, const Reading& r) {
+  if (r.upstream_wait_ms) {
+    out += ",\"upstream_wait_ms\":";
+    append_number(out, *r.upstream_wait_ms);
+  }
+  if (r.upstream_timeout) out += ",\"upstream_timeout\":true";
+}
 
 // ,"unpin":true and ,"pin":{...} when set.
 void append_pin(std::string& out, const PinRequest* pin, bool unpin) {
@@ -288,23 +306,13 @@ TraceLine parse_trace_line(std::string_view line, std::optional<Millis> previous
       r.lag_ms = measurement(key, v);
     } else if (key == "lag_fresh") {
       r.lag_fresh = boolean(key, v);
-    } else if (key == "upstream_wait_ms") {
-      r.upstream_wait_ms = measurement(key, v);
-    } else if (key == "upstream_timeout") {
-      r.upstream_timeout = boolean(key, v);
     } else if (key == "stall_ms") {
       r.stall_ms = measurement(key, v);
-    } else if (key == "ok") {
-      r.ok = boolean(key, v);
     } else if (key == "requests") {
       out.requests = parse_requests(v);
-    } else if (key == "pin") {
-      out.pin = parse_pin(v);
-    } else if (key == "unpin") {
-      out.unpin = boolean(key, v);
     } else if (key == "upstreams") {
       continue;  // read once t is known
-    } else if (!is_output_key(key)) {
+    } else if (!shared_key(key, v, r, out.pin, out.unpin) && !is_output_key(key)) {
       fail("unknown key " + in_quotes(key) + "; valid: " + std::string(kInputKeys));
     }
   }
@@ -325,11 +333,7 @@ std::string tick_log_line(const Reading& reading, const Requests* requests,
     append_number(out, *reading.lag_ms);
     out += reading.lag_fresh ? ",\"lag_fresh\":true" : ",\"lag_fresh\":false";
   }
-  if (reading.upstream_wait_ms) {
-    out += ",\"upstream_wait_ms\":";
-    append_number(out, *reading.upstream_wait_ms);
-  }
-  if (reading.upstream_timeout) out += ",\"upstream_timeout\":true";
+  append_wait(out, reading);
   if (reading.stall_ms) {
     out += ",\"stall_ms\":";
     append_number(out, *reading.stall_ms);
@@ -344,18 +348,13 @@ std::string tick_log_line(const Reading& reading, const Requests* requests,
     bool first = true;
     for (const auto& u : extras.upstreams) {
       if (!std::exchange(first, false)) out += ',';
-      out += Json(std::string(u.name)).dump();
-      out += ":{";
-      const Reading& ur = *u.reading;
-      out += ur.upstream_timeout ? "\"upstream_timeout\":true" : "\"upstream_timeout\":false";
-      if (!ur.ok) out += ",\"ok\":false";
-      if (ur.upstream_wait_ms) {
-        out += ",\"upstream_wait_ms\":";
-        append_number(out, *ur.upstream_wait_ms);
-      }
-      append_pin(out, u.pin, u.unpin);
-      append_decision(out, *u.decision);
-      out += '}';
+      std::string fields;
+      if (!u.reading->ok) fields += ",\"ok\":false";
+      append_wait(fields, *u.reading);
+      append_pin(fields, u.pin, u.unpin);
+      append_decision(fields, *u.decision);
+      out += Json(std::string(u.name)).dump() + ":{" + fields.substr(1) +
+             '}';  // without its leading comma
     }
     out += '}';
   }

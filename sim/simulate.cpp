@@ -670,11 +670,15 @@ std::string format_text(const std::vector<FleetTable>& tables) {
   return out;
 }
 
+namespace {
+// The JSON output's numbers and spreads.
+std::string num(double v) { return fmt("%.3f", v); }
+std::string sp(const Spread& s) {
+  return "{\"mean\":" + num(s.mean) + ",\"min\":" + num(s.min) + ",\"max\":" + num(s.max) + "}";
+}
+}  // namespace
+
 std::string format_json(const std::vector<Table>& tables) {
-  auto num = [](double v) { return fmt("%.3f", v); };
-  auto sp = [&](const Spread& s) {
-    return "{\"mean\":" + num(s.mean) + ",\"min\":" + num(s.min) + ",\"max\":" + num(s.max) + "}";
-  };
   std::string out = "[";
   for (std::size_t i = 0; i < tables.size(); ++i) {
     const Table& t = tables[i];
@@ -704,10 +708,6 @@ std::string format_json(const std::vector<Table>& tables) {
 }
 
 std::string format_json(const std::vector<FleetTable>& tables) {
-  auto num = [](double v) { return fmt("%.3f", v); };
-  auto sp = [&](const Spread& s) {
-    return "{\"mean\":" + num(s.mean) + ",\"min\":" + num(s.min) + ",\"max\":" + num(s.max) + "}";
-  };
   std::string out = "[";
   for (std::size_t i = 0; i < tables.size(); ++i) {
     const FleetTable& t = tables[i];
