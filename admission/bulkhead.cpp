@@ -90,18 +90,25 @@ int Estimate::slots() const { return std::max(1, static_cast<int>(std::floor(kha
 bool Estimate::maybe_grow(Micros now) {
   if (!limited_ || !recovered_ || now - last_growth_ < std::max(p_.growth_interval, baseline()))
     return false;
+  const bool probe = !slow_start_ && khat_ >= k_;
+  if (probe && exhausted_at_ && now - *exhausted_at_ < p_.probe_after) return false;
   limited_ = false;
   last_growth_ = now;
   double before = khat_;
-  if (slow_start_) {
+  if (slow_start_)
     khat_ *= 2.0;
-  } else if (khat_ < k_) {
-    khat_ += std::max(EstimatePolicy::kMinStep, EstimatePolicy::kRate * khat_ * (1.0 - khat_ / k_));
-  } else {
+  else if (probe)
     khat_ += 1.0;
-  }
+  else
+    khat_ += std::max(EstimatePolicy::kMinStep, EstimatePolicy::kRate * khat_ * (1.0 - khat_ / k_));
   khat_ = std::min(khat_, std::max(1.0, p_.max));
   return khat_ != before;
+}
+
+Micros Estimate::delay_target() const {
+  if (samples_ == 0) return p_.growth_interval;
+  auto t = Micros(static_cast<std::int64_t>(EstimatePolicy::kTargetFactor * baseline_us_));
+  return std::clamp(t, EstimatePolicy::kTargetMin, EstimatePolicy::kTargetMax);
 }
 
 double Estimate::slow_above_us() const {
@@ -134,7 +141,9 @@ bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, 
     if (signal == Signal::clean) return queue_window(seq, load, us, now);
   }
   if (seq <= burst_seq_) return false;  // admitted before the last decrease: the same burst
-  decrease(std::max(1.0, static_cast<double>(load)), signal, now);
+  double carrying = std::max(1.0, static_cast<double>(load));
+  // A refusal measured the capacity; slowness and a timeout only that the load was too much.
+  decrease(carrying, signal == Signal::refused ? 1.0 : p_.decrease, signal, now);
   return true;
 }
 
@@ -156,14 +165,26 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
       mean - floor_us_ < static_cast<double>(EstimatePolicy::kQueueMinGap.count()))
     return false;
   // Little's law: `concurrency` in flight, each answered after `mean` instead of `floor`.
-  decrease(std::max(1.0, concurrency * floor_us_ / mean), Signal::slow, now);
+  decrease(std::max(1.0, std::round(concurrency * floor_us_ / mean)), 1.0, Signal::slow, now);
   return true;
 }
 
-void Estimate::decrease(double carrying, Signal why, Micros now) {
+bool Estimate::on_head(Signal signal) {
+  if (!slow_start_ || signal != Signal::clean || !limited_) return false;
+  double before = khat_;
+  khat_ = std::min(khat_ + 1.0, std::max(1.0, p_.max));
+  return khat_ != before;
+}
+
+void Estimate::note_load(int running) {
+  if (measured()) return;
+  khat_ = std::clamp(static_cast<double>(running), khat_, std::max(khat_, p_.max));
+}
+
+void Estimate::decrease(double carrying, double factor, Signal why, Micros now) {
   burst_seq_ = seq_;
   k_ = carrying;
-  khat_ = std::max(1.0, p_.decrease * std::min(khat_, k_));
+  khat_ = std::max(1.0, factor * std::min(khat_, k_));
   slow_start_ = false;
   recovered_ = false;
   exhausted_at_ = now;
@@ -287,7 +308,8 @@ Bulkhead::Bulkhead(const LanePolicy& lanes, const Estimate& estimate, LeaseCap* 
     : lanes_(lanes),
       estimate_(estimate),
       heavy_cap_(heavy_cap),
-      slow_above_us_(estimate.slow_above_us()) {}
+      slow_above_us_(estimate.slow_above_us()),
+      slow_start_flag_(estimate.slow_start()) {}
 
 bool budget_allows_borrowing(const std::optional<BudgetReading>& reading, double reserve,
                              Micros now) {
@@ -314,6 +336,29 @@ int Bulkhead::running() const {
 bool Bulkhead::would_seat(Lane lane, Micros now) const {
   Lock lock(mutex_);
   return decide(lanes_, census_locked(now), lane, 0.0) == Hold::none;
+}
+
+void Bulkhead::note_head(Signal signal, Micros now) {
+  if (!unmeasured() || signal != Signal::clean) return;
+  Lock lock(mutex_);
+  if (waiting_[0] + waiting_[1] + waiting_[2] > 0 && estimate_.on_head(signal)) serve(now);
+}
+
+bool Bulkhead::waits_on(const Seat& s) const {
+  Lock lock(mutex_);
+  if (!s.queued || estimate_.measured()) return false;
+  const Seat* head = queue_[index(s.lane)].head;
+  Hold h = head == &s || !head ? s.hold : head->hold;
+  return h != Hold::heavy_cap && h != Hold::budget;
+}
+
+Micros Bulkhead::patience(Lane lane) const {
+  Lock lock(mutex_);
+  return patience_locked(lane);
+}
+
+Micros Bulkhead::patience_locked(Lane lane) const {
+  return std::max(lanes_.queue_window[index(lane)], estimate_.delay_target());
 }
 
 void Bulkhead::note_budget(const BudgetReading& b) {
@@ -367,12 +412,13 @@ bool Bulkhead::ask(Seat& s, Micros now, Rng& rng, Hold* hold, bool may_queue, bo
   if (queued) *queued = false;
   s.queued = s.seated = s.delegated = false;
   const auto l = index(s.lane);
-  Hold h = waiting_[l] > 0 ? Hold::behind : try_seat(s, now, rng);
+  Hold h = waiting_[l] > 0 ? Hold::behind : try_seat(s, now, rng.uniform());
   s.hold = h;
   if (hold) *hold = h;
   if (h == Hold::none) return true;
   if (h != Hold::heavy_cap) estimate_.demand();
-  bool waits = may_queue && lanes_.queue_window[l] > Micros{0};
+  // The quota reading holds until its window ends: waiting would not change it.
+  bool waits = may_queue && h != Hold::budget && patience_locked(s.lane) > Micros{0};
   if (queued) *queued = waits;
   if (waits) {
     s.queued = true;
@@ -397,8 +443,8 @@ void Bulkhead::seat_outside(Seat& s, Micros now) {
   seat(s, now);
 }
 
-Hold Bulkhead::try_seat(Seat& s, Micros now, Rng& rng) {
-  Hold h = decide(lanes_, census_locked(now), s.lane, rng.uniform());
+Hold Bulkhead::try_seat(Seat& s, Micros now, double u) {
+  Hold h = decide(lanes_, census_locked(now), s.lane, u);
   if (h == Hold::none && s.lane == Lane::heavy && heavy_cap_ && !s.capped) {
     if (heavy_cap_->try_take())
       s.capped = true;
@@ -419,9 +465,10 @@ void Bulkhead::seat(Seat& s, Micros now) {
   s.since = now;
   ++running_[l];
   live_[l].push_back(s);
+  estimate_.note_load(running_[0] + running_[1] + running_[2]);
 }
 
-bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, Rng& rng, bool keep_cap) {
+bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, bool keep_cap) {
   Lock lock(mutex_);
   if (!s.seated) return false;
   unseat(s, keep_cap);
@@ -438,7 +485,8 @@ bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, Rng& rng
     load = std::max(load, running_[0] + running_[1] + running_[2]);
   bool decreased = estimate_.observe(signal, s.seq, load, ttfb, now);
   slow_above_us_.store(estimate_.slow_above_us(), std::memory_order_relaxed);
-  serve(now, rng);
+  slow_start_flag_.store(estimate_.slow_start(), std::memory_order_relaxed);
+  serve(now);
   return decreased;
 }
 
@@ -462,13 +510,13 @@ void Bulkhead::abandon(Seat& s) {
     cancel_locked(s);
 }
 
-Hold Bulkhead::cancel(Seat& s, Micros now, Rng& rng) {
+Hold Bulkhead::cancel(Seat& s, Micros now) {
   Lock lock(mutex_);
   Hold h = s.hold;
   if (h == Hold::behind && s.queued) {
     // The heads are asked once more, as a release would (those before it may
     // have left): held by what holds its lane's head, itself if it is there.
-    serve(now, rng);
+    serve(now);
     if (s.seated) return Hold::none;
     const Seat* head = queue_[index(s.lane)].head;
     h = head == &s ? s.hold : head->hold;
@@ -496,7 +544,7 @@ void Bulkhead::unqueue(Seat& s) {
 // Offers free slots to the heads of the queues, least borrowed per weight
 // first (a lane below its floor has borrowed nothing; rule 2 keeps its slots
 // from borrowers anyway); stops when no head is seated.
-void Bulkhead::serve(Micros now, Rng& rng) {
+void Bulkhead::serve(Micros now) {
   while (waiting_[0] + waiting_[1] + waiting_[2] > 0) {
     Census c = census_locked(std::nullopt);
     Seats g = guaranteed(lanes_, c);
@@ -514,8 +562,10 @@ void Bulkhead::serve(Micros now, Rng& rng) {
         std::swap(order[j], order[j - 1]);
     bool seated = false;
     for (std::size_t i = 0; i < n && !seated; ++i) {
+      // A waiting head draws no chance (rule 4 is for newcomers): it has
+      // waited, and a slot it leaves stays empty until the next release.
       Seat& head = *queue_[index(order[i])].head;
-      if (try_seat(head, now, rng) == Hold::none) {
+      if (try_seat(head, now, 0.0) == Hold::none) {
         head.on_seated();
         seated = true;
       }
@@ -531,10 +581,10 @@ bool Bulkhead::starving(Lane lane, const Seats& g, Micros now) const {
                     now - *waiting_since_[l] >= lanes_.starved_after);
 }
 
-std::array<bool, kLaneCount> Bulkhead::tick(Micros now, Rng& rng) {
+std::array<bool, kLaneCount> Bulkhead::tick(Micros now) {
   Lock lock(mutex_);
   estimate_.maybe_grow(now);
-  serve(now, rng);
+  serve(now);
   std::array<bool, kLaneCount> became{};
   Seats g = guaranteed(lanes_, census_locked(std::nullopt));
   for (Lane lane : kLanes) {
@@ -544,6 +594,17 @@ std::array<bool, kLaneCount> Bulkhead::tick(Micros now, Rng& rng) {
     was_starving_[l] = st;
   }
   return became;
+}
+
+Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
+  Lock lock(mutex_);
+  const auto l = index(lane);
+  if (!refusing_since_[l] || now - refused_at_[l] > kRefusalGap) refusing_since_[l] = now;
+  refused_at_[l] = now;
+  const int waiting = waiting_[0] + waiting_[1] + waiting_[2];
+  auto drain = Micros(static_cast<std::int64_t>(static_cast<double>(waiting + 1) *
+                                                estimate_.baseline().count() / estimate_.slots()));
+  return std::max(drain, now - *refusing_since_[l]);
 }
 
 std::optional<Micros> Bulkhead::youngest(Lane lane) const {

@@ -4,23 +4,28 @@
 // request here, a "model pool" an upstream, a "provider refusal" its answer.
 //
 // The estimate K̂ (seed-and-grow), per bulkhead:
-//   start        K̂ = seed, slow start.
+//   unmeasured   until the upstream first says "too much", K̂ is not a limit
+//                (seed 001 rule 1, for every lane here): every request is
+//                seated (the budget guard and the heavy cap aside), and K̂
+//                follows the highest load served, from `seed` up.
 //   growth       at most once per max(growth_interval, baseline response time),
 //                and only when demand met the estimate since the last growth
 //                (a request found no slot): an idle pool does not grow. After a
 //                decrease, not before a request admitted since then has answered
 //                cleanly: the upstream has shown it serves the smaller estimate
 //                (its refusals can take longer than many growth intervals).
-//                slow start:   K̂ = 2 K̂
+//                unmeasured:   K̂ = 2 K̂ (slow start; a display, not a limit)
 //                below K:      K̂ += max(kMinStep, r K̂ (1 - K̂/K))   (logistic toward K)
-//                at or above K: K̂ += 1                            (slow probing upward)
+//                at or above K: K̂ += 1, the first time probe_after after the
+//                              decrease (each probe past K costs one "too much")
 //   too much     an upstream 429 or 503, a connect or response timeout, or a
 //                response head slower than slow_factor x the baseline. It sets
 //                K = the load the refused request met when it was admitted (slow
-//                and timeout: or at its end, if larger: they build up), and
-//                K̂ = max(1, decrease x min(K̂, K)), ending slow start. Once per
-//                burst: signals from requests admitted before the decrease are
-//                the same burst and change nothing.
+//                and timeout: or at its end, if larger: they build up). A refusal
+//                measured K: K̂ = min(K̂, K). Slowness and timeouts measure only
+//                that the load was too much: K̂ = max(1, decrease x min(K̂, K)).
+//                Once per burst: signals from requests admitted before the
+//                decrease are the same burst and change nothing.
 //   a queue      an upstream that queues above its capacity refuses nothing: its
 //                answers come later. Per window of kQueueSamples clean answers
 //                (admitted since the last decrease): mean head time m at mean
@@ -29,8 +34,8 @@
 //                kQueueFloorAge old the next window's mean does. A window with
 //                m > queue_factor x floor (and m - floor >= kQueueMinGap) is too
 //                much: by Little's law the upstream serves n x floor / m at a
-//                time; K = that, K̂ as above. Means of windows, not single heads,
-//                so one slow request is no queue.
+//                time; K = that, rounded to the nearest whole request, and K̂ = K.
+//                Means of windows, not single heads, so one slow request is no queue.
 //   K̂ never exceeds `max` (the connection pool's share).
 //
 // Lanes, in one bulkhead, for a request of lane l (slots S = floor(K̂), free F = S - running):
@@ -92,15 +97,19 @@ struct EstimatePolicy {
   double seed = 4.0;
   double max = 256.0;
   Micros growth_interval{250'000};
-  double decrease = 0.85;
-  double slow_factor = 4.0;   // 0: slowness is never "too much"
-  double queue_factor = 1.5;  // 0: a queue at the upstream is never "too much"
+  Micros probe_after{1'000'000};  // after a decrease, before the first probe past K
+  double decrease = 0.85;         // after a slow head or a timeout
+  double slow_factor = 4.0;       // 0: slowness is never "too much"
+  double queue_factor = 1.5;      // 0: a queue at the upstream is never "too much"
   static constexpr double kRate = 0.5;
   static constexpr double kMinStep = 0.25;
   static constexpr int kBaselineSamples = 16;  // before slowness is judged
   static constexpr int kQueueSamples = 32;     // clean answers per queue window
   static constexpr Micros kQueueFloorAge{10'000'000};
   static constexpr Micros kQueueMinGap{10'000};
+  static constexpr double kTargetFactor = 2.0;
+  static constexpr Micros kTargetMin{10'000};
+  static constexpr Micros kTargetMax{1'000'000};
 };
 
 // Seed-and-grow: the concurrency one upstream serves now.
@@ -122,10 +131,19 @@ class Estimate {
   Micros queue_floor() const { return Micros(static_cast<std::int64_t>(floor_us_)); }
 
   void demand() { limited_ = true; }  // a request found no slot
+  // Slow start, clocked by answers: one more per clean response head while
+  // requests wait (a head, not the end: a stream's lease lasts its whole life).
+  bool on_head(Signal signal);
+  // `running` requests are in flight: unmeasured, K̂ follows the highest load served.
+  void note_load(int running);
   // Grows when the interval has passed and demand met the estimate since.
   bool maybe_grow(Micros now);
   // A response head arrived after `ttfb`: clean, slow or (by status) refused.
   Signal classify(int status, Micros ttfb) const;
+  // How long a request not seated at once may wait for a seat whatever its
+  // lane's window: kTargetFactor x the baseline (the growth interval before
+  // any answer), within [kTargetMin, kTargetMax].
+  Micros delay_target() const;
   // A head later than this is slow (infinite before the baseline is judged).
   double slow_above_us() const;
   // The request admitted as number `seq`, which met `load` running requests,
@@ -154,7 +172,7 @@ class Estimate {
   double floor_us_ = 0.0;
   Micros floor_at_{0};
   bool queue_window(std::uint64_t seq, int load, double us, Micros now);
-  void decrease(double carrying, Signal why, Micros now);
+  void decrease(double carrying, double factor, Signal why, Micros now);
 };
 
 struct LanePolicy {
@@ -279,6 +297,9 @@ class Bulkhead {
   // it waits (read it there: once queued, another thread may seat it at once).
   bool ask(Seat& s, Micros now, Rng& rng, Hold* hold = nullptr, bool may_queue = true,
            bool* queued = nullptr);
+  // How long a request of `lane` that is not seated may wait: its lane's
+  // queue window, and at least the delay target.
+  Micros patience(Lane lane) const;
   // A request carrying a live lease's token: seated at once, never refused.
   void seat_delegated(Seat& s, Micros now);
   // Seated outside the lane rules: a closed upstream's probe, a request that
@@ -294,22 +315,32 @@ class Bulkhead {
   // The request ended; `signal` is what it said (none: nothing learnt). Serves waiters.
   // True when the signal decreased the estimate (a new burst of too much).
   // keep_cap: the request moves to another bulkhead and keeps its heavy-cap unit.
-  bool release(Seat& s, Signal signal, Micros ttfb, Micros now, Rng& rng, bool keep_cap = false);
+  bool release(Seat& s, Signal signal, Micros ttfb, Micros now, bool keep_cap = false);
   // Takes a queued request out (its window ended or its client left), and
   // gives back a heavy-cap unit an unseated request still holds; a request
   // another thread seated just before keeps its seat (s.seated tells).
   // Returns why it was not seated: its last ask's hold, or for one that was
   // behind others of its lane, what holds its lane's head once the heads are
   // asked again (as a release would: it may be seated then, Hold::none).
-  Hold cancel(Seat& s, Micros now, Rng& rng);
+  Hold cancel(Seat& s, Micros now);
   // Gives back whatever s holds, learning nothing and seating no waiter (the
   // next release or tick serves them): a lease dropped without its outcome.
   void abandon(Seat& s);
   // Growth and a re-ask of the waiters. Returns lanes that became starving.
-  std::array<bool, kLaneCount> tick(Micros now, Rng& rng);
+  std::array<bool, kLaneCount> tick(Micros now);
   // Classifies a response head for release(), without the lock: by the slow
   // line as of the last release.
   Signal classify(int status, Micros ttfb) const;
+  // A seated request's response head came with `signal`: in slow start, the
+  // estimate grows by one while requests wait, and they are served. Takes the
+  // lock only in slow start.
+  void note_head(Signal signal, Micros now);
+  // A queued request whose wait ended: true when it waits on because only the
+  // estimate holds it and the estimate was never measured exhausted (not the
+  // heavy cap, not the budget: what holds its lane's head).
+  bool waits_on(const Seat& s) const;
+  // Never measured exhausted (no lock): an estimate that is a start, not a limit.
+  bool unmeasured() const { return slow_start_flag_.load(std::memory_order_relaxed); }
 
   // With `now`, the budget guard is filled in too.
   Census census(std::optional<Micros> now = {}) const;
@@ -318,6 +349,13 @@ class Bulkhead {
   Estimate estimate() const;  // a copy
   LanePolicy lanes() const;
   void set_lanes(const LanePolicy& lanes);
+  // A refusal of `lane` at `now` (noted: it extends the lane's refusals): the
+  // wait it derives, the larger of how long the queues take to drain at the
+  // capacity measured ((waiting + 1) x baseline / slots) and how long the
+  // lane's refusals have gone on without a gap of kRefusalGap (an overload
+  // that has lasted T is told T).
+  Micros refusal_wait(Lane lane, Micros now);
+  static constexpr Micros kRefusalGap{2'000'000};
   // The youngest live seat of `lane` (seed 004: when capacity last turned over).
   std::optional<Micros> youngest(Lane lane) const;
   std::optional<Micros> oldest_waiting(Lane lane) const;
@@ -332,11 +370,12 @@ class Bulkhead {
   using Lock = std::lock_guard<std::mutex>;
   // Below: the caller holds mutex_.
   Census census_locked(std::optional<Micros> now) const;
-  Hold try_seat(Seat& s, Micros now, Rng& rng);
+  Hold try_seat(Seat& s, Micros now, double u);  // u: rule 4's draw
+  Micros patience_locked(Lane lane) const;
   void seat(Seat& s, Micros now);
   void unseat(Seat& s, bool keep_cap);
   void cancel_locked(Seat& s);
-  void serve(Micros now, Rng& rng);
+  void serve(Micros now);
   bool starving(Lane lane, const Seats& g, Micros now) const;
   void unqueue(Seat& s);
   std::optional<Micros> youngest_locked(Lane lane) const;
@@ -356,10 +395,13 @@ class Bulkhead {
   std::array<int, kLaneCount> pinned_waiting_{};
   std::array<std::optional<Micros>, kLaneCount> pinned_since_{};
   std::array<bool, kLaneCount> was_starving_{};
+  std::array<std::optional<Micros>, kLaneCount> refusing_since_{};
+  std::array<Micros, kLaneCount> refused_at_{};
   std::uint64_t successes_ = 0, failures_ = 0;
   double latency_sum_us_ = 0;
   std::optional<BudgetReading> budget_;
   std::atomic<double> slow_above_us_;  // estimate_.slow_above_us(), for classify()
+  std::atomic<bool> slow_start_flag_;  // estimate_.slow_start(), for note_head() and unmeasured()
 };
 
 // Seed 004's Retry-After, before clamping to the lane's band: the larger of the

@@ -58,7 +58,7 @@ LaneFactors default_lane_factors() {
 
 RetryBands default_retry_bands() {
   RetryBands b{};
-  b[index(Lane::bulk)] = {Millis{120'000}, Millis{180'000}};
+  b[index(Lane::bulk)] = {Millis{1'000}, Millis{180'000}};
   b[index(Lane::standard)] = {Millis{1'000}, Millis{30'000}};
   b[index(Lane::heavy)] = {Millis{2'000}, Millis{60'000}};
   return b;

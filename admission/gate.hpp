@@ -62,7 +62,7 @@ struct RetryBand {
   Millis cap;
 };
 using RetryBands = std::array<RetryBand, kLaneCount>;
-RetryBands default_retry_bands();  // bulk=120s:180s;standard=1s:30s;heavy=2s:60s
+RetryBands default_retry_bands();  // bulk=1s:180s;standard=1s:30s;heavy=2s:60s
 
 // A small, fast, seedable generator (splitmix64); one per thread.
 class Rng {

@@ -72,10 +72,10 @@ class Lease {
   // Ends the lease with what the upstream said. `closes`: its status closes
   // the upstream (a probe that met it failed). True when the signal decreased
   // the estimate (a new burst of too much).
-  bool complete(Signal signal, Micros ttfb, Micros now, Rng& rng, bool closes = false);
+  bool complete(Signal signal, Micros ttfb, Micros now, bool closes = false);
   // Ends it for a request moving on to another upstream: as complete(), the
   // heavy-cap unit kept, a probe here failed.
-  bool leave(Signal signal, Micros ttfb, Micros now, Rng& rng);
+  bool leave(Signal signal, Micros ttfb, Micros now);
   void cancel() { drop(); }
 
  private:

@@ -24,7 +24,7 @@ void Lease::end_probe(bool clean) {
   if (std::exchange(probe_, false)) ups_->probe_ended(upstream_, clean);
 }
 
-bool Lease::complete(Signal signal, Micros ttfb, Micros now, Rng& rng, bool closes) {
+bool Lease::complete(Signal signal, Micros ttfb, Micros now, bool closes) {
   if (!seat_) return false;
   if (!seat_->seated) {  // never seated: only a heavy-cap unit, if any, goes back
     abandon();
@@ -32,14 +32,14 @@ bool Lease::complete(Signal signal, Micros ttfb, Micros now, Rng& rng, bool clos
   }
   Seat& s = *std::exchange(seat_, nullptr);
   end_probe(!closes && (signal == Signal::clean || signal == Signal::slow));
-  return ups_->bulkhead(upstream_).release(s, signal, ttfb, now, rng);
+  return ups_->bulkhead(upstream_).release(s, signal, ttfb, now);
 }
 
-bool Lease::leave(Signal signal, Micros ttfb, Micros now, Rng& rng) {
+bool Lease::leave(Signal signal, Micros ttfb, Micros now) {
   if (!seat_) return false;
   Seat& s = *std::exchange(seat_, nullptr);
   end_probe(false);
-  return ups_->bulkhead(upstream_).release(s, signal, ttfb, now, rng, /*keep_cap=*/true);
+  return ups_->bulkhead(upstream_).release(s, signal, ttfb, now, /*keep_cap=*/true);
 }
 
 void Lease::abandon() {
@@ -168,14 +168,15 @@ void refuse_held(const Ask& a, Seat& s, Upstreams& ups, Micros now, Hold hold, P
 
 // Not seated on p.upstream: a queued seat waits (in observe mode too: a wait
 // is not a refusal, and its window bounds it); any other is refused.
-void wait_or_refuse(const Ask& a, Seat& s, Upstreams& ups, Micros now, Rng& rng, Hold hold,
-                    bool queued, Placement& p) {
+void wait_or_refuse(const Ask& a, Seat& s, Upstreams& ups, Micros now, Hold hold, bool queued,
+                    Placement& p) {
   if (queued) {
     p.how = Placed::queued;
+    p.wait_for = ups.bulkhead(p.upstream).patience(a.lane);
     p.lease = Lease(ups, p.upstream, s);
     return;
   }
-  ups.bulkhead(p.upstream).cancel(s, now, rng);  // a heavy-cap unit goes back
+  ups.bulkhead(p.upstream).cancel(s, now);  // a heavy-cap unit goes back
   refuse_held(a, s, ups, now, hold, p);
 }
 
@@ -185,7 +186,8 @@ Millis queue_retry_after(Upstreams& ups, Lane lane, std::size_t upstream, Micros
                          Micros now) {
   std::optional<Micros> age;
   if (auto y = ups.youngest(lane, upstream)) age = std::max(Micros{0}, now - *y);
-  return lease_retry_after(waited, age);
+  Millis lease = lease_retry_after(waited, age);
+  return std::max(lease, std::chrono::ceil<Millis>(ups.bulkhead(upstream).refusal_wait(lane, now)));
 }
 
 Placement place(const Ask& a, Seat& s, Upstreams& ups, Micros now, Rng& rng) {
@@ -234,14 +236,23 @@ Placement place(const Ask& a, Seat& s, Upstreams& ups, Micros now, Rng& rng) {
       return p;
     }
   }
-  wait_or_refuse(a, s, ups, now, rng, hold, queued, p);
+  wait_or_refuse(a, s, ups, now, hold, queued, p);
   return p;
 }
 
-Placement timed_out(const Ask& a, Seat& s, Lease& lease, Upstreams& ups, Micros now, Rng& rng) {
+Placement timed_out(const Ask& a, Seat& s, Lease& lease, Upstreams& ups, Micros now) {
   Placement p;
   p.upstream = lease.upstream();
-  Hold hold = ups.bulkhead(p.upstream).cancel(s, now, rng);
+  Bulkhead& b = ups.bulkhead(p.upstream);
+  if (a.waited < kUnmeasuredWait && b.waits_on(s)) {
+    // An estimate never measured exhausted is a start, not a limit: slow
+    // start grows it with every answer, and the request waits on.
+    p.how = Placed::queued;
+    p.wait_for = b.patience(a.lane);
+    p.lease = std::move(lease);
+    return p;
+  }
+  Hold hold = ups.bulkhead(p.upstream).cancel(s, now);
   if (s.seated) {  // seated now, or by another thread just before (its on_seated() is on the way)
     p.how = Placed::seated;
     p.lease = std::move(lease);
@@ -256,7 +267,7 @@ Placement relocate(const Ask& a, Seat& s, Lease& lease, Signal signal, Micros tt
                    Upstreams& ups, Micros now, Rng& rng) {
   Placement p;
   p.upstream = a.upstream;
-  p.decreased = lease.leave(signal, ttfb, now, rng);
+  p.decreased = lease.leave(signal, ttfb, now);
   s.lane = a.lane;
   if (!a.delegated && move_now(a, s, ups, now, rng, why, p)) return p;
   if (!wait_on_alternative(a, ups, rng, why, p)) {
@@ -274,7 +285,7 @@ Placement relocate(const Ask& a, Seat& s, Lease& lease, Signal signal, Micros tt
   } else if (b.ask(s, now, rng, &hold, true, &queued)) {
     seated(p, ups, s);
   } else {
-    wait_or_refuse(a, s, ups, now, rng, hold, queued, p);
+    wait_or_refuse(a, s, ups, now, hold, queued, p);
   }
   return p;
 }

@@ -16,8 +16,9 @@
 //   full        its upstream does not seat it now: a movable request is seated
 //               on an alternative that seats it now (Thompson sampling among
 //               those whose lane rules allow it), else it waits at its own.
-//   wait        not seated: it queues in its lane when the lane's window is
-//               not zero, else it is refused for what held it (reason_of:
+//   wait        not seated: it queues in its lane for Bulkhead::patience (its
+//               lane's window, at least the delay target), else (a heavy-cap
+//               unit taken elsewhere) it is refused for what held it (reason_of:
 //               heavy_cap, budget, reserved; the upstream full: queue_timeout).
 //               Retry-After: a budget refusal, the upstream's quota reset
 //               (RateLimit-Reset); any other, queue_retry_after().
@@ -79,6 +80,7 @@ struct Placement {
   std::size_t upstream = 0;           // where it goes, waits or was refused
   Reason reason = Reason::none;       // refused or observed: why
   std::optional<Millis> retry_after;  // refused: derived (before the lane's band)
+  Micros wait_for{0};                 // queued: how long it may wait (Bulkhead::patience)
   std::optional<Fallback> fell_back;  // it moved to `upstream`, and why
   bool decreased = false;             // relocate(): the lease it left decreased that estimate
   Lease lease;
@@ -86,11 +88,15 @@ struct Placement {
 
 Placement place(const Ask& ask, Seat& seat, Upstreams& ups, Micros now, Rng& rng);
 
-// `lease` (queued) reached the end of its lane's window; ask.waited is the wait.
-Placement timed_out(const Ask& ask, Seat& seat, Lease& lease, Upstreams& ups, Micros now, Rng& rng);
+// `lease` (queued) reached the end of its wait (wait_for); ask.waited is the wait.
+// On an upstream never measured exhausted it waits on (queued, for wait_for
+// more), up to kUnmeasuredWait in all: its estimate is not the reason to refuse it.
+inline constexpr Micros kUnmeasuredWait{30'000'000};
+Placement timed_out(const Ask& ask, Seat& seat, Lease& lease, Upstreams& ups, Micros now);
 
-// A refusal's Retry-After before the lane's band (seed 004): the larger of the
-// queue window it waited and the age of the lane's youngest live lease.
+// A refusal's Retry-After before the lane's band: the largest of the time it
+// waited, the age of the lane's youngest live lease (seed 004) and the
+// bulkhead's refusal_wait (the queues' drain, the refusals' duration).
 Millis queue_retry_after(Upstreams& ups, Lane lane, std::size_t upstream, Micros waited,
                          Micros now);
 

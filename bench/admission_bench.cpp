@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
       auto start = Clock::now();
       for (int i = 0; i < n; ++i) {
         keep = keep + (bulkhead.ask(s, Micros{i}, rng) ? 1 : 0);
-        bulkhead.release(s, Signal::clean, Micros{100}, Micros{i}, rng);
+        bulkhead.release(s, Signal::clean, Micros{100}, Micros{i});
       }
       per.push_back(std::chrono::duration<double, std::nano>(Clock::now() - start).count() / n);
     }

@@ -1304,9 +1304,10 @@ constexpr Row kRows[] = {
          "with the level); lanes left out keep their defaults."}),
     field<parse_bands, bands_text, &Config::admission, &Admission::retry>(
         live, "retry_after",
-        {"SLUICE_RETRY_AFTER", "bulk=120s:180s;standard=1s:30s;heavy=2s:60s",
-         "Per lane, floor and cap of the derived Retry-After; lanes left out keep their "
-         "defaults."}),
+        {"SLUICE_RETRY_AFTER", "bulk=1s:180s;standard=1s:30s;heavy=2s:60s",
+         "Per lane, floor and cap of the derived Retry-After (seed 000's fixed bulk band is "
+         "bulk=120s:180s, an opt-in); lanes left out keep their defaults; a route's retry_after "
+         "replaces its lane's."}),
     lanes<parse_floors, numbers_text, &LanePolicy::floors>(
         live, "lane_floors",
         {"SLUICE_LANE_FLOORS", "bulk=0.1;standard=0.5;heavy=0.2",

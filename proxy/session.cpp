@@ -134,9 +134,17 @@ class Session : public Tracked,
         // on, seated outside the rules), unless another thread seated it just now.
         auto self = std::move(self_);
         auto now = Clock::now();
+        ex_.queue_wait = now - ex_.queue_start;  // ask() tells it
+        auto p = admission::timed_out(ask(), *this, ex_.lease, ups_, micros(now));
+        if (p.how == Placed::queued) {  // an unmeasured estimate: it waits on
+          ex_.timed_out = false;
+          ex_.lease = std::move(p.lease);
+          deadline = now + std::chrono::duration_cast<Clock::duration>(p.wait_for);
+          self_ = std::move(self);
+          break;
+        }
         note_queue_wait(now);
         note_upstream_wait(now, ex_.queue_wait);
-        auto p = admission::timed_out(ask(), *this, ex_.lease, ups_, micros(now), w_.rng());
         if (apply(std::move(p), now)) carry_on();
         break;
       }
@@ -521,8 +529,7 @@ class Session : public Tracked,
       case Placed::queued:
         phase_ = Phase::queued;
         ex_.queue_start = now;
-        deadline = now + std::chrono::duration_cast<Clock::duration>(
-                             ex_.live->lanes.queue_window[admission::index(ex_.lane)]);
+        deadline = now + std::chrono::duration_cast<Clock::duration>(p.wait_for);
         self_ = shared_from_this();
         return false;
       case Placed::refused:
@@ -831,7 +838,10 @@ class Session : public Tracked,
     auto now = Clock::now();
     ex_.ttfb = now - ex_.start;
     ex_.up_ttfb = std::chrono::duration_cast<admission::Micros>(now - ex_.sent_at);
-    if (ex_.lease.seated()) ex_.signal = bulkhead().classify(status, ex_.up_ttfb);
+    if (ex_.lease.seated()) {
+      ex_.signal = bulkhead().classify(status, ex_.up_ttfb);
+      bulkhead().note_head(ex_.signal, micros(now));
+    }
     read_quota(m, status, now);
     if (status == 101) {
       if (!ex_.upgrade) {
@@ -995,8 +1005,7 @@ class Session : public Tracked,
   void complete_lease() {
     if (!ex_.lease) return;
     auto u = ex_.lease.upstream();
-    if (ex_.lease.complete(ex_.signal, ex_.up_ttfb, micros(Clock::now()), w_.rng(),
-                           ex_.closing_status))
+    if (ex_.lease.complete(ex_.signal, ex_.up_ttfb, micros(Clock::now()), ex_.closing_status))
       count_exhausted(u);
   }
 
@@ -1039,10 +1048,13 @@ class Session : public Tracked,
   }
 
   // SPEC's refusal: 503, Retry-After derived from what was observed, clamped to
-  // the lane's band with jitter that only adds, X-Sluice-Reject, and a JSON body.
+  // the route's band or else the lane's, with jitter that only adds,
+  // X-Sluice-Reject, and a JSON body.
   void refuse(std::optional<admission::Millis> derived) {
-    ex_.retry_after = admission::retry_after_seconds(
-        derived, ex_.live->retry[admission::index(ex_.lane)], w_.rng());
+    const auto& band = ex_.route && ex_.route->retry_after
+                           ? *ex_.route->retry_after
+                           : ex_.live->retry[admission::index(ex_.lane)];
+    ex_.retry_after = admission::retry_after_seconds(derived, band, w_.rng());
     OwnAnswer a;
     a.status = 503;
     a.error = admission::to_string(ex_.decision.reason);

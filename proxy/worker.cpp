@@ -117,7 +117,7 @@ void Worker::on_heartbeat() {
   // starving is counted by the thread whose tick saw it.
   auto now_us = rt_.micros(now);
   for (auto& b : rt_.bulkheads) {
-    auto became = b->tick(now_us, rng_);
+    auto became = b->tick(now_us);
     for (auto lane : admission::kLanes)
       if (became[admission::index(lane)]) bump(stats_.lane[admission::index(lane)].starved);
   }

@@ -12,7 +12,8 @@ namespace {
 using nlohmann::json;
 
 constexpr std::string_view kValidFields =
-    "name, prefix, regex, methods, header, sse, min_body_bytes, lane, upstream, alternatives, pin";
+    "name, prefix, regex, methods, header, sse, min_body_bytes, lane, upstream, alternatives, pin, "
+    "retry_after";
 constexpr std::string_view kExample = R"([{"prefix":"/","lane":"standard"}])";
 
 std::string in_quotes(std::string_view s) { return json(std::string(s)).dump(); }
@@ -60,6 +61,35 @@ const std::string& string_field(const json& v, std::size_t index, std::string_vi
 bool bool_field(const json& v, std::size_t index, std::string_view field) {
   if (!v.is_boolean()) fail(index, field, v.dump() + " is not a boolean; valid: true, false");
   return v.get<bool>();
+}
+
+// "250ms", "2s", "1m": a whole number and its unit.
+std::optional<admission::Millis> duration_of(std::string_view text) {
+  std::size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  if (digits == 0 || digits > 9) return std::nullopt;
+  std::int64_t n = 0;
+  for (std::size_t i = 0; i < digits; ++i) n = n * 10 + (text[i] - '0');
+  std::string_view unit = text.substr(digits);
+  if (unit == "ms") return admission::Millis{n};
+  if (unit == "s") return admission::Millis{n * 1000};
+  if (unit == "m") return admission::Millis{n * 60'000};
+  return std::nullopt;
+}
+
+admission::RetryBand band_field(const json& v, std::size_t index, std::string_view field) {
+  const auto& s = string_field(v, index, field, "\"2s:4s\"");
+  auto colon = s.find(':');
+  std::string_view text(s);
+  auto floor = duration_of(text.substr(0, colon));
+  auto cap = colon == std::string::npos ? std::nullopt : duration_of(text.substr(colon + 1));
+  if (!floor || !cap)
+    fail(index, field, in_quotes(s) + " is not floor:cap (ms, s or m); e.g. \"2s:4s\"");
+  if (*floor < admission::Millis{1000})
+    fail(index, field,
+         in_quotes(s) + ": the floor must be at least 1s (Retry-After is whole seconds)");
+  if (*cap < *floor) fail(index, field, in_quotes(s) + ": the cap is below the floor");
+  return {*floor, *cap};
 }
 
 std::size_t upstream_index(const std::string& name, const std::vector<std::string>& upstreams,
@@ -174,6 +204,8 @@ Route parse_route(const json& obj, std::size_t index, const std::vector<std::str
       alternatives = &v;  // checked after "upstream", whatever the key order
     } else if (key == "pin") {
       r.pin = bool_field(v, index, key);
+    } else if (key == "retry_after") {
+      r.retry_after = band_field(v, index, key);
     } else {
       fail(index,
            "unknown field " + in_quotes(key) + "; valid fields: " + std::string(kValidFields));

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "admission/gate.hpp"
 #include "admission/lane.hpp"
 
 namespace re2 {
@@ -54,6 +55,9 @@ struct Route {
   std::size_t upstream = 0;  // index into the configured upstream list
   std::vector<std::size_t> alternatives;
   bool pin = false;
+  // Its refusals' Retry-After band, in place of the lane's (SLUICE_RETRY_AFTER):
+  // "floor:cap", e.g. seed 000's "2s:4s" for /logs.
+  std::optional<admission::RetryBand> retry_after;
 
   bool matches(const RequestView& req) const;
 };

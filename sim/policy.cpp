@@ -61,8 +61,7 @@ class Sluice final : public Policy {
     auto& b = *bulkheads_[a.upstream];
     if (b.ask(s, micros(now), rng_)) return {Answer::start, {}};
     if (s.queued) {
-      s.deadline =
-          now + std::chrono::duration<double>(s_.lanes.queue_window[adm::index(a.lane)]).count();
+      s.deadline = now + std::chrono::duration<double>(b.patience(a.lane)).count();
       waiting_.push_back(a.request);
       return {Answer::wait, {}};
     }
@@ -77,7 +76,7 @@ class Sluice final : public Policy {
     auto& b = *bulkheads_[a.upstream];
     Signal signal = e.cut ? Signal::timeout : b.classify(e.status, micros(ttfb));
     if (e.slow && signal == Signal::clean) signal = Signal::slow;
-    b.release(seats_[a.request], signal, micros(ttfb), micros(e.at), rng_);
+    b.release(seats_[a.request], signal, micros(ttfb), micros(e.at));
   }
 
   double next_timer() const override { return next_tick_; }
@@ -98,13 +97,13 @@ class Sluice final : public Policy {
         continue;
       }
       auto& b = *bulkheads_[s.attempt.upstream];
-      b.cancel(s, micros(now), rng_);
+      b.cancel(s, micros(now));
       if (s.seated) continue;  // asked once more at its window's end: seated (on_seated started it)
       double waited = now - std::chrono::duration<double>(s.since).count();  // seconds queued
       driver_.refuse(s.attempt.request, retry_after(s.attempt, waited, now), now);
     }
     waiting_.resize(kept);
-    for (auto& b : bulkheads_) b->tick(micros(now), rng_);
+    for (auto& b : bulkheads_) b->tick(micros(now));
     next_tick_ = now + s_.heartbeat;
   }
 

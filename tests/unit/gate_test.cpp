@@ -66,7 +66,7 @@ TEST_CASE("the default factors and Retry-After bands are SPEC's", "[admission][g
   CHECK(f[index(Lane::standard)] == std::array<double, 4>{1, 1, 1, 0.5});
   CHECK(f[index(Lane::heavy)] == std::array<double, 4>{1, 0.5, 0.25, 0.25});
   auto b = default_retry_bands();
-  CHECK(b[index(Lane::bulk)].floor == 120s);
+  CHECK(b[index(Lane::bulk)].floor == 1s);
   CHECK(b[index(Lane::bulk)].cap == 180s);
   CHECK(b[index(Lane::standard)].floor == 1s);
   CHECK(b[index(Lane::standard)].cap == 30s);

@@ -136,20 +136,25 @@ TEST_CASE("a request no upstream seats now waits in its lane's queue and is seat
   REQUIRE(pc.how == Placed::queued);
   CHECK(pc.upstream == 0);  // it waits at its own upstream, not the alternative
   CHECK(pc.lease.queued());
-  pa.lease.complete(Signal::clean, 1ms, 2ms, rng);
+  pa.lease.complete(Signal::clean, 1ms, 2ms);
   CHECK(c.seated_calls == 1);
   CHECK(pc.lease.seated());
 }
 
-TEST_CASE("with a zero queue window a request not seated is refused queue_timeout",
-          "[admission][placement]") {
+TEST_CASE(
+    "with a zero queue window a request not seated waits the delay target, then is refused "
+    "queue_timeout",
+    "[admission][placement]") {
   // Bulk's default window is 0 s; Retry-After is the youngest live bulk lease's age.
   TestUpstreams ups(1);
   Rng rng(1);
   TestSeat a(Lane::bulk), b(Lane::bulk);
   auto pa = place(ask_for(0, kNone, Lane::bulk), a, ups, 1s, rng);
   REQUIRE(pa.how == Placed::seated);
-  auto pb = place(ask_for(0, kNone, Lane::bulk), b, ups, 4s, rng);
+  auto pq = place(ask_for(0, kNone, Lane::bulk), b, ups, 4s - 250ms, rng);
+  REQUIRE(pq.how == Placed::queued);
+  CHECK(pq.wait_for == ups.bulkheads[0].patience(Lane::bulk));
+  auto pb = timed_out(ask_for(0, kNone, Lane::bulk), b, pq.lease, ups, 4s);
   CHECK(pb.how == Placed::refused);
   CHECK(pb.reason == Reason::queue_timeout);
   REQUIRE(pb.retry_after);
@@ -159,7 +164,7 @@ TEST_CASE("with a zero queue window a request not seated is refused queue_timeou
   // A request that already waited in a queue (then moved on) is told at least that.
   auto waited = ask_for(0, kNone, Lane::bulk);
   waited.waited = 5s;
-  auto pw = place(waited, b, ups, 4s, rng);
+  auto pw = timed_out(waited, b, pq.lease, ups, 4s);
   REQUIRE(pw.retry_after);
   CHECK(*pw.retry_after == 5000ms);
 }
@@ -174,12 +179,12 @@ TEST_CASE("a closed upstream's due probe is the request, seated outside the lane
   CHECK(p.how == Placed::seated);
   CHECK(p.lease.probe());
   SECTION("a clean answer reopens the upstream") {
-    p.lease.complete(Signal::clean, 1ms, 11s, rng);
+    p.lease.complete(Signal::clean, 1ms, 11s);
     CHECK(ups.probes == std::vector<bool>{true});
     CHECK_FALSE(ups.closed(0));
   }
   SECTION("a status that closes the upstream keeps it closed") {
-    p.lease.complete(Signal::clean, 1ms, 11s, rng, /*closes=*/true);
+    p.lease.complete(Signal::clean, 1ms, 11s, /*closes=*/true);
     CHECK(ups.probes == std::vector<bool>{false});
     CHECK(ups.closed(0));
   }
@@ -270,15 +275,17 @@ TEST_CASE(
   // Its window ends: enforce would refuse queue_timeout; observe forwards, and
   // the bulkhead carries it.
   ask.waited = 500ms;
-  auto pt = timed_out(ask, b, pb.lease, ups, 501ms, rng);
+  auto pt = timed_out(ask, b, pb.lease, ups, 501ms);
   CHECK(pt.how == Placed::observed);
   CHECK(pt.reason == Reason::queue_timeout);
   CHECK(ups.waiting(0) == 0);
   CHECK(ups.running(0) == 2);
-  // A bulk request (no window) is refused at once under enforce.
+  // A bulk request (no window) waits the delay target, then is refused under enforce.
   auto bulk = ask_for(0, kNone, Lane::bulk);
   bulk.mode = Mode::observe;
-  auto pd = place(bulk, d, ups, 502ms, rng);
+  auto pq = place(bulk, d, ups, 502ms, rng);
+  REQUIRE(pq.how == Placed::queued);
+  auto pd = timed_out(bulk, d, pq.lease, ups, 502ms + pq.wait_for);
   CHECK(pd.how == Placed::observed);
   CHECK(ups.running(0) == 3);
   ups.closures[0].close(600ms);
@@ -286,7 +293,7 @@ TEST_CASE(
   CHECK(pc.how == Placed::observed);
   CHECK(pc.reason == Reason::pool_closed);
   CHECK(ups.running(0) == 4);
-  pc.lease.complete(Signal::clean, 1ms, 602ms, rng);
+  pc.lease.complete(Signal::clean, 1ms, 602ms);
   CHECK(ups.running(0) == 3);
 }
 
@@ -325,11 +332,11 @@ TEST_CASE("a refusal names what held the request: heavy cap, budget, reserved sl
     auto p3 = place(ask, h3, ups, 2us, rng);  // behind h2
     REQUIRE(p3.how == Placed::queued);
     ask.waited = 2s;
-    auto t = timed_out(ask, h2, p2.lease, ups, 2s, rng);
+    auto t = timed_out(ask, h2, p2.lease, ups, 2s);
     CHECK(t.how == Placed::refused);
     CHECK(t.reason == Reason::heavy_cap);
     // h3 waited behind h2, and is held by the cap too, not by a full upstream.
-    auto t3 = timed_out(ask, h3, p3.lease, ups, 2s, rng);
+    auto t3 = timed_out(ask, h3, p3.lease, ups, 2s);
     CHECK(t3.how == Placed::refused);
     CHECK(t3.reason == Reason::heavy_cap);
   }
@@ -366,8 +373,10 @@ TEST_CASE("a refusal names what held the request: heavy cap, budget, reserved sl
     REQUIRE(st.how == Placed::queued);
     b1.lease = Lease{};  // dropped: the slot is free, no waiter served yet, and standard's
     auto b3 = seat_one(Lane::bulk, 4us);
-    CHECK(b3.how == Placed::refused);
-    CHECK(b3.reason == Reason::reserved);
+    REQUIRE(b3.how == Placed::queued);  // it may wait: the next release may free a slot for it
+    auto t3 = timed_out(ask_for(0, kNone, Lane::bulk), seats.back(), b3.lease, ups, 5us);
+    CHECK(t3.how == Placed::refused);
+    CHECK(t3.reason == Reason::reserved);
   }
 }
 
@@ -379,12 +388,12 @@ TEST_CASE("a window that ends as another thread seats the request keeps the seat
   auto pa = place(ask_for(0), a, ups, 0us, rng);
   auto pb = place(ask_for(0), b, ups, 1us, rng);
   REQUIRE(pb.how == Placed::queued);
-  pa.lease.complete(Signal::clean, 1ms, 2us, rng);  // seats b (its on_seated is called)
+  pa.lease.complete(Signal::clean, 1ms, 2us);  // seats b (its on_seated is called)
   REQUIRE(b.seated_calls == 1);
-  auto t = timed_out(ask_for(0), b, pb.lease, ups, 500ms, rng);
+  auto t = timed_out(ask_for(0), b, pb.lease, ups, 500ms);
   CHECK(t.how == Placed::seated);
   CHECK(ups.running(0) == 1);
-  t.lease.complete(Signal::clean, 1ms, 501ms, rng);
+  t.lease.complete(Signal::clean, 1ms, 501ms);
   CHECK(ups.running(0) == 0);
 }
 
@@ -422,7 +431,7 @@ TEST_CASE("a heavy-cap unit stays with a request that moves on and goes back wit
                     Fallback::connect_failed, ups, 1s, rng);
   CHECK(q.upstream == 1);
   CHECK(ups.cap.taken == 1);  // kept, not taken twice
-  q.lease.complete(Signal::clean, 1ms, 2s, rng);
+  q.lease.complete(Signal::clean, 1ms, 2s);
   CHECK(ups.cap.taken == 0);
 }
 
@@ -475,11 +484,11 @@ TEST_CASE("a lease completes once: a moved-from or completed lease gives nothing
   REQUIRE(ups.running(0) == 2);
   Lease moved = std::move(pa.lease);
   CHECK_FALSE(pa.lease);
-  pa.lease.complete(Signal::clean, 1ms, 1ms, rng);
+  pa.lease.complete(Signal::clean, 1ms, 1ms);
   CHECK(ups.running(0) == 2);
-  moved.complete(Signal::clean, 1ms, 1ms, rng);
+  moved.complete(Signal::clean, 1ms, 1ms);
   CHECK(ups.running(0) == 1);
-  moved.complete(Signal::clean, 1ms, 1ms, rng);
+  moved.complete(Signal::clean, 1ms, 1ms);
   moved = Lease();
   CHECK(ups.running(0) == 1);
   CHECK(ups.bulkheads[0].known().successes == 1);
@@ -491,7 +500,7 @@ TEST_CASE("a completed lease left behind never touches its seat's next lease",
   Rng rng(1);
   TestSeat s;
   auto first = place(ask_for(0), s, ups, 0us, rng);
-  first.lease.complete(Signal::clean, 1ms, 1ms, rng);
+  first.lease.complete(Signal::clean, 1ms, 1ms);
   auto second = place(ask_for(0), s, ups, 2ms, rng);  // the same request's next exchange
   REQUIRE(second.lease.seated());
   first.lease = Lease();

@@ -121,4 +121,5 @@ TEST_CASE("the budget reserve stops the lightest lanes borrowing first, never th
   for (auto& s : standard) CHECK(b.ask(s, 1s, rng));
   // After the window, bulk borrows again.
   CHECK(b.ask(bulk[3], 61s, rng));
+  CHECK_FALSE(bulk[2].queued);  // a budget hold was refused at once, not kept waiting
 }

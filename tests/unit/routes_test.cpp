@@ -330,7 +330,23 @@ TEST_CASE("routes must be a non-empty JSON array of objects", "[routes][errors]"
 TEST_CASE("an unknown route field is refused with the list of valid fields", "[routes][errors]") {
   CHECK(error_of(R"([{"prefx":"/"}])") ==
         "route 0: unknown field \"prefx\"; valid fields: name, prefix, regex, methods, header, "
-        "sse, min_body_bytes, lane, upstream, alternatives, pin");
+        "sse, min_body_bytes, lane, upstream, alternatives, pin, retry_after");
+}
+
+TEST_CASE("a route's retry_after band replaces its lane's, floor:cap of at least 1s",
+          "[routes][errors]") {
+  auto t = Table::parse(
+      R"([{"prefix":"/logs","lane":"bulk","retry_after":"2s:4s"},{"prefix":"/"}])", {"api"});
+  REQUIRE(t.routes()[0].retry_after);
+  CHECK(t.routes()[0].retry_after->floor == std::chrono::milliseconds(2000));
+  CHECK(t.routes()[0].retry_after->cap == std::chrono::milliseconds(4000));
+  CHECK_FALSE(t.routes()[1].retry_after);
+  CHECK_THAT(error_of(R"([{"prefix":"/","retry_after":"2s"}])"), Catch::Contains("floor:cap"));
+  CHECK_THAT(error_of(R"([{"prefix":"/","retry_after":"500ms:4s"}])"),
+             Catch::Contains("at least 1s"));
+  CHECK_THAT(error_of(R"([{"prefix":"/","retry_after":"5s:4s"}])"),
+             Catch::Contains("cap is below the floor"));
+  CHECK_THAT(error_of(R"([{"prefix":"/","retry_after":2}])"), Catch::Contains("not a string"));
 }
 
 TEST_CASE("a lane that does not exist is refused with the valid lanes", "[routes][errors]") {
