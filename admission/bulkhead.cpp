@@ -107,7 +107,11 @@ bool Estimate::maybe_grow(Micros now) {
 
 Micros Estimate::delay_target() const {
   if (samples_ == 0) return p_.growth_interval;
-  auto t = Micros(static_cast<std::int64_t>(EstimatePolicy::kTargetFactor * baseline_us_));
+  // From the uncongested service time where one is known: the baseline
+  // follows slow answers, and a target that grows with the queue it should
+  // bound would feed it.
+  double base = floor_us_ > 0 ? std::min(floor_us_, baseline_us_) : baseline_us_;
+  auto t = Micros(static_cast<std::int64_t>(EstimatePolicy::kTargetFactor * base));
   return std::clamp(t, EstimatePolicy::kTargetMin, EstimatePolicy::kTargetMax);
 }
 
@@ -156,7 +160,14 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   const double concurrency = window_load_ / window_n_;
   window_us_ = window_load_ = 0.0;
   window_n_ = 0;
-  if (floor_us_ <= 0 || mean < floor_us_ || now - floor_at_ > EstimatePolicy::kQueueFloorAge) {
+  if (floor_us_ <= 0 || mean < floor_us_) {
+    floor_us_ = mean;
+    floor_at_ = now;
+    return false;
+  }
+  // An aged floor gives way to a window at no more than the capacity measured:
+  // one taken at a probe's queue would hide that queue from then on.
+  if (now - floor_at_ > EstimatePolicy::kQueueFloorAge && (k_ <= 0 || concurrency <= k_ + 0.5)) {
     floor_us_ = mean;
     floor_at_ = now;
     return false;

@@ -31,7 +31,9 @@
 //                (admitted since the last decrease): mean head time m at mean
 //                concurrency n (the load met, plus the request). The floor is a
 //                window's mean: a lower one replaces it at once, and once it is
-//                kQueueFloorAge old the next window's mean does. A window with
+//                kQueueFloorAge old the next window's mean at a concurrency
+//                within K does (a window at a probe's queue above K must not
+//                become the floor: the queue it measured would be hidden). A window with
 //                m > queue_factor x floor (and m - floor >= kQueueMinGap) is too
 //                much: by Little's law the upstream serves n x floor / m at a
 //                time; K = that, rounded to the nearest whole request, and K̂ = K.
@@ -141,8 +143,9 @@ class Estimate {
   // A response head arrived after `ttfb`: clean, slow or (by status) refused.
   Signal classify(int status, Micros ttfb) const;
   // How long a request not seated at once may wait for a seat whatever its
-  // lane's window: kTargetFactor x the baseline (the growth interval before
-  // any answer), within [kTargetMin, kTargetMax].
+  // lane's window: kTargetFactor x the uncongested service time (the queue
+  // floor, else the baseline; the growth interval before any answer), within
+  // [kTargetMin, kTargetMax].
   Micros delay_target() const;
   // A head later than this is slow (infinite before the baseline is judged).
   double slow_above_us() const;

@@ -318,6 +318,22 @@ TEST_CASE("no queue: a window under queue_factor x the floor, one slow head, an 
   CHECK(e.queue_floor() == 40ms);
 }
 
+TEST_CASE("an aged floor gives way only to a window within the capacity measured",
+          "[admission][bulkhead]") {
+  Estimate e(EstimatePolicy{}, 8, 8);  // K = 8
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
+    e.observe(Signal::clean, e.next_seq(), 7, 50ms, 1s);
+  REQUIRE(e.queue_floor() == 50ms);
+  // Later, a probe's window at 10 in flight (1.25 x the floor: under queue_factor).
+  const auto later = 1s + EstimatePolicy::kQueueFloorAge + 1ms;
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
+    e.observe(Signal::clean, e.next_seq(), 9, 62ms, later);
+  CHECK(e.queue_floor() == 50ms);  // kept: that window queued above K
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
+    e.observe(Signal::clean, e.next_seq(), 7, 60ms, later);
+  CHECK(e.queue_floor() == 60ms);  // within K: what the upstream does now
+}
+
 TEST_CASE("429 and 503 are refusals, a head much slower than the baseline is too much",
           "[admission][bulkhead]") {
   Estimate e;
