@@ -13,6 +13,8 @@ constexpr double kHighFree = 0.3;  // seed 001: certain while this fraction is f
 // the baseline: a fast upstream's jitter is many times its baseline.
 constexpr Micros kSlowMinGap{50'000};
 constexpr double kBaselineAlpha = 1.0 / 16.0;
+// In slow start, a head this much later than the fastest one queued.
+constexpr double kHeadQueued = 1.25;
 
 // Ties between lanes go to the heavier weight, then in this order.
 constexpr std::array<Lane, kLaneCount> kTieOrder{Lane::standard, Lane::heavy, Lane::bulk};
@@ -180,8 +182,14 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   return true;
 }
 
-bool Estimate::on_head(Signal signal) {
-  if (!slow_start_ || signal != Signal::clean || !limited_) return false;
+bool Estimate::on_head(Signal signal, Micros ttfb, bool waiting) {
+  if (!slow_start_ || signal != Signal::clean) return false;
+  auto us = static_cast<double>(ttfb.count());
+  if (min_head_us_ <= 0 || us < min_head_us_) min_head_us_ = us;
+  // A head that queued says the load is at the upstream's capacity already:
+  // no growth on it (the queue rule and the interval judge the rest).
+  if (!waiting || !limited_ || us > kHeadQueued * min_head_us_ + static_cast<double>(kSlowMinGap.count() / 5))
+    return false;
   double before = khat_;
   khat_ = std::min(khat_ + 1.0, std::max(1.0, p_.max));
   return khat_ != before;
@@ -349,10 +357,10 @@ bool Bulkhead::would_seat(Lane lane, Micros now) const {
   return decide(lanes_, census_locked(now), lane, 0.0) == Hold::none;
 }
 
-void Bulkhead::note_head(Signal signal, Micros now) {
+void Bulkhead::note_head(Signal signal, Micros ttfb, Micros now) {
   if (!unmeasured() || signal != Signal::clean) return;
   Lock lock(mutex_);
-  if (waiting_[0] + waiting_[1] + waiting_[2] > 0 && estimate_.on_head(signal)) serve(now);
+  if (estimate_.on_head(signal, ttfb, waiting_[0] + waiting_[1] + waiting_[2] > 0)) serve(now);
 }
 
 bool Bulkhead::waits_on(const Seat& s) const {

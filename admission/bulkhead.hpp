@@ -111,7 +111,7 @@ struct EstimatePolicy {
   static constexpr Micros kQueueMinGap{10'000};
   static constexpr double kTargetFactor = 2.0;
   static constexpr Micros kTargetMin{10'000};
-  static constexpr Micros kTargetMax{1'000'000};
+  static constexpr Micros kTargetMax{100'000};  // under level 1's upstream wait (150 ms)
 };
 
 // Seed-and-grow: the concurrency one upstream serves now.
@@ -134,8 +134,9 @@ class Estimate {
 
   void demand() { limited_ = true; }  // a request found no slot
   // Slow start, clocked by answers: one more per clean response head while
-  // requests wait (a head, not the end: a stream's lease lasts its whole life).
-  bool on_head(Signal signal);
+  // requests wait (a head, not the end: a stream's lease lasts its whole
+  // life), unless the head queued (1.25 x the fastest head, and 10 ms later).
+  bool on_head(Signal signal, Micros ttfb, bool waiting);
   // `running` requests are in flight: unmeasured, K̂ follows the highest load served.
   void note_load(int running);
   // Grows when the interval has passed and demand met the estimate since.
@@ -162,6 +163,7 @@ class Estimate {
   bool limited_ = false;
   Micros last_growth_{0};
   double baseline_us_ = 0.0;
+  double min_head_us_ = 0.0;  // the fastest clean head in slow start
   int samples_ = 0;
   bool recovered_ = true;  // a request admitted since the last decrease answered cleanly
   std::uint64_t seq_ = 0;
@@ -337,7 +339,7 @@ class Bulkhead {
   // A seated request's response head came with `signal`: in slow start, the
   // estimate grows by one while requests wait, and they are served. Takes the
   // lock only in slow start.
-  void note_head(Signal signal, Micros now);
+  void note_head(Signal signal, Micros ttfb, Micros now);
   // A queued request whose wait ended: true when it waits on because only the
   // estimate holds it and the estimate was never measured exhausted (not the
   // heavy cap, not the budget: what holds its lane's head).

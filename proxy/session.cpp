@@ -840,7 +840,7 @@ class Session : public Tracked,
     ex_.up_ttfb = std::chrono::duration_cast<admission::Micros>(now - ex_.sent_at);
     if (ex_.lease.seated()) {
       ex_.signal = bulkhead().classify(status, ex_.up_ttfb);
-      bulkhead().note_head(ex_.signal, micros(now));
+      bulkhead().note_head(ex_.signal, ex_.up_ttfb, micros(now));
     }
     read_quota(m, status, now);
     if (status == 101) {

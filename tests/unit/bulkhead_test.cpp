@@ -406,7 +406,7 @@ TEST_CASE(
   CHECK_FALSE(b.ask(s1, 0us, rng, nullptr, true, &queued));
   CHECK(queued);
   CHECK(b.census().waiting[0] == 1);
-  // Bounded both ways: a fast upstream still lets a request wait 10 ms, a slow one at most 1 s.
+  // Bounded both ways: a fast upstream still lets a request wait 10 ms, a slow one at most 100 ms.
   Estimate fast = measured(1), slow = measured(1);
   for (int i = 0; i < 4; ++i) {
     fast.observe(Signal::clean, fast.next_seq(), 0, 1ms, 1s);
@@ -481,14 +481,30 @@ TEST_CASE(
   // Heads of the seated ones come back clean, round after round: each seats one more.
   for (int round = 0; round < 10 && b.running() < 60; ++round) {
     int n = b.running();
-    for (int i = 0; i < n; ++i) b.note_head(Signal::clean, 2ms);
+    for (int i = 0; i < n; ++i) b.note_head(Signal::clean, 50ms, 2ms);
   }
   CHECK(b.running() == 60);
   CHECK(b.estimate().value() >= 60);
   // Slow heads and refusals are no growth; without waiters nothing grows.
   double k = b.estimate().value();
-  b.note_head(Signal::clean, 3ms);
+  b.note_head(Signal::clean, 50ms, 3ms);
   CHECK(b.estimate().value() == k);
+}
+
+TEST_CASE("slow start does not grow on a head that queued", "[admission][bulkhead]") {
+  EstimatePolicy ep;
+  ep.seed = 2;
+  Bulkhead b(LanePolicy{}, Estimate(ep));
+  Rng rng(1);
+  std::vector<TestSeat> seats(6, TestSeat(Lane::standard));
+  for (auto& s : seats) b.ask(s, 1ms, rng);
+  REQUIRE(b.running() < 6);
+  b.note_head(Signal::clean, 50ms, 2ms);  // the fastest: grows
+  double k = b.estimate().value();
+  b.note_head(Signal::clean, 80ms, 3ms);  // 1.6 x the fastest: it waited at the upstream
+  CHECK(b.estimate().value() == k);
+  b.note_head(Signal::clean, 55ms, 4ms);
+  CHECK(b.estimate().value() == k + 1);
 }
 
 TEST_CASE("freed slots go to a lane below its floor before borrowers, however long they waited",
