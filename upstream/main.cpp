@@ -2,11 +2,16 @@
 // and the benchmarks. See upstream/server.hpp for the endpoints' home.
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <charconv>
+#include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,7 +29,7 @@ namespace {
 constexpr std::string_view kUsage =
     "usage: sluice-upstream [--listen HOST:PORT] [--threads N] [--capacity C] [--over-capacity "
     "429|queue]\n"
-    "                       [--service-ms S] [--keepalive-ms K]\n"
+    "                       [--capacity-schedule T:C,...] [--service-ms S] [--keepalive-ms K]\n"
     "  --listen HOST:PORT  address to bind (default 127.0.0.1:0, a free port)\n"
     "  --threads N         I/O threads, one io_context each (default 1)\n"
     "  --capacity C        requests in flight before the over-capacity shape applies (default 0, "
@@ -32,6 +37,12 @@ constexpr std::string_view kUsage =
     "  --over-capacity X   above C in flight: 429 answers 429 with Retry-After: 1 at once (the "
     "default);\n"
     "                      queue makes the request wait, first come first served, for a slot\n"
+    "  --capacity-schedule T1:C1,T2:C2,...\n"
+    "                      the capacity becomes Ci from Ti seconds (decimals allowed) after the\n"
+    "                      first request served (not /stats) on, --capacity before T1; times\n"
+    "                      increase, Ci >= 1. With --capacity 8, 10:4,20:8 means 8 slots, 4\n"
+    "                      from 10 s, 8 again from 20 s. /stats reports the capacity in force\n"
+    "                      and schedule_ms (since that first request; null before it)\n"
     "  --service-ms S      extra time before each response except /sse and /stats (default 0)\n"
     "  --keepalive-ms K    close a keep-alive connection idle this long (default 120000)\n"
     "endpoints: /echo /headers /slow?ms=N /sse?n=N&interval_ms=M[&echo=HEADER] "
@@ -70,6 +81,46 @@ void parse_listen(std::string_view text, sluice::upstream::Options& options) {
   options.port = parse_number<std::uint16_t>("--listen", text.substr(colon + 1), 0, 65535);
 }
 
+// "T1:C1,T2:C2,...": capacity Ci from Ti seconds (decimals allowed) after the first request.
+std::vector<sluice::upstream::CapacityChange> parse_schedule(std::string_view text) {
+  const auto bad = [text](const std::string& what) {
+    usage_error("--capacity-schedule: " + what + " in '" + std::string(text) +
+                "' (expected T1:C1,T2:C2,...: capacity Ci from Ti seconds after the first "
+                "request, Ti increasing and above 0, Ci at least 1; e.g. 10:4,20:8)");
+  };
+  std::vector<sluice::upstream::CapacityChange> changes;
+  for (std::string_view rest = text;;) {
+    const auto comma = rest.find(',');
+    const auto entry = rest.substr(0, comma);
+    const auto colon = entry.find(':');
+    if (colon == std::string_view::npos) bad("'" + std::string(entry) + "' is not T:C");
+    const auto time = entry.substr(0, colon);
+    const auto cap = entry.substr(colon + 1);
+    double seconds = 0;
+    const auto [time_end, time_ec] =
+        std::from_chars(time.data(), time.data() + time.size(), seconds);
+    if (time.empty() || time_ec != std::errc{} || time_end != time.data() + time.size() ||
+        !(seconds > 0) || seconds > 86'400'000) {
+      bad("'" + std::string(time) + "' is not a time in seconds above 0");
+    }
+    std::uint64_t capacity = 0;
+    const auto [cap_end, cap_ec] = std::from_chars(cap.data(), cap.data() + cap.size(), capacity);
+    if (cap.empty() || cap_ec != std::errc{} || cap_end != cap.data() + cap.size() ||
+        capacity == 0) {
+      bad("'" + std::string(cap) + "' is not a capacity of at least 1");
+    }
+    const auto at = std::chrono::milliseconds(std::llround(seconds * 1000));
+    if (at.count() == 0) bad("'" + std::string(time) + "' rounds to 0 ms");
+    if (!changes.empty() && at <= changes.back().at) {
+      bad("the times do not increase at '" + std::string(entry) + "'");
+    }
+    changes.push_back({at, capacity});
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  return changes;
+}
+
 sluice::upstream::Options parse_args(int argc, char** argv) {
   sluice::upstream::Options options;
   for (int i = 1; i < argc; ++i) {
@@ -93,6 +144,8 @@ sluice::upstream::Options parse_args(int argc, char** argv) {
       options.threads = parse_number<int>(arg, value, 1, 1024);
     } else if (arg == "--capacity") {
       options.capacity = parse_number<std::uint64_t>(arg, value, 0, UINT64_MAX);
+    } else if (arg == "--capacity-schedule") {
+      options.capacity_schedule = parse_schedule(value);
     } else if (arg == "--over-capacity") {
       if (value == "queue") {
         options.queue_over_capacity = true;
@@ -110,6 +163,9 @@ sluice::upstream::Options parse_args(int argc, char** argv) {
     } else {
       usage_error("unknown argument '" + std::string(arg) + "'");
     }
+  }
+  if (!options.capacity_schedule.empty() && options.capacity == 0) {
+    usage_error("--capacity-schedule needs --capacity C, the capacity until its first change");
   }
   return options;
 }
@@ -129,6 +185,7 @@ int main(int argc, char** argv) {
   // Declared before the contexts: sessions destroyed with them still touch the counters.
   sluice::upstream::Shared shared;
   shared.options = parse_args(argc, argv);
+  shared.capacity.configure(shared.options.capacity, shared.options.capacity_schedule);
 
   boost::system::error_code ec;
   const auto address = net::ip::make_address(shared.options.host, ec);
@@ -159,6 +216,24 @@ int main(int argc, char** argv) {
   std::vector<net::executor_work_guard<net::io_context::executor_type>> guards;
   for (auto& context : contexts) guards.push_back(net::make_work_guard(*context));
 
+  // Wakes at each change of the capacity schedule, from its first request on.
+  std::optional<net::steady_timer> schedule_timer;
+  std::function<void()> arm_schedule;
+  if (shared.capacity.scheduled()) {
+    schedule_timer.emplace(*contexts.front());
+    arm_schedule = [&] {
+      const auto next = shared.capacity.next_change();
+      if (!next) return;
+      schedule_timer->expires_at(*next);
+      schedule_timer->async_wait([&](boost::system::error_code wait_ec) {
+        if (wait_ec) return;
+        sluice::upstream::apply_capacity_schedule(shared);
+        arm_schedule();
+      });
+    };
+    shared.capacity.on_start = [&] { net::post(*contexts.front(), [&] { arm_schedule(); }); };
+  }
+
   std::optional<net::signal_set> signals(std::in_place, *contexts.front(), SIGINT, SIGTERM);
   signals->async_wait([&](boost::system::error_code, int) {
     listener->stop();
@@ -177,6 +252,7 @@ int main(int argc, char** argv) {
   // context: drop the listener first, then destroy the contexts from the first onward.
   guards.clear();
   signals.reset();
+  schedule_timer.reset();
   // Queued requests hold their sessions, whose sockets belong to the contexts.
   std::deque<std::function<void()>> waiters;
   {

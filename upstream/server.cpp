@@ -63,9 +63,46 @@ enum class Route {
 
 enum class Seat { kHeld, kRefused, kQueued };
 
+void note_high(std::atomic<std::uint64_t>& max, std::uint64_t now) {
+  auto high = max.load(std::memory_order_relaxed);
+  while (now > high && !max.compare_exchange_weak(high, now, std::memory_order_relaxed)) {
+  }
+}
+
+// Starts the oldest waiters while fewer than the capacity in force are in flight: after the
+// scheduled capacity rose, a release hands on one slot and would leave the new ones idle.
+void admit_waiters(Shared& shared) {
+  std::vector<std::function<void()>> ready;
+  {
+    std::lock_guard lock(shared.slot_queue.mutex);
+    auto& stats = shared.stats;
+    const auto capacity = shared.capacity.capacity();
+    auto& waiters = shared.slot_queue.waiters;
+    while (!waiters.empty() && stats.in_flight.load(std::memory_order_relaxed) < capacity) {
+      ready.push_back(std::move(waiters.front()));
+      waiters.pop_front();
+      stats.waiting.fetch_sub(1, std::memory_order_relaxed);
+      note_high(stats.max_in_flight, stats.in_flight.fetch_add(1, std::memory_order_relaxed) + 1);
+    }
+  }
+  for (auto& resume : ready) resume();
+}
+
+// The capacity in force now (0: unlimited). Without a schedule it is --capacity; with one, a
+// change that is due is applied first (`start`: this call may start the schedule's clock).
+std::uint64_t capacity_now(Shared& shared, bool start) {
+  auto& schedule = shared.capacity;
+  if (schedule.scheduled() && schedule.advance(CapacitySchedule::Clock::now(), start) &&
+      shared.options.queue_over_capacity) {
+    admit_waiters(shared);
+  }
+  return schedule.capacity();
+}
+
 // A move-only lease on one in-flight slot (seastar's semaphore_units): the destructor gives the
 // slot back, so a session that dies mid-request cannot leak it. With the queue shape a release
-// hands the slot to the oldest waiter instead.
+// hands the slot to the oldest waiter instead, unless the capacity has dropped below what is
+// in flight: requests already in service finish, new ones start only below the new capacity.
 class InFlight {
  public:
   InFlight() = default;
@@ -73,18 +110,19 @@ class InFlight {
   InFlight& operator=(const InFlight&) = delete;
   ~InFlight() { release(); }
 
-  // kHeld: a slot is held. kRefused (429 shape): `capacity` requests are in flight, no slot is
+  // kHeld: a slot is held. kRefused (429 shape): the capacity in force is in flight, no slot is
   // held. kQueued (queue shape): as many are in flight, so `resume` waits in the slot queue;
   // a release runs it (on the releasing thread) once the slot is this request's, and the
   // session then calls adopt() on its own thread.
   Seat acquire(Shared& shared, std::function<void()>&& resume) {
     auto& stats = shared.stats;
-    const auto capacity = shared.options.capacity;
+    const auto capacity = capacity_now(shared, true);
     if (shared.options.queue_over_capacity && capacity != 0) {
       std::lock_guard lock(shared.slot_queue.mutex);
       note_high(stats.max_offered, stats.in_flight.load(std::memory_order_relaxed) +
                                        stats.waiting.load(std::memory_order_relaxed) + 1);
-      if (stats.in_flight.load(std::memory_order_relaxed) >= capacity) {
+      // Read under the lock: a rise applied since has admitted only the waiters queued before.
+      if (stats.in_flight.load(std::memory_order_relaxed) >= shared.capacity.capacity()) {
         shared.slot_queue.waiters.push_back(std::move(resume));
         stats.queued.fetch_add(1, std::memory_order_relaxed);
         stats.waiting.fetch_add(1, std::memory_order_relaxed);
@@ -121,30 +159,32 @@ class InFlight {
     auto& shared = *shared_;
     shared_ = nullptr;
     if (shared.options.queue_over_capacity && shared.options.capacity != 0) {
+      capacity_now(shared, true);
       std::function<void()> next;
+      bool room = false;  // more slots than this one free (a rise): admit_waiters starts them
       {
         std::lock_guard lock(shared.slot_queue.mutex);
-        if (shared.slot_queue.waiters.empty()) {
-          shared.stats.in_flight.fetch_sub(1, std::memory_order_relaxed);
+        auto& stats = shared.stats;
+        auto& waiters = shared.slot_queue.waiters;
+        const auto capacity = shared.capacity.capacity();
+        const auto others = stats.in_flight.load(std::memory_order_relaxed) - 1;
+        if (waiters.empty() || others >= capacity) {
+          stats.in_flight.fetch_sub(1, std::memory_order_relaxed);
         } else {
-          next = std::move(shared.slot_queue.waiters.front());
-          shared.slot_queue.waiters.pop_front();
-          shared.stats.waiting.fetch_sub(1, std::memory_order_relaxed);
+          next = std::move(waiters.front());
+          waiters.pop_front();
+          stats.waiting.fetch_sub(1, std::memory_order_relaxed);
+          room = !waiters.empty() && others + 1 < capacity;
         }
       }
       if (next) next();
+      if (room) admit_waiters(shared);
       return;
     }
     shared.stats.in_flight.fetch_sub(1, std::memory_order_relaxed);
   }
 
  private:
-  static void note_high(std::atomic<std::uint64_t>& max, std::uint64_t now) {
-    auto high = max.load(std::memory_order_relaxed);
-    while (now > high && !max.compare_exchange_weak(high, now, std::memory_order_relaxed)) {
-    }
-  }
-
   Shared* shared_ = nullptr;
   Shared* refusing_ = nullptr;  // a 429 being answered
 };
@@ -414,10 +454,12 @@ class Session : public std::enable_shared_from_this<Session> {
 
   std::string stats_json() const {
     const auto& stats = shared_.stats;
+    // The capacity in force, with a due change applied (its clock is not started by /stats).
+    const auto capacity = capacity_now(shared_, false);
     char text[256];
     const int n = std::snprintf(
         text, sizeof text,
-        R"({"requests":%llu,"in_flight":%llu,"max_in_flight":%llu,"max_offered":%llu,"rejected":%llu,"queued":%llu,"waiting":%llu})",
+        R"({"requests":%llu,"in_flight":%llu,"max_in_flight":%llu,"max_offered":%llu,"rejected":%llu,"queued":%llu,"waiting":%llu)",
         static_cast<unsigned long long>(stats.requests.load()),
         static_cast<unsigned long long>(stats.in_flight.load()),
         static_cast<unsigned long long>(stats.max_in_flight.load()),
@@ -425,7 +467,19 @@ class Session : public std::enable_shared_from_this<Session> {
         static_cast<unsigned long long>(stats.rejected.load()),
         static_cast<unsigned long long>(stats.queued.load()),
         static_cast<unsigned long long>(stats.waiting.load()));
-    return std::string(text, static_cast<std::size_t>(n));
+    std::string out(text, static_cast<std::size_t>(n));
+    // Unlimited has no number: "capacity" only when one is set.
+    if (capacity != 0) out += ",\"capacity\":" + std::to_string(capacity);
+    if (shared_.capacity.scheduled()) {
+      const auto elapsed = shared_.capacity.elapsed(CapacitySchedule::Clock::now());
+      out += ",\"schedule_ms\":";
+      out += elapsed.count() < 0
+                 ? std::string("null")
+                 : std::to_string(
+                       std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count());
+    }
+    out += '}';
+    return out;
   }
 
   // /raw?kind=K: one broken answer, then the connection ends.
@@ -841,6 +895,58 @@ class Session : public std::enable_shared_from_this<Session> {
 };
 
 }  // namespace
+
+void CapacitySchedule::configure(std::uint64_t initial, std::vector<CapacityChange> changes) {
+  changes_ = std::move(changes);
+  capacity_.store(initial, std::memory_order_release);
+  next_ = 0;
+  next_at_.store(kNotStarted, std::memory_order_release);
+  start_.store(kNotStarted, std::memory_order_release);
+}
+
+bool CapacitySchedule::advance(Clock::time_point now, bool start) {
+  const auto t = now.time_since_epoch().count();
+  const auto next_at = next_at_.load(std::memory_order_acquire);
+  if (next_at == kNotStarted ? !start : t < next_at) return false;
+  const auto ticks = [](std::chrono::milliseconds at) {
+    return std::chrono::duration_cast<Clock::duration>(at).count();
+  };
+  bool started = false;
+  bool changed = false;
+  {
+    std::lock_guard lock(mutex_);
+    if (start_.load(std::memory_order_relaxed) == kNotStarted) {
+      start_.store(t, std::memory_order_release);
+      started = true;
+    }
+    const auto begin = start_.load(std::memory_order_relaxed);
+    while (next_ < changes_.size() && begin + ticks(changes_[next_].at) <= t) {
+      const auto capacity = changes_[next_++].capacity;
+      changed |= capacity_.exchange(capacity, std::memory_order_acq_rel) != capacity;
+    }
+    next_at_.store(next_ < changes_.size() ? begin + ticks(changes_[next_].at)
+                                           : std::numeric_limits<Clock::rep>::max(),
+                   std::memory_order_release);
+  }
+  if (started && on_start) on_start();
+  return changed;
+}
+
+std::optional<CapacitySchedule::Clock::time_point> CapacitySchedule::next_change() const {
+  const auto next_at = next_at_.load(std::memory_order_acquire);
+  if (next_at == kNotStarted || next_at == std::numeric_limits<Clock::rep>::max()) {
+    return std::nullopt;
+  }
+  return Clock::time_point(Clock::duration(next_at));
+}
+
+CapacitySchedule::Clock::duration CapacitySchedule::elapsed(Clock::time_point now) const {
+  const auto start = start_.load(std::memory_order_acquire);
+  if (start == kNotStarted) return Clock::duration(-1);
+  return now - Clock::time_point(Clock::duration(start));
+}
+
+void apply_capacity_schedule(Shared& shared) { capacity_now(shared, false); }
 
 Listener::Listener(std::vector<net::io_context*> contexts, tcp::endpoint endpoint, Shared& shared)
     : contexts_(std::move(contexts)),

@@ -3,7 +3,8 @@
 // Threading: one io_context per thread, each run by exactly one thread. A single
 // acceptor (on the first context) hands accepted sockets round-robin to the
 // contexts, so every handler of a session runs on one thread and needs no strand.
-// The counters in Stats are the only state shared between threads.
+// The counters in Stats, the slot queue and the capacity schedule are the only state
+// shared between threads.
 #pragma once
 
 #include <atomic>
@@ -14,18 +15,27 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace sluice::upstream {
 
+// One change of --capacity-schedule: from `at` after the first request on, `capacity`.
+struct CapacityChange {
+  std::chrono::milliseconds at{0};
+  std::uint64_t capacity = 0;
+};
+
 struct Options {
   std::string host = "127.0.0.1";
   std::uint16_t port = 0;
   int threads = 1;
-  std::uint64_t capacity = 0;  // 0: unlimited
+  std::uint64_t capacity = 0;  // 0: unlimited; the capacity until the first change, if any
+  std::vector<CapacityChange> capacity_schedule;  // times strictly increasing, capacities >= 1
   // What a request finds above `capacity` in flight: a 429 at once, or a FIFO queue
   // (it waits for a slot, however long; its latency grows with the queue).
   bool queue_over_capacity = false;
@@ -48,6 +58,48 @@ struct Stats {
   std::atomic<std::uint64_t> waiting{0};  // requests waiting for a slot now
 };
 
+// The capacity in force: Options::capacity, then each change of the schedule from its time
+// after the first request on (the clock starts with the first request served, so a run's
+// phases line up with its load however long the process idled before).
+//
+// Threading: any thread. A request reads the clock against the next change's time, one atomic
+// load; only a call that finds a change due takes the mutex and applies it. A timer in main()
+// also applies each change at its time (started by `on_start`), so a rise starts the queue's
+// waiters even when no request arrives or finishes.
+class CapacitySchedule {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  void configure(std::uint64_t initial, std::vector<CapacityChange> changes);
+  bool scheduled() const { return !changes_.empty(); }
+  std::uint64_t capacity() const { return capacity_.load(std::memory_order_acquire); }
+
+  // Applies the changes due at `now` (starting the clock first when `start` and it has not
+  // started); true when the capacity changed.
+  bool advance(Clock::time_point now, bool start);
+
+  // Time since the first request, or a negative duration before it.
+  Clock::duration elapsed(Clock::time_point now) const;
+  // When the next change is due; none before the first request and after the last change.
+  std::optional<Clock::time_point> next_change() const;
+
+  // Called once, on the first request's thread, when the clock starts. Set before any
+  // request is served.
+  std::function<void()> on_start;
+
+ private:
+  static constexpr Clock::rep kNotStarted = std::numeric_limits<Clock::rep>::min();
+
+  std::vector<CapacityChange> changes_;
+  std::atomic<std::uint64_t> capacity_{0};
+  // The next change's time (steady clock ticks); kNotStarted before the first request, and
+  // the maximum once every change is applied.
+  std::atomic<Clock::rep> next_at_{kNotStarted};
+  std::atomic<Clock::rep> start_{kNotStarted};
+  std::mutex mutex_;
+  std::size_t next_ = 0;  // the next change to apply (under mutex_)
+};
+
 // The queue shape's waiters, oldest first, across all threads. A release hands its slot to
 // the oldest waiter (in_flight does not change) instead of giving it back.
 struct SlotQueue {
@@ -60,8 +112,13 @@ struct Shared {
   Options options;
   Stats stats;
   SlotQueue slot_queue;
-  std::string port_text;  // the bound port, for X-Upstream-Port
+  CapacitySchedule capacity;  // configured from options before the first request
+  std::string port_text;      // the bound port, for X-Upstream-Port
 };
+
+// Applies the changes of the capacity schedule that are due now (and, with the queue shape,
+// starts the waiters a rise makes room for). Any thread.
+void apply_capacity_schedule(Shared& shared);
 
 // Accepts on one endpoint and spreads connections over the contexts.
 class Listener : public std::enable_shared_from_this<Listener> {

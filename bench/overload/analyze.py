@@ -2,7 +2,8 @@
 """Tables, targets and charts of bench/overload/run.sh, from its temp dir.
 
 Inputs (in --dir): results.tsv (one row per shape, system, load and class), steps.tsv and
-runs/step-*-log.tsv (+ runs/step-*-sluice-state.tsv), honesty.tsv and runs/honesty-*.
+runs/step-*-log.tsv (+ runs/step-*-sluice-state.tsv), halve.tsv and runs/halve-* (log, stats,
+Sluice's state), honesty.tsv and runs/honesty-*.
 Prints markdown; with --charts DIR writes the SVGs there through gnuplot.
 
 Definitions:
@@ -15,10 +16,18 @@ Definitions:
   (a timeout counts as infinitely late) must be under 2 S; settled at the end of the last
   window that is not. Goodput (by completion) must be within 10 % of its level over the last
   half of the run; settled at the end of the last window that is not.
+- halve: the upstream's capacity is C, C/2 from P to 2P s after its first request, then C
+  again. Goodput there is the slot time the 2xx answered in time used (S per bulk or standard
+  request, by completion; a stream's STREAM_SECONDS from its head, split across the phases it
+  spans) over the slot time available (C_t x the phase's length), so streams count as the work
+  they are and a full upstream is 100 %; per phase and overall. K-hat following: the time from
+  a change to the first poll from which on every poll until the next change (or the end of the
+  load) is within 20 % of the new capacity.
 - Retry-After honesty: see honesty().
 """
 import argparse
 import glob
+import json
 import math
 import os
 import statistics
@@ -129,6 +138,8 @@ def main():
     ap.add_argument("--rate", type=float, required=True)
     ap.add_argument("--duration", type=float, required=True)
     ap.add_argument("--step-at", type=float, default=5)
+    ap.add_argument("--halve-phase", type=float, default=10)
+    ap.add_argument("--stream-seconds", type=float, default=2)
     ap.add_argument("--meta", default="")
     ap.add_argument("--charts")
     a = ap.parse_args()
@@ -176,9 +187,10 @@ def main():
                     fmt(pct(st["up_rejected"], st["up_requests"]), "%.2f") if st["up_requests"] else "-"))
         p("")
 
+    halves = halve_analysis(a, p)
     steps = step_analysis(a, res, S, p)
     honest = honesty(a, p)
-    targets(a, res, S, capacity, steps, honest, p)
+    targets(a, res, S, capacity, steps, halves, honest, p)
     print("\n".join(out))
     if a.charts:
         charts(a, res, S, steps)
@@ -189,6 +201,118 @@ def windows(t_from, t_to, width=1.0, every=0.1):
     while w + width <= t_to + 1e-9:
         yield w
         w += every
+
+
+def overlap(lo, hi, a, b):
+    return max(0.0, min(hi, b) - max(lo, a))
+
+
+def following(state, t_change, t_until, target, band=0.2):
+    """Seconds from t_change to the first poll in [t_change, t_until) from which on every poll
+    of that span has K-hat within band of target; None when the last poll is out of it."""
+    polls = [(t, k) for (t, k) in state if t_change <= t < t_until]
+    if not polls:
+        return None
+    settled = None
+    for t, k in polls:
+        inside = abs(k - target) <= band * target
+        if inside and settled is None:
+            settled = t
+        elif not inside:
+            settled = None
+    return None if settled is None else max(0.0, settled - t_change)
+
+
+def halve_analysis(a, p):
+    path = os.path.join(a.dir, "halve.tsv")
+    if not os.path.exists(path):
+        return {}
+    entries = read_tsv(path)
+    if not entries:
+        return {}
+    C = a.capacity
+    H = max(1, C // 2)
+    P = a.halve_phase
+    S = a.service_ms / 1000.0
+    L = a.stream_seconds
+    entries.sort(key=lambda e: (SYSTEM_ORDER.index(e["system"]), load_value(e["load"])))
+    p("#### Upstream whose capacity halves (429 above it: C = %d, %d from %g s to %g s after its first "
+      "request, then %d again)" % (C, H, P, 2 * P, C))
+    p("")
+    p("| system | load | goodput / available | 0-%g s | %g-%g s | %g-%g s | bulk and standard 2xx / (C_t/S) | "
+      "standard p99 ms | refused / timeout %% | streams 2xx %% | upstream 429 %% | "
+      "K̂ within 20 %% of %d after | of %d after | highest level by phase | other CPU %% |" % (
+          P, P, 2 * P, 2 * P, 3 * P, H, C))
+    p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    out = {}
+    for e in entries:
+        system, load = e["system"], e["load"]
+        base = os.path.join(a.dir, "runs", "halve-%s-%s" % (system, load))
+        rows = [r for r in read_tsv(base + "-log.tsv") if r["retry"] == "0"]
+        s0, s1 = [json.loads(l) for l in open(base + "-stats.json").read().split("\n") if l.strip()]
+        # The upstream's clock started at its first request: where that is on the load's clock.
+        sched_ms = s1.get("schedule_ms")
+        offset = (num(e["stats_at"]) - num(sched_ms) / 1000.0 - num(e["t0"])) if sched_ms is not None else 0.0
+        end = 3 * P
+        bounds = [0.0, min(end, max(0.0, offset + P)), min(end, max(0.0, offset + 2 * P)), end]
+        caps = [C, H, C]
+        shares, used_all, avail_all, reqs_all = [], 0.0, 0.0, 0
+        for i in range(3):
+            lo, hi = bounds[i], bounds[i + 1]
+            reqs = sum(1 for r in rows if r["class"] in ("bulk", "standard") and r["outcome"] == "ok"
+                       and lo <= num(r["done_s"]) < hi)
+            streams = sum(overlap(lo, hi, num(r["done_s"]), min(end, num(r["done_s"]) + L))
+                          for r in rows if r["class"] == "heavy" and r["outcome"] == "ok")
+            used = reqs * S + streams
+            avail = caps[i] * (hi - lo)
+            shares.append(pct(used, avail))
+            used_all += used
+            avail_all += avail
+            reqs_all += reqs
+        overall = pct(used_all, avail_all)
+        req_share = pct(reqs_all * S, avail_all)
+        std = [num(r["latency_ms"]) for r in rows if r["class"] == "standard" and r["outcome"] == "ok"]
+        counted = [r for r in rows if r["class"] in ("bulk", "standard")]
+        refused = sum(1 for r in counted if r["outcome"] in ("503", "429", "other"))
+        timeouts = sum(1 for r in counted if r["outcome"] == "timeout")
+        heavy = [r for r in rows if r["class"] == "heavy"]
+        up_req = s1.get("requests", 0) - s0.get("requests", 0)
+        up_rej = s1.get("rejected", 0) - s0.get("rejected", 0)
+        follow = [None, None]
+        have_state = False
+        levels = "-"
+        state_path = base + "-state.tsv"
+        if os.path.exists(state_path):
+            polls = read_tsv(state_path)
+            state = [(num(r["t_s"]), num(r["khat"])) for r in polls]
+            have_state = bool(state)
+            follow = [following(state, offset + P, offset + 2 * P, H), following(state, offset + 2 * P, end, C)]
+            # The level a request meets: the higher of the process's and its upstream's.
+            met = [(num(r["t_s"]), max(num(r["level"]), num(r.get("upstream_level", -1)))) for r in polls]
+            levels = " / ".join(fmt(max([l for t, l in met if lo <= t < hi], default=math.nan), "%d")
+                                for lo, hi in zip(bounds, bounds[1:]))
+
+        def ffmt(x):
+            if not have_state:
+                return "-"
+            return "never" if x is None else "%.1f s" % x
+
+        out[(system, load)] = {"shares": shares, "overall": overall, "follow": follow, "state": have_state,
+                               "offset": offset, "timeouts": timeouts}
+        p("| %s | %s | %s %% | %s %% | %s %% | %s %% | %s %% | %s | %s / %s | %s | %s | %s | %s | %s | %s |" % (
+            system, load.replace("p", " Poisson"), fmt(overall), fmt(shares[0]), fmt(shares[1]), fmt(shares[2]),
+            fmt(req_share), fmt(quantile(std, 0.99)), fmt(pct(refused, len(counted))), fmt(pct(timeouts, len(counted))),
+            fmt(pct(sum(1 for r in heavy if r["outcome"] == "ok"), len(heavy)), "%.0f") if heavy else "-",
+            fmt(pct(up_rej, up_req), "%.2f") if up_req else "-", ffmt(follow[0]), ffmt(follow[1]), levels,
+            e["other_cpu"]))
+    p("")
+    offsets = ", ".join("%s %+.3f s" % (k[0], v["offset"]) for k, v in out.items())
+    p("The upstream's clock on the load's (its first request, from /stats `schedule_ms`): %s. Goodput: "
+      "the slot time of the 2xx answered in time (S = %g ms per bulk or standard request, %g s per "
+      "stream) over the slot time available; the column after the phases counts bulk and standard only." % (
+          offsets, a.service_ms, L))
+    p("")
+    return out
 
 
 def step_analysis(a, res, S, p):
@@ -301,7 +425,7 @@ def honesty(a, p):
     return result
 
 
-def targets(a, res, S, capacity, steps, honest, p):
+def targets(a, res, S, capacity, steps, halves, honest, p):
     p("#### Targets (Sluice)")
     p("")
     p("| target | upstream | measured | met |")
@@ -351,6 +475,17 @@ def targets(a, res, S, capacity, steps, honest, p):
                 "told %.0f s, shortest %s" % (h["told"], ("%.2f s: %.1fx" % (h["shortest"], h["ratio"]))
                                               if h["shortest"] else "none found"),
                 bool(h["shortest"]) and h["ratio"] <= 2)
+    for (system, load), h in halves.items():
+        if system != "sluice":
+            continue
+        row("halve %sx: goodput >= 95 %% of the capacity available at each moment" % load, "halve",
+            "%s %% (phases %s %%)" % (fmt(h["overall"]), " / ".join(fmt(x) for x in h["shares"])),
+            all(x >= 95 for x in h["shares"]))
+        f = h["follow"]
+        row("halve %sx: K̂ following within 2 s either way" % load, "halve",
+            "halved: %s, restored: %s" % tuple("never" if x is None else "%.1f s" % x for x in f)
+            if h["state"] else "no /admin/state samples",
+            h["state"] and all(x is not None and x <= 2 for x in f))
     for (shape, system), s in steps.items():
         if system != "sluice":
             continue

@@ -17,6 +17,10 @@
 // which shorter waits would have worked too (see bench/overload/analyze.py). Every first
 // retry is one line of --retries FILE.
 //
+// A closed burst (--burst N): instead of the schedule, each class sends N requests at once at
+// the start, each on its own connection, and the run ends when every one has its outcome: a
+// cold start's wave of clients, as bench/cold_start.sh sends it.
+//
 // Single-threaded (one io_context): a few thousand requests per second is all it needs.
 #include <algorithm>
 #include <boost/asio/connect.hpp>
@@ -54,6 +58,9 @@ constexpr std::string_view kUsage =
     "  --class SPEC        name=NAME,path=/p,rate=R[,step=T:R ...][,arrivals=constant|poisson]\n"
     "                      [,timeout_ms=1000][,stream=1]  (stream: the timeout covers the\n"
     "                      response head; the body is then read to its end)\n"
+    "  --burst N           each class sends N requests at once at the start (rate, step and\n"
+    "                      arrivals are then not needed and ignored) and the run ends when all\n"
+    "                      are over; --warmup must be 0, --duration is ignored\n"
     "  --warmup S          seconds of load before the measured window (default 0)\n"
     "  --duration S        seconds of measured window (default 10); arrivals stop after it\n"
     "  --seed N            random seed (default 1)\n"
@@ -94,6 +101,7 @@ struct ClassSpec {
   std::vector<std::pair<double, double>> rates;  // (from second, requests per second)
   bool poisson = false;
   bool stream = false;
+  bool has_rate = false;
   double timeout_s = 1.0;
 
   double rate_at(double t) const {
@@ -150,8 +158,9 @@ ClassSpec parse_class(std::string_view text) {
       usage_error("--class: unknown key '" + std::string(key) + "'");
     }
   }
-  if (spec.name.empty() || base_rate < 0) usage_error("--class needs name= and rate=");
-  spec.rates.insert(spec.rates.begin(), {0.0, base_rate});
+  if (spec.name.empty()) usage_error("--class needs name=");
+  spec.has_rate = base_rate >= 0;
+  spec.rates.insert(spec.rates.begin(), {0.0, std::max(base_rate, 0.0)});
   return spec;
 }
 
@@ -168,6 +177,7 @@ struct Options {
   double retry_horizon_s = 60;
   std::string retries_file;
   std::size_t max_connections = 4000;
+  std::size_t burst = 0;  // 0: the open-loop schedule
 };
 
 Options parse_args(int argc, char** argv) {
@@ -208,12 +218,23 @@ Options parse_args(int argc, char** argv) {
       o.retries_file = value;
     } else if (arg == "--max-connections") {
       o.max_connections = static_cast<std::size_t>(parse_double(arg, value));
+    } else if (arg == "--burst") {
+      const double n = parse_double(arg, value);
+      if (n < 1 || n != std::floor(n) || n > 1e6) {
+        usage_error("--burst: expected a whole number from 1 to 1000000, got '" +
+                    std::string(value) + "'");
+      }
+      o.burst = static_cast<std::size_t>(n);
     } else {
       usage_error("unknown argument '" + std::string(arg) + "'");
     }
   }
   if (o.port.empty()) usage_error("--target is required");
   if (o.classes.empty()) usage_error("at least one --class is required");
+  if (o.burst > 0 && o.warmup_s > 0) usage_error("--burst has no warm-up: --warmup must be 0");
+  for (const auto& spec : o.classes) {
+    if (o.burst == 0 && !spec.has_rate) usage_error("--class " + spec.name + " needs rate=");
+  }
   return o;
 }
 
@@ -294,8 +315,15 @@ class Generator {
 
   void start() {
     start_ = Clock::now();
-    arrivals_end_ = start_ + seconds(o_.warmup_s + o_.duration_s);
-    for (std::size_t c = 0; c < o_.classes.size(); ++c) schedule_arrival(c, start_);
+    if (o_.burst > 0) {
+      arrivals_end_ = start_;
+      for (std::size_t c = 0; c < o_.classes.size(); ++c) {
+        for (std::size_t i = 0; i < o_.burst; ++i) arrive(c, start_);
+      }
+    } else {
+      arrivals_end_ = start_ + seconds(o_.warmup_s + o_.duration_s);
+      for (std::size_t c = 0; c < o_.classes.size(); ++c) schedule_arrival(c, start_);
+    }
     end_check_ = std::make_unique<net::steady_timer>(io_);
     check_end();
   }
@@ -606,6 +634,13 @@ class Generator {
 };
 
 int Generator::report() {
+  // A burst's rates are over the time it took to answer it.
+  const double duration_s =
+      o_.burst > 0 ? std::chrono::duration<double>(end_ - start_).count() : o_.duration_s;
+  if (o_.burst > 0) {
+    std::fprintf(stderr, "sluice_loadgen: burst of %zu per class over in %.3f s\n", o_.burst,
+                 duration_s);
+  }
   std::printf(
       "class\tsent\tok\tlate_2xx\t503\t504\t429\tother\ttimeouts\terrors\tdropped\tp50_ms\tp99_ms\t"
       "refused\trefused_with_retry_after\toffered_rps\tgoodput_rps\n");
@@ -624,7 +659,7 @@ int Generator::report() {
         static_cast<unsigned long long>(st.dropped), p50, p99,
         static_cast<unsigned long long>(st.refused),
         static_cast<unsigned long long>(st.refused_with_retry_after),
-        static_cast<double>(st.sent) / o_.duration_s, static_cast<double>(st.ok) / o_.duration_s);
+        static_cast<double>(st.sent) / duration_s, static_cast<double>(st.ok) / duration_s);
   }
   if (o_.obey) {
     std::fprintf(stderr, "sluice_loadgen: %zu first retries sent, %llu due beyond the horizon\n",

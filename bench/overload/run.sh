@@ -3,14 +3,18 @@
 # fixed-capacity upstream, under the same open-loop load, on 127.0.0.1.
 #
 # Usage:
-#   bench/overload/run.sh              # the full run (about 16 minutes on a quiet machine)
+#   bench/overload/run.sh              # the full run (about 20 minutes on a quiet machine)
 #   DURATION=3 WARMUP=1 LOADS="1 3" SHAPES=queue bench/overload/run.sh   # a quick look
+#   SHAPES=halve STEP=0 HONESTY=0 bench/overload/run.sh   # only the capacity that halves
 #
 # The upstream: `sluice-upstream --capacity C --service-ms S --over-capacity SHAPE`, C
 # slots of S ms each, capacity C/S requests per second. SHAPE 429: above C in flight it
 # answers 429 (Retry-After: 1) at once. SHAPE queue: above C a request waits, first come
 # first served, for a slot (its latency grows with the queue, and it is served even after
-# its client has given up). Every run starts a fresh upstream and a fresh proxy.
+# its client has given up). SHAPE halve: the 429 shape with `--capacity-schedule
+# P:C/2,2P:C` (P = HALVE_PHASE, 10 s; C/2 rounded down, at least 1): C slots, C/2 from P s
+# after the upstream's first request, C again from 2P s. Every run starts a fresh upstream
+# and a fresh proxy.
 #
 # The load: sluice_loadgen (bench/overload/loadgen.cpp, built as build/release/bench/
 # sluice_loadgen), open loop: requests arrive on schedule whether or not the earlier ones
@@ -49,6 +53,16 @@
 # standard p99 (timeouts count as infinite) under 2 S, and goodput within 10 % of its
 # final level.
 #
+# The halve shape (its own runs, at each load of HALVE_LOADS, and direct at the highest of
+# them): 3 HALVE_PHASE s of load, no warm-up (DURATION and WARMUP do not apply), one line per
+# request logged; for Sluice /admin/state is polled every 100 ms, as for the step. Goodput
+# counts the upstream's slot time the 2xx answered in time used (S per bulk or standard
+# request, STREAM_SECONDS per stream, by completion), over the slot time available (C or
+# C/2 slots), overall and per phase (0-P, P-2P, 2P-3P s on the upstream's clock, which
+# starts at its first request: /stats reports schedule_ms, which places it on the load's
+# clock). For Sluice: how long after each change K-hat came within 20 % of the new capacity
+# and stayed there until the next change (or the end of the load).
+#
 # Retry-After honesty (Sluice, HONESTY_SHAPE): 0.5x, 2x from 5 s to 15 s, 0.5x to 25 s;
 # every refused request with a Retry-After retries once, half of them after exactly the
 # told wait ("obey"), half after a random share of it ("probe"); retries due more than
@@ -57,7 +71,8 @@
 # worked (see docs/benchmarks.md).
 #
 # Environment: CAPACITY (8), SERVICE_MS (50), TIMEOUT_MS (1000), DURATION (6), WARMUP (2),
-# LOADS ("0.5 0.9p 1 1.5 2 3"), SHAPES ("429 queue"; "" runs only the step and the honesty run), SYSTEMS ("sluice nginx
+# LOADS ("0.5 0.9p 1 1.5 2 3"), SHAPES ("429 queue halve"; "" runs only the step and the honesty run),
+# HALVE_LOADS ("2": the loads of the halve shape), HALVE_PHASE (10 s), SYSTEMS ("sluice nginx
 # nginx-limit-conn nginx-max-conns haproxy"; direct is added on its own), STANDARD_SHARE
 # (0.2), STREAM_RATE (0.25 per second), STREAM_SECONDS (2), QUEUE_MS (HAProxy's timeout queue, 500), THREADS (1),
 # STEP (1; 0 skips), STEP_SYSTEMS (as SYSTEMS), STEP_SHAPE (queue), STEP_BEFORE (5),
@@ -87,7 +102,9 @@ TIMEOUT_MS=${TIMEOUT_MS:-1000}
 DURATION=${DURATION:-6}
 WARMUP=${WARMUP:-2}
 LOADS=${LOADS:-0.5 0.9p 1 1.5 2 3}
-SHAPES=${SHAPES-429 queue}
+SHAPES=${SHAPES-429 queue halve}
+HALVE_LOADS=${HALVE_LOADS:-2}
+HALVE_PHASE=${HALVE_PHASE:-10}
 SYSTEMS=${SYSTEMS:-sluice nginx nginx-limit-conn nginx-max-conns haproxy}
 STANDARD_SHARE=${STANDARD_SHARE:-0.2}
 STREAM_RATE=${STREAM_RATE:-0.25}
@@ -119,17 +136,23 @@ case "${1:-}" in
   *) usage >&2; die "unknown argument: $1" ;;
 esac
 for v in CAPACITY SERVICE_MS TIMEOUT_MS DURATION WARMUP STREAM_SECONDS QUEUE_MS THREADS STEP STEP_BEFORE \
-  STEP_AFTER HONESTY HONESTY_HORIZON SEED QUIET_MAX QUIET_WAIT; do
+  STEP_AFTER HONESTY HONESTY_HORIZON SEED QUIET_MAX QUIET_WAIT HALVE_PHASE; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a whole number, not '${!v}'"
 done
-for v in CAPACITY SERVICE_MS TIMEOUT_MS DURATION THREADS; do
+for v in CAPACITY SERVICE_MS TIMEOUT_MS DURATION THREADS HALVE_PHASE; do
   [ "${!v}" -ge 1 ] || die "$v must be at least 1"
 done
 [[ $STANDARD_SHARE =~ ^0?\.[0-9]+$|^1$ ]] || die "STANDARD_SHARE must be in 0..1, not '$STANDARD_SHARE'"
 [[ $STREAM_RATE =~ ^[0-9]*\.?[0-9]+$ ]] || die "STREAM_RATE must be a number, not '$STREAM_RATE'"
 for l in $LOADS; do [[ $l =~ ^[0-9]+(\.[0-9]+)?p?$ ]] || die "LOADS: '$l' is not a load (1.5, 0.9p)"; done
-for s in $SHAPES $STEP_SHAPE $HONESTY_SHAPE; do
-  [[ $s == 429 || $s == queue ]] || die "a shape is 429 or queue, not '$s'"
+for l in $HALVE_LOADS; do
+  [[ $l =~ ^[0-9]+(\.[0-9]+)?p?$ ]] || die "HALVE_LOADS: '$l' is not a load (2, 0.9p)"
+done
+for s in $SHAPES; do
+  [[ $s == 429 || $s == queue || $s == halve ]] || die "SHAPES: a shape is 429, queue or halve, not '$s'"
+done
+for s in $STEP_SHAPE $HONESTY_SHAPE; do
+  [[ $s == 429 || $s == queue ]] || die "STEP_SHAPE and HONESTY_SHAPE are 429 or queue, not '$s'"
 done
 for s in $SYSTEMS $STEP_SYSTEMS; do
   case "$s" in sluice|nginx|nginx-limit-conn|nginx-max-conns|haproxy) ;;
@@ -187,15 +210,19 @@ RATE=$(awk -v c="$CAPACITY" -v s="$SERVICE_MS" 'BEGIN { printf "%.4f", c * 1000 
 ROUTES='[{"prefix":"/bulk","lane":"bulk"},{"prefix":"/sse","lane":"heavy"},{"prefix":"/","lane":"standard"}]'
 STREAM_PATH="/sse?n=$((STREAM_SECONDS * 10))&interval_ms=100"
 STREAM_SLOTS=$(awk -v r="$STREAM_RATE" -v s="$STREAM_SECONDS" 'BEGIN { printf "%.4f", r * s }')
+HALF=$((CAPACITY / 2 > 0 ? CAPACITY / 2 : 1))
+HALVE_SCHEDULE="$HALVE_PHASE:$HALF,$((2 * HALVE_PHASE)):$CAPACITY"
 
 # ---------------------------------------------------------------- processes
 
 UP_PORT="" UP_PID=""
 start_upstream() {  # SHAPE NAME
+  local over=(--over-capacity "$1")
+  [ "$1" != halve ] || over=(--over-capacity 429 --capacity-schedule "$HALVE_SCHEDULE")
   UP_PORT=$(free_ports 1)
   start_bg "$TMP/runs/$2-upstream.log" "$UPSTREAM" --listen "127.0.0.1:$UP_PORT" \
     --threads "$UPSTREAM_THREADS" --capacity "$CAPACITY" --service-ms "$SERVICE_MS" \
-    --over-capacity "$1"
+    "${over[@]}"
   UP_PID=$LAST_PID
   wait_http_200 sluice-upstream "$UP_PID" "http://127.0.0.1:$UP_PORT/stats" "$TMP/runs/$2-upstream.log"
 }
@@ -410,6 +437,43 @@ run_step() {  # SHAPE SYSTEM
   log "$(printf '%-32s done, other CPU %s%%' "$name" "$other")"
 }
 
+# run_halve SYSTEM LOAD: 3 HALVE_PHASE s at LOAD on the upstream whose capacity halves; every
+# request logged, Sluice's /admin/state polled. Appends a line to halve.tsv.
+run_halve() {
+  local system=$1 load=$2 name gen poller="" t0 s0 s1 w0 w1 other
+  name="halve-$system-$load"
+  wait_quiet
+  start_upstream halve "$name"
+  start_system "$system" "$name"
+  classes "$load" ""
+  s0=$(up_stats)  # after nginx's and HAProxy's readiness request, which reached the upstream
+  cpu_mark
+  t0=$(date +%s.%N)
+  if [ -n "$SYS_ADMIN" ]; then
+    start_bg "$TMP/runs/$name-poll.err" python3 "$HERE/poll_state.py" \
+      --url "http://127.0.0.1:$SYS_ADMIN/admin/state" --out "$TMP/runs/$name-state.tsv" --t0 "$t0" \
+      --seconds $((3 * HALVE_PHASE + 3))
+    poller=$LAST_PID
+  fi
+  start_bg "$TMP/runs/$name-loadgen.tsv" "$LOADGEN" --target "127.0.0.1:$SYS_PORT" \
+    --warmup 0 --duration $((3 * HALVE_PHASE)) --seed "$SEED" --log "$TMP/runs/$name-log.tsv" \
+    "${CLASS_ARGS[@]}"
+  gen=$LAST_PID
+  wait "$gen" || die "sluice_loadgen failed ($name)"
+  stop_pid "$gen"
+  other=$(cpu_other_pct)
+  # schedule_ms against the wall clock places the upstream's changes on the load's clock.
+  w0=$(date +%s.%N)
+  s1=$(up_stats)
+  w1=$(date +%s.%N)
+  [ -z "$poller" ] || stop_pid "$poller"
+  stop_run "$system"
+  printf '%s\n%s\n' "$s0" "$s1" >"$TMP/runs/$name-stats.json"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$system" "$load" "$t0" \
+    "$(awk -v a="$w0" -v b="$w1" 'BEGIN { printf "%.6f", (a + b) / 2 }')" "$other" >>"$TMP/halve.tsv"
+  log "$(printf '%-32s done, other CPU %s%%' "$name" "$other")"
+}
+
 run_honesty() {  # SHAPE
   local shape=$1 name gen other
   name="honesty-$shape-sluice"
@@ -436,11 +500,20 @@ run_honesty() {  # SHAPE
 printf 'shape\tsystem\tload\tclass\tsent\tok\tlate_2xx\t503\t504\t429\tother\ttimeouts\terrors\tdropped\tp50_ms\tp99_ms\trefused\trefused_with_retry_after\toffered_rps\tgoodput_rps\tup_requests\tup_rejected\tother_cpu\n' \
   >"$TMP/results.tsv"
 : >"$TMP/steps.tsv"
+printf 'system\tload\tt0\tstats_at\tother_cpu\n' >"$TMP/halve.tsv"
 started=$SECONDS
 top_load=$(for l in $LOADS; do echo "${l%p}"; done | sort -g | tail -n1)
 top_load_name=$(for l in $LOADS; do [ "${l%p}" = "$top_load" ] && echo "$l"; done | head -n1)
-log "C=$CAPACITY, S=${SERVICE_MS}ms: C/S = $RATE requests/s; loads: $LOADS; shapes: $SHAPES; temp dir $TMP"
+log "C=$CAPACITY, S=${SERVICE_MS}ms: C/S = $RATE requests/s; loads: $LOADS; shapes: $SHAPES (halve: $HALVE_LOADS); temp dir $TMP"
 for shape in $SHAPES; do
+  if [ "$shape" = halve ]; then
+    top_halve=$(for l in $HALVE_LOADS; do echo "${l%p} $l"; done | sort -g | tail -n1 | cut -d' ' -f2)
+    run_halve direct "$top_halve"
+    for system in $SYSTEMS; do
+      for load in $HALVE_LOADS; do run_halve "$system" "$load"; done
+    done
+    continue
+  fi
   if [ "$shape" = 429 ]; then run_load 429 direct "$top_load_name"; fi
   for system in $SYSTEMS; do
     for load in $LOADS; do run_load "$shape" "$system" "$load"; done
@@ -457,8 +530,13 @@ cpu=$(lscpu | awk -F: '/^Model name/ && !seen++ {gsub(/^[ \t]+/, "", $2); print 
 META="Date: $(date -u '+%Y-%m-%d %H:%M UTC'); CPU: $cpu, $(nproc) CPUs online
 Sluice: $("$SLUICE" --version 2>&1 | sed -n 1p) (${BIN_SLUICE:-build/release} built $SLUICE_BUILT; HEAD was $commit), SLUICE_THREADS=$THREADS; $("$NGINX" -v 2>&1 | sed -n 1p); $("$HAPROXY" -v 2>&1 | sed -n 1p)
 Upstream: sluice-upstream --capacity $CAPACITY --service-ms $SERVICE_MS (C/S = $RATE requests/s); client timeout $TIMEOUT_MS ms; $DURATION s measured after $WARMUP s per run; standard share $STANDARD_SHARE of the requests; $STREAM_RATE streams/s of ${STREAM_SECONDS} s ($STREAM_SLOTS slots)"
+if [[ " $SHAPES " == *" halve "* ]]; then
+  META+="
+Halve: sluice-upstream --capacity $CAPACITY --over-capacity 429 --capacity-schedule $HALVE_SCHEDULE (from its first request), $((3 * HALVE_PHASE)) s at each of $HALVE_LOADS"
+fi
 charts_dir=""
 [ -z "$CHARTS" ] || charts_dir=$(cd "$REPO" && mkdir -p "$CHARTS" && cd "$CHARTS" && pwd)
 python3 "$HERE/analyze.py" --dir "$TMP" --capacity "$CAPACITY" --service-ms "$SERVICE_MS" \
   --rate "$RATE" --duration "$DURATION" --step-at "$STEP_BEFORE" --meta "$META" \
+  --halve-phase "$HALVE_PHASE" --stream-seconds "$STREAM_SECONDS" \
   ${charts_dir:+--charts "$charts_dir"}
