@@ -113,14 +113,14 @@ int replay(int argc, char** argv) {
   return sluice::replay::run_replay(file, std::cout, std::cerr, options);
 }
 
-// `sluice simulate --overload [--shape 429|queue|halve|all] [--loads L,L,...]
+// `sluice simulate --overload [--shape S,S,...|all] [--loads L,L,...]
 // [--policies P,P,...] [--runs N] [--seed S] [--jitter-us J]`: the overload
 // bench (bench/overload/run.sh) on a virtual clock (sim/overload.hpp), Sluice's
 // admission configured from the environment like `serve`.
 int simulate_overload(int argc, char** argv) {
   namespace ov = sluice::sim::overload;
   constexpr const char* kUsage =
-      "usage: sluice simulate --overload [--shape 429|queue|halve|all] [--loads 0.9p,1,2,3] "
+      "usage: sluice simulate --overload [--shape 429,queue,halve|all] [--loads 0.9p,1,2,3] "
       "[--policies sluice,limit_conn,haproxy,none] [--runs N] [--seed S] [--jitter-us J]";
   ov::Options o;
   auto fail = [&](const std::string& what) {
@@ -153,12 +153,12 @@ int simulate_overload(int argc, char** argv) {
     if (i + 1 >= argc) return fail(arg + " needs a value");
     std::string v = argv[++i];
     if (arg == "--shape") {
-      if (v == "all") {
-        o.shapes.assign(ov::kShapes.begin(), ov::kShapes.end());
-      } else if (auto s = ov::shape_from_string(v)) {
-        o.shapes = {*s};
-      } else {
-        return fail("no shape \"" + v + "\"");
+      o.shapes.clear();
+      if (v == "all") o.shapes.assign(ov::kShapes.begin(), ov::kShapes.end());
+      for (const auto& item : v == "all" ? std::vector<std::string>{} : items(v)) {
+        auto s = ov::shape_from_string(item);
+        if (!s) return fail("no shape \"" + item + "\"");
+        o.shapes.push_back(*s);
       }
     } else if (arg == "--loads") {
       o.loads.clear();

@@ -1,9 +1,11 @@
 #include "sim/overload.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <random>
 
 #include "admission/placement.hpp"
 #include "sim/simulate.hpp"
@@ -147,22 +149,56 @@ std::optional<Load> load_from_string(std::string_view s) {
 }
 
 std::vector<Request> make_arrivals(const Load& load, const UpstreamParams& up, const LoadParams& lp,
-                                   double until, Rng& rng) {
+                                   double until, std::uint64_t seed) {
   const double requests =
       std::max(0.0, (load.x * up.capacity - lp.stream_rate * lp.stream_life) / up.service);
-  const std::array<std::pair<Lane, double>, 3> classes{
-      {{Lane::bulk, (1 - lp.standard_share) * requests},
-       {Lane::standard, lp.standard_share * requests},
-       {Lane::heavy, lp.stream_rate}}};
-  std::vector<Request> out;
-  for (const auto& [lane, rate] : classes) {
-    if (!(rate > 0)) continue;
-    // As the load generator: the first arrival one gap after the start.
-    auto gap = [&, rate = rate] { return load.poisson ? exponential(rng, 1 / rate) : 1 / rate; };
-    for (double t = gap(); t < until; t += gap()) out.push_back({t, lane});
+  struct Class {
+    Lane lane;
+    double rate;
+    std::int64_t next = 0;  // ns
+  };
+  std::vector<Class> classes;  // in the order run.sh gives them to the generator
+  for (auto [lane, rate] : {std::pair{Lane::bulk, (1 - lp.standard_share) * requests},
+                            std::pair{Lane::standard, lp.standard_share * requests},
+                            std::pair{Lane::heavy, lp.stream_rate}})
+    if (rate > 0) classes.push_back({lane, rate});
+  // As sluice_loadgen: one mt19937_64 for every class, a class's next gap drawn
+  // when its last arrival fires, each step cast to the steady clock's nanoseconds.
+  std::mt19937_64 rng(seed);
+  auto gap = [&](double rate) {
+    double g = load.poisson ? std::exponential_distribution<double>(rate)(rng) : 1.0 / rate;
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(g))
+        .count();
+  };
+  const auto end =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(until))
+          .count();
+  std::vector<std::size_t> live;
+  for (std::size_t c = 0; c < classes.size(); ++c) {
+    classes[c].next = gap(classes[c].rate);
+    if (classes[c].next < end) live.push_back(c);
   }
-  std::stable_sort(out.begin(), out.end(),
-                   [](const Request& a, const Request& b) { return a.at < b.at; });
+  // Timers due at the same nanosecond fire in no order the generator chooses
+  // (at 2x a standard arrival falls on every fourth bulk one): a draw of its own.
+  Rng ties(mix(seed, 7));
+  std::vector<Request> out;
+  while (!live.empty()) {
+    std::size_t at = 0;  // the class whose timer fires first
+    int tied = 1;
+    for (std::size_t i = 1; i < live.size(); ++i) {
+      auto next = classes[live[i]].next, best = classes[live[at]].next;
+      if (next < best) {
+        at = i;
+        tied = 1;
+      } else if (next == best && ties.uniform() * ++tied < 1) {
+        at = i;  // each of the tied classes alike (reservoir sampling)
+      }
+    }
+    Class& c = classes[live[at]];
+    out.push_back({static_cast<double>(c.next) / 1e9, c.lane});
+    c.next += gap(c.rate);
+    if (c.next >= end) live.erase(live.begin() + static_cast<std::ptrdiff_t>(at));
+  }
   return out;
 }
 
@@ -369,7 +405,7 @@ class SluiceProxy final : public Proxy {
   Rng rng_;
   adm::Bulkhead bulkhead_;
   OneUpstream ups_;
-  std::vector<Exchange> ex_;         // by request; never resized (seats are linked)
+  std::vector<Exchange> ex_;          // by request; never resized (seats are linked)
   std::vector<std::size_t> waiting_;  // queued, in order
   std::vector<std::size_t> seated_;   // seated while queued, to carry on
   int queued_ = 0;
@@ -448,10 +484,8 @@ class Run final : public Driver {
  public:
   Run(Shape shape, System system, const Load& load, const Options& o, std::uint64_t seed)
       : o_(o), up_(shape, o.upstream, mix(seed, 1)) {
-    Rng arrivals(mix(seed, 0));
-    const double until =
-        shape == Shape::halve ? o.load.halve_run : o.load.warmup + o.load.duration;
-    reqs_ = make_arrivals(load, o.upstream, o.load, until, arrivals);
+    const double until = shape == Shape::halve ? o.load.halve_run : o.load.warmup + o.load.duration;
+    reqs_ = make_arrivals(load, o.upstream, o.load, until, seed);
     state_.resize(reqs_.size());
     switch (system) {
       case System::sluice:
@@ -665,7 +699,7 @@ std::vector<Row> run_rows(Shape shape, System system, const Load& load, const Op
   auto ws = windows(shape, o.load);
   std::vector<std::vector<Measured>> runs;
   for (int i = 0; i < o.runs; ++i)
-    runs.push_back(run_once(shape, system, load, o, mix(o.seed, static_cast<std::uint64_t>(i))));
+    runs.push_back(run_once(shape, system, load, o, o.seed + static_cast<std::uint64_t>(i)));
   std::vector<Row> rows;
   for (std::size_t w = 0; w < ws.size(); ++w) {
     Row r;
@@ -773,8 +807,8 @@ std::string format_markdown(const Report& rep) {
          fmt("%g", o.hop * 1e3) + " ms; client timeout " + fmt("%g", o.load.timeout) + " s; " +
          fmt("%g", o.load.duration) + " s measured after " + fmt("%g", o.load.warmup) + " s; " +
          std::to_string(o.runs) + " runs per row, seed " + std::to_string(o.seed) + "\n";
-  out += "Measured capacity (none, 429 shape, 3x): " + fmt("%.1f", rep.capacity) +
-         " requests/s (" + fmt("%.1f", 100 * rep.capacity / cs) + " % of C/S)\n";
+  out += "Measured capacity (none, 429 shape, 3x): " + fmt("%.1f", rep.capacity) + " requests/s (" +
+         fmt("%.1f", 100 * rep.capacity / cs) + " % of C/S)\n";
   for (Shape shape : o.shapes) {
     out += "\n#### " + shape_title(shape) + "\n\n";
     out +=
@@ -796,11 +830,11 @@ std::string format_markdown(const Report& rep) {
              fmt("%.1f %%", 100 * r.goodput / cs) + " | " +
              (rep.capacity > 0 ? fmt("%.1f %%", 100 * r.goodput / rep.capacity) : "-") + " | " +
              ms_pair(r.p50[st], r.p99[st]) + " | " + ms_pair(r.p50[b], r.p99[b]) + " | " +
-             share(r.refused[st], r.sent[st]) + " / " + share(r.timeouts[st], r.sent[st]) +
-             " | " + share(r.refused[b], r.sent[b]) + " / " + share(r.timeouts[b], r.sent[b]) +
-             " | " + share(r.refused[b] + r.refused[st] + r.refused[h], all) +
-             " | " + share(r.ok[h], r.sent[h]) + " | " + fmt("%.2f", 100 * r.upstream_share) +
-             " | " + std::to_string(r.max_offered) + " | " + k + " |\n";
+             share(r.refused[st], r.sent[st]) + " / " + share(r.timeouts[st], r.sent[st]) + " | " +
+             share(r.refused[b], r.sent[b]) + " / " + share(r.timeouts[b], r.sent[b]) + " | " +
+             share(r.refused[b] + r.refused[st] + r.refused[h], all) + " | " +
+             share(r.ok[h], r.sent[h]) + " | " + fmt("%.2f", 100 * r.upstream_share) + " | " +
+             std::to_string(r.max_offered) + " | " + k + " |\n";
     }
   }
   out +=

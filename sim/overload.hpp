@@ -18,7 +18,8 @@
 //   stream_rate per second of stream_life each (heavy lane) and requests at
 //   R(x) = (x C - stream_rate stream_life) / S per second, standard_share of them
 //   standard, the rest bulk; each class at constant gaps, its first one gap
-//   after 0, except at a Poisson load ("0.9p"). Arrivals end at warmup +
+//   after 0, except at a Poisson load ("0.9p"); drawn as the generator draws
+//   them (make_arrivals()). Arrivals end at warmup +
 //   duration. A request without its response head `timeout` after its arrival
 //   is a client timeout: the client leaves, and whatever holds its request in
 //   the proxy or the upstream ends as it would have. No retries.
@@ -53,8 +54,9 @@
 //               and its decreases there
 //   capacity    the yardstick: what `none` achieves on the 429 shape at 3x (the
 //               bench's `direct` run)
-// Each row is the mean over `runs` seeded runs; run i of every row sees the
-// same arrivals (common random numbers).
+// Each row is the mean over `runs` runs; run i of every row sees the arrivals
+// sluice_loadgen --seed (seed + i) sends, so --seed 1 --runs 1 replays the
+// bench's own arrivals (its SEED is 1), and the rows differ by their system only.
 //
 // Threading: none. The same options give the same bytes.
 #include <array>
@@ -79,11 +81,11 @@ std::string_view to_string(Shape shape);  // "429", "queue", "halve"
 std::optional<Shape> shape_from_string(std::string_view s);
 
 struct UpstreamParams {
-  int capacity = 8;             // C
-  double service = 0.05;        // S, s
-  double jitter = 0.0003;       // s: the mean of an exponential added to every service
-  double refuse_after = 0.0005; // s: the 429's delay
-  double stream_head = 0.001;   // s: a stream's head after it took its slot
+  int capacity = 8;                       // C
+  double service = 0.05;                  // S, s
+  double jitter = 0.0003;                 // s: the mean of an exponential added to every service
+  double refuse_after = 0.0005;           // s: the 429's delay
+  double stream_head = 0.001;             // s: a stream's head after it took its slot
   double halve_from = 10, halve_to = 20;  // s: the halve shape's C/2 phase
 };
 
@@ -107,7 +109,7 @@ class Upstream {
   double next_event() const;
   // The next event, in time order (ties: in the order they were scheduled).
   UpstreamEvent pop();
-  int capacity(double t) const;  // slots at time t
+  int capacity(double t) const;                 // slots at time t
   int in_flight() const { return in_flight_; }  // in its slots
   std::size_t waiting() const { return queue_.size() - queue_head_; }
   // Requests at it now: in its slots, in its queue, or being answered 429
@@ -164,13 +166,14 @@ struct Request {
   Lane lane = Lane::bulk;  // heavy: a stream
 };
 
-// The arrivals of one run at `load`, in time order.
+// The arrivals `sluice_loadgen --seed seed` sends at `load` until `until`, in
+// time order: its generator and draws, its clock's nanoseconds.
 std::vector<Request> make_arrivals(const Load& load, const UpstreamParams& up, const LoadParams& lp,
-                                   double until, Rng& rng);
+                                   double until, std::uint64_t seed);
 
 enum class System : std::uint8_t { sluice, limit_conn, haproxy, none };
-inline constexpr std::array<System, 4> kSystems{System::sluice, System::limit_conn,
-                                                System::haproxy, System::none};
+inline constexpr std::array<System, 4> kSystems{System::sluice, System::limit_conn, System::haproxy,
+                                                System::none};
 std::string_view to_string(System system);
 std::optional<System> system_from_string(std::string_view s);
 
@@ -182,9 +185,9 @@ struct Options {
   std::uint64_t seed = 1;
   UpstreamParams upstream;
   LoadParams load;
-  double hop = 0.0001;          // s
-  double haproxy_queue = 0.5;   // s: HAProxy's `timeout queue`
-  SluiceSettings sluice;        // lanes, estimate, Retry-After bands, heartbeat
+  double hop = 0.0001;         // s
+  double haproxy_queue = 0.5;  // s: HAProxy's `timeout queue`
+  SluiceSettings sluice;       // lanes, estimate, Retry-After bands, heartbeat
 };
 
 // A measured window of a run.
@@ -205,12 +208,13 @@ struct Measured {
   int upstream_requests = 0, upstream_refused = 0;  // reached it in the window; its 429s
   int max_offered = 0;                              // at the upstream at once, the whole run
   std::optional<double> khat_mean, khat_min, khat_max;
-  int decreases = 0;   // of the estimate, in the window
-  double seconds = 0;  // the window's length
+  int decreases = 0;       // of the estimate, in the window
+  double seconds = 0;      // the window's length
   double goodput() const;  // requests/s
 };
 
-// One run: `measured` per window, in the order of windows().
+// One run: `measured` per window, in the order of windows(). Its arrivals are
+// sluice_loadgen's with `seed`; the upstream's and the system's draws derive from it.
 std::vector<Measured> run_once(Shape shape, System system, const Load& load, const Options& o,
                                std::uint64_t seed);
 
@@ -220,7 +224,7 @@ struct Row {
   Load load;
   Window window;
   int runs = 0;
-  double goodput = 0;  // requests/s, mean over runs
+  double goodput = 0;                                                 // requests/s, mean over runs
   std::array<std::optional<double>, admission::kLaneCount> p50, p99;  // s: means of runs'
   std::array<double, admission::kLaneCount> sent{}, refused{}, timeouts{};  // means per run
   std::array<double, admission::kLaneCount> ok{};
