@@ -14,10 +14,12 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "config/config.hpp"
 #include "proxy/serve.hpp"
 #include "replay/trace.hpp"
+#include "sim/overload.hpp"
 #include "sim/simulate.hpp"
 
 extern char** environ;
@@ -111,6 +113,94 @@ int replay(int argc, char** argv) {
   return sluice::replay::run_replay(file, std::cout, std::cerr, options);
 }
 
+// `sluice simulate --overload [--shape S,S,...|all] [--loads L,L,...]
+// [--policies P,P,...] [--runs N] [--seed S] [--jitter-us J]`: the overload
+// bench (bench/overload/run.sh) on a virtual clock (sim/overload.hpp), Sluice's
+// admission configured from the environment like `serve`.
+int simulate_overload(int argc, char** argv) {
+  namespace ov = sluice::sim::overload;
+  constexpr const char* kUsage =
+      "usage: sluice simulate --overload [--shape 429,queue,halve|all] [--loads 0.9p,1,2,3] "
+      "[--policies sluice,limit_conn,haproxy,none] [--runs N] [--seed S] [--jitter-us J]";
+  ov::Options o;
+  auto fail = [&](const std::string& what) {
+    std::fprintf(stderr, "sluice: simulate: %s; %s\n", what.c_str(), kUsage);
+    return 2;
+  };
+  // The comma-separated items of v (an empty one names nothing, and is refused).
+  auto items = [](const std::string& v) {
+    std::vector<std::string> out;
+    for (std::size_t at = 0; at <= v.size();) {
+      std::size_t comma = v.find(',', at);
+      if (comma == std::string::npos) comma = v.size();
+      out.push_back(v.substr(at, comma - at));
+      at = comma + 1;
+    }
+    return out;
+  };
+  auto count = [](const std::string& v, std::uint64_t max) -> std::optional<std::uint64_t> {
+    if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos)
+      return {};
+    auto n = std::stoull(v);
+    return n <= max ? std::optional(n) : std::nullopt;
+  };
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--overload") continue;
+    if (arg != "--shape" && arg != "--loads" && arg != "--policies" && arg != "--runs" &&
+        arg != "--seed" && arg != "--jitter-us")
+      return fail("unknown argument \"" + arg + "\" with --overload");
+    if (i + 1 >= argc) return fail(arg + " needs a value");
+    std::string v = argv[++i];
+    if (arg == "--shape") {
+      o.shapes.clear();
+      if (v == "all") o.shapes.assign(ov::kShapes.begin(), ov::kShapes.end());
+      for (const auto& item : v == "all" ? std::vector<std::string>{} : items(v)) {
+        auto s = ov::shape_from_string(item);
+        if (!s) return fail("no shape \"" + item + "\"");
+        o.shapes.push_back(*s);
+      }
+    } else if (arg == "--loads") {
+      o.loads.clear();
+      for (const auto& item : items(v)) {
+        auto l = ov::load_from_string(item);
+        if (!l)
+          return fail("no load \"" + item + "\" (a multiple of C such as 2 or 1.5, p: Poisson)");
+        o.loads.push_back(*l);
+      }
+    } else if (arg == "--policies") {
+      o.systems.clear();
+      for (const auto& item : items(v)) {
+        auto p = ov::system_from_string(item);
+        if (!p) return fail("no policy \"" + item + "\"");
+        o.systems.push_back(*p);
+      }
+    } else if (arg == "--runs") {
+      auto n = count(v, 1000);
+      if (!n || *n == 0) return fail("--runs takes a count from 1 to 1000");
+      o.runs = static_cast<int>(*n);
+    } else if (arg == "--jitter-us") {
+      auto n = count(v, 50'000);
+      if (!n) return fail("--jitter-us takes microseconds from 0 to 50000");
+      o.upstream.jitter = static_cast<double>(*n) / 1e6;
+    } else {
+      auto n = count(v, ~std::uint64_t{0} >> 1);
+      if (!n) return fail("--seed takes a non-negative integer");
+      o.seed = *n;
+    }
+  }
+  try {
+    auto a = sluice::config::load_admission(sluice::config::sluice_environment(environ));
+    o.sluice.lanes = a.lanes;
+    o.sluice.estimate = sluice::sim::one_thread_estimate(a.estimate);
+    o.sluice.retry = a.retry;
+  } catch (const std::exception& e) {
+    return config_error(e);
+  }
+  std::cout << ov::format_markdown(ov::simulate(o));
+  return 0;
+}
+
 // `sluice simulate [--scenario NAME|all] [--model provider|mmc] [--runs N]
 // [--seed S] [--instances N,N,...] [--balance round-robin|random] [--json]`:
 // the policy simulator, Sluice's admission configured from the environment
@@ -120,7 +210,9 @@ int simulate(int argc, char** argv) {
   constexpr const char* kUsage =
       "usage: sluice simulate [--scenario burst|idle|isolation|step|review|all] "
       "[--model provider|mmc] [--runs N] [--seed S] [--instances N,N,...] "
-      "[--balance round-robin|random] [--json]";
+      "[--balance round-robin|random] [--json]; or sluice simulate --overload ...";
+  for (int i = 2; i < argc; ++i)
+    if (std::string_view(argv[i]) == "--overload") return simulate_overload(argc, argv);
   sluice::sim::Options o;
   bool json = false;
   auto fail = [&](const std::string& what) {

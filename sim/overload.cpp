@@ -1,0 +1,852 @@
+#include "sim/overload.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <random>
+
+#include "admission/placement.hpp"
+#include "sim/simulate.hpp"
+
+namespace sluice::sim::overload {
+
+namespace adm = sluice::admission;
+
+std::string_view to_string(Shape shape) {
+  switch (shape) {
+    case Shape::too_many:
+      return "429";
+    case Shape::queue:
+      return "queue";
+    case Shape::halve:
+      return "halve";
+  }
+  return "429";
+}
+
+std::optional<Shape> shape_from_string(std::string_view s) {
+  for (auto k : kShapes)
+    if (to_string(k) == s) return k;
+  return std::nullopt;
+}
+
+std::string_view to_string(System system) {
+  switch (system) {
+    case System::sluice:
+      return "sluice";
+    case System::limit_conn:
+      return "limit_conn";
+    case System::haproxy:
+      return "haproxy";
+    case System::none:
+      return "none";
+  }
+  return "sluice";
+}
+
+std::optional<System> system_from_string(std::string_view s) {
+  for (auto k : kSystems)
+    if (to_string(k) == s) return k;
+  return std::nullopt;
+}
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
+  Rng r(a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull));
+  return r.next();
+}
+
+adm::Micros micros(double s) {
+  return adm::Micros(static_cast<std::int64_t>(std::llround(s * 1e6)));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- the upstream
+
+Upstream::Upstream(Shape shape, const UpstreamParams& p, std::uint64_t seed)
+    : shape_(shape), p_(p), rng_(seed) {}
+
+int Upstream::capacity(double t) const {
+  if (shape_ == Shape::halve && t >= p_.halve_from && t < p_.halve_to)
+    return std::max(1, p_.capacity / 2);
+  return p_.capacity;
+}
+
+Upstream::Arrival Upstream::arrive(std::uint64_t id, double life, double now) {
+  if (in_flight_ < capacity(now)) {
+    start(id, life, now);
+    return Arrival::started;
+  }
+  if (shape_ == Shape::queue) {
+    queue_.push_back({id, life});
+    return Arrival::queued;
+  }
+  ++refusing_;
+  schedule(now + p_.refuse_after, id, true, true, false, 429);
+  return Arrival::refused;
+}
+
+void Upstream::start(std::uint64_t id, double life, double now) {
+  ++in_flight_;
+  if (life > 0) {
+    schedule(now + p_.stream_head, id, true, false, false, 200);
+    schedule(now + life, id, false, true, true, 200);
+    return;
+  }
+  schedule(now + p_.service + exponential(rng_, p_.jitter), id, true, true, true, 200);
+}
+
+void Upstream::schedule(double at, std::uint64_t id, bool head, bool end, bool frees, int status) {
+  due_.push({at, seq_++, id, head, end, frees, status});
+}
+
+double Upstream::next_event() const { return due_.empty() ? kNever : due_.top().at; }
+
+UpstreamEvent Upstream::pop() {
+  Due d = due_.top();
+  due_.pop();
+  if (d.status == 429) --refusing_;
+  if (d.frees) {
+    --in_flight_;
+    // The queue shape hands the slot to its oldest waiter.
+    if (queue_head_ < queue_.size() && in_flight_ < capacity(d.at)) {
+      Waiting w = queue_[queue_head_++];
+      start(w.id, w.life, d.at);
+    }
+  }
+  return {d.id, d.at, d.head, d.end, d.status};
+}
+
+// ---------------------------------------------------------------- the load
+
+std::string Load::label() const {
+  std::string s = fmt("%g", x);
+  return poisson ? s + "p" : s;
+}
+
+std::optional<Load> load_from_string(std::string_view s) {
+  Load l;
+  if (!s.empty() && s.back() == 'p') {
+    l.poisson = true;
+    s.remove_suffix(1);
+  }
+  if (s.empty() || s.size() > 12 || s.find_first_not_of("0123456789.") != std::string_view::npos ||
+      std::count(s.begin(), s.end(), '.') > 1 || s.front() == '.' || s.back() == '.')
+    return std::nullopt;
+  l.x = std::stod(std::string(s));
+  if (!(l.x > 0) || l.x > 100) return std::nullopt;
+  return l;
+}
+
+std::vector<Request> make_arrivals(const Load& load, const UpstreamParams& up, const LoadParams& lp,
+                                   double until, std::uint64_t seed) {
+  const double requests =
+      std::max(0.0, (load.x * up.capacity - lp.stream_rate * lp.stream_life) / up.service);
+  struct Class {
+    Lane lane;
+    double rate;
+    std::int64_t next = 0;  // ns
+  };
+  std::vector<Class> classes;  // in the order run.sh gives them to the generator
+  for (auto [lane, rate] : {std::pair{Lane::bulk, (1 - lp.standard_share) * requests},
+                            std::pair{Lane::standard, lp.standard_share * requests},
+                            std::pair{Lane::heavy, lp.stream_rate}})
+    if (rate > 0) classes.push_back({lane, rate});
+  // As sluice_loadgen: one mt19937_64 for every class, a class's next gap drawn
+  // when its last arrival fires, each step cast to the steady clock's nanoseconds.
+  std::mt19937_64 rng(seed);
+  auto gap = [&](double rate) {
+    double g = load.poisson ? std::exponential_distribution<double>(rate)(rng) : 1.0 / rate;
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(g))
+        .count();
+  };
+  const auto end =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(until))
+          .count();
+  std::vector<std::size_t> live;
+  for (std::size_t c = 0; c < classes.size(); ++c) {
+    classes[c].next = gap(classes[c].rate);
+    if (classes[c].next < end) live.push_back(c);
+  }
+  // Timers due at the same nanosecond fire in no order the generator chooses
+  // (at 2x a standard arrival falls on every fourth bulk one): a draw of its own.
+  Rng ties(mix(seed, 7));
+  std::vector<Request> out;
+  while (!live.empty()) {
+    std::size_t at = 0;  // the class whose timer fires first
+    int tied = 1;
+    for (std::size_t i = 1; i < live.size(); ++i) {
+      auto next = classes[live[i]].next, best = classes[live[at]].next;
+      if (next < best) {
+        at = i;
+        tied = 1;
+      } else if (next == best && ties.uniform() * ++tied < 1) {
+        at = i;  // each of the tied classes alike (reservoir sampling)
+      }
+    }
+    Class& c = classes[live[at]];
+    out.push_back({static_cast<double>(c.next) / 1e9, c.lane});
+    c.next += gap(c.rate);
+    if (c.next >= end) live.erase(live.begin() + static_cast<std::ptrdiff_t>(at));
+  }
+  return out;
+}
+
+std::vector<Window> windows(Shape shape, const LoadParams& lp) {
+  if (shape != Shape::halve) return {{lp.warmup, lp.warmup + lp.duration, ""}};
+  UpstreamParams up;
+  std::vector<Window> w{{0, lp.halve_run, fmt("0-%g s", lp.halve_run)}};
+  w.push_back({0, up.halve_from, fmt("0-%g s", up.halve_from)});
+  w.push_back({up.halve_from, up.halve_to,
+               fmt("%g-", up.halve_from) + fmt("%g s", up.halve_to) + " (C/2)"});
+  w.push_back({up.halve_to, lp.halve_run, fmt("%g-", up.halve_to) + fmt("%g s", lp.halve_run)});
+  return w;
+}
+
+double Measured::goodput() const {
+  if (!(seconds > 0)) return 0;
+  return (lanes[adm::index(Lane::bulk)].ok + lanes[adm::index(Lane::standard)].ok) / seconds;
+}
+
+// ---------------------------------------------------------------- the systems
+
+namespace {
+
+enum class Admit : std::uint8_t { forward, wait, refuse };
+
+// The way back into the run for requests a system let wait.
+class Driver {
+ public:
+  virtual ~Driver() = default;
+  virtual void forward(std::size_t id, double now) = 0;
+  virtual void refuse(std::size_t id, double now) = 0;
+};
+
+// What sits in front of the upstream.
+class Proxy {
+ public:
+  virtual ~Proxy() = default;
+  virtual Admit arrive(std::size_t id, Lane lane, double now) = 0;
+  // The upstream's response head reached the proxy, `ttfb` after the request was sent.
+  virtual void head(std::size_t, int /*status*/, double /*ttfb*/, double /*now*/) {}
+  // The exchange is over (a stream's at its end, any other's at its head).
+  virtual void ended(std::size_t id, double now) = 0;
+  virtual double next_timer() const { return kNever; }
+  virtual void on_timer(double) {}
+  virtual bool holds_waiters() const = 0;
+  virtual std::optional<double> estimate() const { return std::nullopt; }
+};
+
+// How long a queued request may wait for its seat: the deadline the proxy sets
+// when place() queues it (proxy/session.cpp, apply()). The one place it comes from.
+adm::Micros patience(const adm::Bulkhead& b, Lane lane) {
+  return b.lanes().queue_window[adm::index(lane)];
+}
+
+// The proxy's view of its one upstream (proxy/exchange.cpp's WorkerUpstreams,
+// with no closure configured: the gate always admits).
+class OneUpstream final : public adm::Upstreams {
+ public:
+  explicit OneUpstream(adm::Bulkhead& b) : b_(b) {}
+  adm::Bulkhead& bulkhead(std::size_t) override { return b_; }
+  adm::Verdict ask_gate(std::size_t, adm::Micros) override { return adm::Verdict::admit; }
+  bool closed(std::size_t) const override { return false; }
+  void probe_ended(std::size_t, bool) override {}
+  adm::Micros reopen_hint(std::size_t, adm::Micros) override { return adm::Micros{0}; }
+  std::optional<adm::Micros> youngest(Lane lane, std::size_t) override { return b_.youngest(lane); }
+
+ private:
+  adm::Bulkhead& b_;
+};
+
+class SluiceProxy final : public Proxy {
+ public:
+  SluiceProxy(const SluiceSettings& s, std::size_t requests, Driver& driver, std::uint64_t seed)
+      : s_(s),
+        driver_(driver),
+        rng_(seed),
+        bulkhead_(s.lanes, adm::Estimate(s.estimate)),
+        ups_(bulkhead_),
+        ex_(requests),
+        next_tick_(s.phase + s.heartbeat) {
+    for (std::size_t i = 0; i < ex_.size(); ++i) {
+      ex_[i].seat.owner = this;
+      ex_[i].seat.id = i;
+    }
+  }
+
+  Admit arrive(std::size_t id, Lane lane, double now) override {
+    Exchange& x = ex_[id];
+    x.lane = lane;
+    return apply(id, adm::place(ask(x), x.seat, ups_, micros(now), rng_), now);
+  }
+
+  // As on_response_head(): the signal is taken when the head arrives.
+  void head(std::size_t id, int status, double ttfb, double) override {
+    Exchange& x = ex_[id];
+    x.ttfb = ttfb;
+    if (x.lease.seated()) x.signal = bulkhead_.classify(status, micros(ttfb));
+  }
+
+  // As complete_lease(), when the exchange is logged.
+  void ended(std::size_t id, double now) override {
+    Exchange& x = ex_[id];
+    x.lease.complete(x.signal, micros(x.ttfb), micros(now), rng_);
+    carry_on(now);
+  }
+
+  double next_timer() const override { return next_tick_; }
+
+  // Worker::on_heartbeat: the deadlines that passed, then the bulkhead's tick.
+  void on_timer(double now) override {
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < waiting_.size(); ++i) {
+      std::size_t id = waiting_[i];
+      Exchange& x = ex_[id];
+      if (!x.queued) continue;
+      if (x.deadline > now) {
+        waiting_[kept++] = id;
+        continue;
+      }
+      leave_queue(x);
+      auto p = adm::timed_out(ask(x, now - x.queued_at), x.seat, x.lease, ups_, micros(now), rng_);
+      if (apply(id, std::move(p), now) == Admit::forward)
+        driver_.forward(id, now);
+      else
+        driver_.refuse(id, now);
+    }
+    waiting_.resize(kept);
+    bulkhead_.tick(micros(now), rng_);
+    next_tick_ = now + s_.heartbeat;
+    carry_on(now);
+  }
+
+  bool holds_waiters() const override { return queued_ > 0; }
+  std::optional<double> estimate() const override { return bulkhead_.estimate().value(); }
+
+ private:
+  struct SimSeat final : adm::Seat {
+    SluiceProxy* owner = nullptr;
+    std::size_t id = 0;
+    // The proxy posts to the session's thread; the run does the same at once (carry_on).
+    void on_seated() override { owner->seated_.push_back(id); }
+  };
+  struct Exchange {
+    SimSeat seat;
+    adm::Lease lease;
+    Lane lane = Lane::bulk;
+    adm::Signal signal = adm::Signal::none;
+    double ttfb = 0, queued_at = 0, deadline = 0;
+    bool queued = false;
+  };
+
+  // The proxy's ask(): one upstream, no alternatives, enforce; `waited` in its queue.
+  static adm::Ask ask(const Exchange& x, double waited = 0) {
+    adm::Ask a;
+    a.lane = x.lane;
+    a.upstream = 0;
+    a.mode = adm::Mode::enforce;
+    a.waited = micros(waited);
+    return a;
+  }
+
+  // As the proxy's apply(): on now, wait until the deadline, or a 503 with its Retry-After.
+  Admit apply(std::size_t id, adm::Placement p, double now) {
+    Exchange& x = ex_[id];
+    x.lease = std::move(p.lease);
+    switch (p.how) {
+      case adm::Placed::seated:
+      case adm::Placed::stayed:
+      case adm::Placed::observed:
+        return Admit::forward;
+      case adm::Placed::queued:
+        x.queued = true;
+        ++queued_;
+        x.queued_at = now;
+        x.deadline = now + std::chrono::duration<double>(patience(bulkhead_, x.lane)).count();
+        waiting_.push_back(id);
+        return Admit::wait;
+      case adm::Placed::refused:
+        // Its draw, as the proxy's refuse() makes it (the run sends no retry).
+        adm::retry_after_seconds(p.retry_after, s_.retry[adm::index(x.lane)], rng_);
+        return Admit::refuse;
+    }
+    return Admit::refuse;
+  }
+
+  void leave_queue(Exchange& x) {
+    x.queued = false;
+    --queued_;
+  }
+
+  // The posted on_seated(): a request still waiting whose lease is seated goes on.
+  void carry_on(double now) {
+    for (std::size_t i = 0; i < seated_.size(); ++i) {
+      Exchange& x = ex_[seated_[i]];
+      if (!x.queued || !x.lease.seated()) continue;
+      leave_queue(x);
+      driver_.forward(seated_[i], now);
+    }
+    seated_.clear();
+  }
+
+  SluiceSettings s_;
+  Driver& driver_;
+  Rng rng_;
+  adm::Bulkhead bulkhead_;
+  OneUpstream ups_;
+  std::vector<Exchange> ex_;          // by request; never resized (seats are linked)
+  std::vector<std::size_t> waiting_;  // queued, in order
+  std::vector<std::size_t> seated_;   // seated while queued, to carry on
+  int queued_ = 0;
+  double next_tick_ = 0;
+};
+
+class LimitConn final : public Proxy {
+ public:
+  explicit LimitConn(int limit) : limit_(limit) {}
+  Admit arrive(std::size_t, Lane, double) override {
+    if (running_ >= limit_) return Admit::refuse;
+    ++running_;
+    return Admit::forward;
+  }
+  void ended(std::size_t, double) override { --running_; }
+  bool holds_waiters() const override { return false; }
+
+ private:
+  int limit_;
+  int running_ = 0;
+};
+
+class Haproxy final : public Proxy {
+ public:
+  Haproxy(int limit, double queue_timeout, Driver& driver)
+      : limit_(limit), timeout_(queue_timeout), driver_(driver) {}
+  Admit arrive(std::size_t id, Lane, double now) override {
+    if (running_ < limit_ && head_ == queue_.size()) {
+      ++running_;
+      return Admit::forward;
+    }
+    queue_.push_back({id, now + timeout_});
+    return Admit::wait;
+  }
+  void ended(std::size_t, double now) override {
+    --running_;
+    while (running_ < limit_ && head_ < queue_.size()) {
+      ++running_;
+      driver_.forward(queue_[head_++].id, now);
+    }
+  }
+  double next_timer() const override {
+    return head_ < queue_.size() ? queue_[head_].deadline : kNever;
+  }
+  void on_timer(double now) override {
+    while (head_ < queue_.size() && queue_[head_].deadline <= now)
+      driver_.refuse(queue_[head_++].id, now);
+  }
+  bool holds_waiters() const override { return head_ < queue_.size(); }
+
+ private:
+  struct Queued {
+    std::size_t id;
+    double deadline;
+  };
+  int limit_;
+  double timeout_;
+  Driver& driver_;
+  int running_ = 0;
+  std::vector<Queued> queue_;  // FIFO from head_; one timeout, so deadlines in order
+  std::size_t head_ = 0;
+};
+
+class NoLimit final : public Proxy {
+ public:
+  Admit arrive(std::size_t, Lane, double) override { return Admit::forward; }
+  void ended(std::size_t, double) override {}
+  bool holds_waiters() const override { return false; }
+};
+
+// ---------------------------------------------------------------- one run
+
+enum class Outcome : std::uint8_t { pending, ok, late, refused, timeout };
+
+class Run final : public Driver {
+ public:
+  Run(Shape shape, System system, const Load& load, const Options& o, std::uint64_t seed)
+      : o_(o), up_(shape, o.upstream, mix(seed, 1)) {
+    const double until = shape == Shape::halve ? o.load.halve_run : o.load.warmup + o.load.duration;
+    reqs_ = make_arrivals(load, o.upstream, o.load, until, seed);
+    state_.resize(reqs_.size());
+    switch (system) {
+      case System::sluice:
+        proxy_ = std::make_unique<SluiceProxy>(o.sluice, reqs_.size(), *this, mix(seed, 2));
+        break;
+      case System::limit_conn:
+        proxy_ = std::make_unique<LimitConn>(o.upstream.capacity);
+        break;
+      case System::haproxy:
+        proxy_ = std::make_unique<Haproxy>(o.upstream.capacity, o.haproxy_queue, *this);
+        break;
+      case System::none:
+        proxy_ = std::make_unique<NoLimit>();
+        break;
+    }
+    for (std::size_t i = 0; i < reqs_.size(); ++i) push(reqs_[i].at, Ev::arrive, i);
+    windows_ = windows(shape, o.load);
+  }
+
+  std::vector<Measured> go() {
+    record_estimate(0);
+    for (;;) {
+      double tm = events_.empty() ? kNever : events_.top().at;
+      double tu = up_.next_event();
+      if (tm == kNever && tu == kNever && !proxy_->holds_waiters()) break;
+      double tt = proxy_->next_timer();
+      if (tu <= tm && tu <= tt) {
+        on_upstream(up_.pop());
+        record_estimate(tu);
+      } else if (tm <= tt) {
+        Event e = events_.top();
+        events_.pop();
+        on_event(e);
+        record_estimate(e.at);
+      } else {
+        proxy_->on_timer(tt);
+        record_estimate(tt);
+      }
+    }
+    return measure();
+  }
+
+  void forward(std::size_t id, double now) override {
+    state_[id].sent = now;
+    push(now + o_.hop, Ev::at_upstream, id);
+  }
+  void refuse(std::size_t id, double now) override { push(now + o_.hop, Ev::client, id, 503); }
+
+ private:
+  enum class Ev : std::uint8_t { arrive, at_upstream, proxy_head, proxy_end, client, timeout };
+  struct Event {
+    double at;
+    std::uint64_t seq;
+    Ev kind;
+    std::size_t id;
+    int status;
+    bool end;
+    bool operator>(const Event& o) const { return at != o.at ? at > o.at : seq > o.seq; }
+  };
+  struct State {
+    double sent = 0, reached = -1, done = 0;
+    bool upstream_refused = false;
+    Outcome outcome = Outcome::pending;
+  };
+
+  void push(double at, Ev kind, std::size_t id, int status = 0, bool end = false) {
+    events_.push({at, seq_++, kind, id, status, end});
+  }
+
+  bool stream(std::size_t id) const { return reqs_[id].lane == Lane::heavy; }
+
+  void on_upstream(const UpstreamEvent& e) {
+    if (e.head)
+      push(e.at + o_.hop, Ev::proxy_head, e.id, e.status, e.end);
+    else if (e.end)
+      push(e.at + o_.hop, Ev::proxy_end, e.id);
+  }
+
+  void on_event(const Event& e) {
+    State& s = state_[e.id];
+    switch (e.kind) {
+      case Ev::arrive:
+        push(e.at + o_.load.timeout, Ev::timeout, e.id);
+        switch (proxy_->arrive(e.id, reqs_[e.id].lane, e.at)) {
+          case Admit::forward:
+            forward(e.id, e.at);
+            break;
+          case Admit::refuse:
+            refuse(e.id, e.at);
+            break;
+          case Admit::wait:
+            break;
+        }
+        return;
+      case Ev::at_upstream:
+        s.reached = e.at;
+        s.upstream_refused = up_.arrive(e.id, stream(e.id) ? o_.load.stream_life : 0, e.at) ==
+                             Upstream::Arrival::refused;
+        max_offered_ = std::max(max_offered_, up_.offered());
+        return;
+      case Ev::proxy_head:
+        proxy_->head(e.id, e.status, e.at - s.sent, e.at);
+        push(e.at + o_.hop, Ev::client, e.id, e.status);
+        if (e.end) proxy_->ended(e.id, e.at);
+        return;
+      case Ev::proxy_end:
+        proxy_->ended(e.id, e.at);
+        return;
+      case Ev::client:
+        if (s.outcome != Outcome::pending) return;  // its client left
+        s.done = e.at;
+        if (e.status / 100 == 2)
+          s.outcome = e.at - reqs_[e.id].at <= o_.load.timeout ? Outcome::ok : Outcome::late;
+        else
+          s.outcome = Outcome::refused;
+        return;
+      case Ev::timeout:
+        if (s.outcome == Outcome::pending) s.outcome = Outcome::timeout;
+        return;
+    }
+  }
+
+  void record_estimate(double t) {
+    auto k = proxy_->estimate();
+    if (!k) return;
+    if (estimates_.empty() || estimates_.back().second != *k) estimates_.emplace_back(t, *k);
+  }
+
+  std::vector<Measured> measure() const {
+    std::vector<Measured> out;
+    for (const Window& w : windows_) {
+      Measured m;
+      m.seconds = w.to - w.from;
+      m.max_offered = max_offered_;
+      for (std::size_t i = 0; i < reqs_.size(); ++i) {
+        const State& s = state_[i];
+        if (s.reached >= w.from && s.reached < w.to) {
+          ++m.upstream_requests;
+          if (s.upstream_refused) ++m.upstream_refused;
+        }
+        if (reqs_[i].at < w.from || reqs_[i].at >= w.to) continue;
+        LaneCounts& l = m.lanes[adm::index(reqs_[i].lane)];
+        ++l.sent;
+        switch (s.outcome) {
+          case Outcome::ok:
+            ++l.ok;
+            l.latency.push_back(s.done - reqs_[i].at);
+            break;
+          case Outcome::late:
+            ++l.late;
+            break;
+          case Outcome::refused:
+            ++l.refused;
+            break;
+          case Outcome::timeout:
+          case Outcome::pending:
+            ++l.timeouts;
+            break;
+        }
+      }
+      estimate_in(w, m);
+      out.push_back(std::move(m));
+    }
+    return out;
+  }
+
+  // The estimate's time-weighted mean, min and max over the window.
+  void estimate_in(const Window& w, Measured& m) const {
+    if (estimates_.empty()) return;
+    double area = 0, lo = kNever, hi = -kNever;
+    for (std::size_t i = 0; i < estimates_.size(); ++i) {
+      double from = std::max(w.from, estimates_[i].first);
+      double to = std::min(w.to, i + 1 < estimates_.size() ? estimates_[i + 1].first : kNever);
+      if (to <= from) continue;
+      area += (to - from) * estimates_[i].second;
+      lo = std::min(lo, estimates_[i].second);
+      hi = std::max(hi, estimates_[i].second);
+    }
+    m.khat_mean = area / (w.to - w.from);
+    m.khat_min = lo;
+    m.khat_max = hi;
+    // Growth only raises it: every fall in the window is a decrease.
+    for (std::size_t i = 1; i < estimates_.size(); ++i)
+      if (estimates_[i].first >= w.from && estimates_[i].first < w.to &&
+          estimates_[i].second < estimates_[i - 1].second)
+        ++m.decreases;
+  }
+
+  const Options& o_;
+  Upstream up_;
+  std::vector<Request> reqs_;
+  std::vector<State> state_;
+  std::unique_ptr<Proxy> proxy_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  std::uint64_t seq_ = 0;
+  std::vector<Window> windows_;
+  std::vector<std::pair<double, double>> estimates_;  // (from, K̂)
+  int max_offered_ = 0;
+};
+
+}  // namespace
+
+std::vector<Measured> run_once(Shape shape, System system, const Load& load, const Options& o,
+                               std::uint64_t seed) {
+  return Run(shape, system, load, o, seed).go();
+}
+
+// ---------------------------------------------------------------- rows
+
+std::vector<Row> run_rows(Shape shape, System system, const Load& load, const Options& o) {
+  auto ws = windows(shape, o.load);
+  std::vector<std::vector<Measured>> runs;
+  for (int i = 0; i < o.runs; ++i)
+    runs.push_back(run_once(shape, system, load, o, o.seed + static_cast<std::uint64_t>(i)));
+  std::vector<Row> rows;
+  for (std::size_t w = 0; w < ws.size(); ++w) {
+    Row r;
+    r.shape = shape;
+    r.system = system;
+    r.load = load;
+    r.window = ws[w];
+    r.runs = o.runs;
+    const double n = std::max(1, o.runs);
+    std::array<std::vector<double>, adm::kLaneCount> p50, p99;
+    double reached = 0, refused = 0;
+    std::vector<double> kmean, kmin, kmax, cuts;
+    for (const auto& run : runs) {
+      const Measured& m = run[w];
+      r.goodput += m.goodput() / n;
+      for (std::size_t l = 0; l < adm::kLaneCount; ++l) {
+        const LaneCounts& c = m.lanes[l];
+        r.sent[l] += c.sent / n;
+        r.ok[l] += c.ok / n;
+        r.refused[l] += c.refused / n;
+        r.timeouts[l] += c.timeouts / n;
+        if (c.latency.empty()) continue;
+        p50[l].push_back(percentile(c.latency, 0.5));
+        p99[l].push_back(percentile(c.latency, 0.99));
+      }
+      reached += m.upstream_requests;
+      refused += m.upstream_refused;
+      r.max_offered = std::max(r.max_offered, m.max_offered);
+      if (m.khat_mean) {
+        kmean.push_back(*m.khat_mean);
+        kmin.push_back(*m.khat_min);
+        kmax.push_back(*m.khat_max);
+        cuts.push_back(m.decreases);
+      }
+    }
+    auto mean = [](const std::vector<double>& v) {
+      double s = 0;
+      for (double x : v) s += x;
+      return s / static_cast<double>(v.size());
+    };
+    for (std::size_t l = 0; l < adm::kLaneCount; ++l) {
+      if (!p50[l].empty()) r.p50[l] = mean(p50[l]);
+      if (!p99[l].empty()) r.p99[l] = mean(p99[l]);
+    }
+    r.upstream_share = reached > 0 ? refused / reached : 0;
+    if (!kmean.empty()) {
+      r.khat_mean = mean(kmean);
+      r.khat_min = mean(kmin);
+      r.khat_max = mean(kmax);
+      r.decreases = mean(cuts);
+    }
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+Report simulate(const Options& o) {
+  Report rep;
+  rep.options = o;
+  const Load top{3, false};
+  rep.capacity = run_rows(Shape::too_many, System::none, top, o).at(0).goodput;
+  for (Shape shape : o.shapes)
+    for (System system : o.systems)
+      for (const Load& load : o.loads)
+        for (Row& r : run_rows(shape, system, load, o)) rep.rows.push_back(std::move(r));
+  return rep;
+}
+
+// ---------------------------------------------------------------- printing
+
+namespace {
+
+std::string ms_pair(const std::optional<double>& a, const std::optional<double>& b) {
+  if (!a || !b) return "- / -";
+  return fmt("%.1f", *a * 1e3) + " / " + fmt("%.1f", *b * 1e3);
+}
+
+std::string share(double part, double whole) {
+  return whole > 0 ? fmt("%.1f", 100 * part / whole) : "-";
+}
+
+std::string shape_title(Shape shape) {
+  switch (shape) {
+    case Shape::too_many:
+      return "Upstream that answers 429 above C";
+    case Shape::queue:
+      return "Upstream that queues above C";
+    case Shape::halve:
+      return "Upstream that answers 429 above C, C/2 from 10 s to 20 s";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string format_markdown(const Report& rep) {
+  const Options& o = rep.options;
+  const double cs = o.upstream.capacity / o.upstream.service;
+  const auto b = adm::index(Lane::bulk), st = adm::index(Lane::standard),
+             h = adm::index(Lane::heavy);
+  std::string out;
+  out += "Simulated overload bench: C = " + std::to_string(o.upstream.capacity) +
+         ", S = " + fmt("%g", o.upstream.service * 1e3) + " ms (C/S = " + fmt("%g", cs) +
+         " requests/s), jitter " + fmt("%g", o.upstream.jitter * 1e3) + " ms, hop " +
+         fmt("%g", o.hop * 1e3) + " ms; client timeout " + fmt("%g", o.load.timeout) + " s; " +
+         fmt("%g", o.load.duration) + " s measured after " + fmt("%g", o.load.warmup) + " s; " +
+         std::to_string(o.runs) + " runs per row, seed " + std::to_string(o.seed) + "\n";
+  out += "Measured capacity (none, 429 shape, 3x): " + fmt("%.1f", rep.capacity) + " requests/s (" +
+         fmt("%.1f", 100 * rep.capacity / cs) + " % of C/S)\n";
+  for (Shape shape : o.shapes) {
+    out += "\n#### " + shape_title(shape) + "\n\n";
+    out +=
+        "| system | load | goodput / C/S | / capacity | standard p50 / p99 ms "
+        "| bulk p50 / p99 ms | standard refused / timeout % | bulk refused / timeout % "
+        "| refused, all lanes % | streams 2xx % | upstream 429 % | max at upstream "
+        "| K̂ mean (min-max) |\n";
+    out += "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    for (const Row& r : rep.rows) {
+      if (r.shape != shape) continue;
+      std::string load = r.load.poisson ? fmt("%g", r.load.x) + " Poisson" : fmt("%g", r.load.x);
+      if (!r.window.label.empty()) load += ", " + r.window.label;
+      const double all = r.sent[b] + r.sent[st] + r.sent[h];
+      std::string k = "-";
+      if (r.khat_mean)
+        k = fmt("%.2f", *r.khat_mean) + " (" + fmt("%.2f", *r.khat_min) + "-" +
+            fmt("%.2f", *r.khat_max) + "), " + fmt("%.1f", r.decreases) + " decreases";
+      out += "| " + std::string(to_string(r.system)) + " | " + load + " | " +
+             fmt("%.1f %%", 100 * r.goodput / cs) + " | " +
+             (rep.capacity > 0 ? fmt("%.1f %%", 100 * r.goodput / rep.capacity) : "-") + " | " +
+             ms_pair(r.p50[st], r.p99[st]) + " | " + ms_pair(r.p50[b], r.p99[b]) + " | " +
+             share(r.refused[st], r.sent[st]) + " / " + share(r.timeouts[st], r.sent[st]) + " | " +
+             share(r.refused[b], r.sent[b]) + " / " + share(r.timeouts[b], r.sent[b]) + " | " +
+             share(r.refused[b] + r.refused[st] + r.refused[h], all) + " | " +
+             share(r.ok[h], r.sent[h]) + " | " + fmt("%.2f", 100 * r.upstream_share) + " | " +
+             std::to_string(r.max_offered) + " | " + k + " |\n";
+    }
+  }
+  out +=
+      "\ngoodput: bulk and standard 2xx within the client timeout, of the requests that arrived "
+      "in the window, per second, over C/S and over the measured capacity; latency from arrival, "
+      "each run's p50 / p99 averaged; refused: 503 and 429 at the client (all lanes: streams "
+      "too, as the bench's 0.9x target counts them); streams 2xx: streams "
+      "whose head came in time; upstream 429 %: of the requests that reached it in the window; "
+      "max at upstream: the most at the upstream at once in any run (in its slots, its queue or "
+      "being answered 429); K̂: sluice's estimate, "
+      "time-weighted over the window, and its decreases in the window, averaged over the runs.\n";
+  return out;
+}
+
+}  // namespace sluice::sim::overload
