@@ -247,12 +247,6 @@ class Proxy {
   virtual std::optional<double> estimate() const { return std::nullopt; }
 };
 
-// How long a queued request may wait for its seat: the deadline the proxy sets
-// when place() queues it (proxy/session.cpp, apply()). The one place it comes from.
-adm::Micros patience(const adm::Bulkhead& b, Lane lane) {
-  return b.lanes().queue_window[adm::index(lane)];
-}
-
 // The proxy's view of its one upstream (proxy/exchange.cpp's WorkerUpstreams,
 // with no closure configured: the gate always admits).
 class OneUpstream final : public adm::Upstreams {
@@ -292,16 +286,19 @@ class SluiceProxy final : public Proxy {
   }
 
   // As on_response_head(): the signal is taken when the head arrives.
-  void head(std::size_t id, int status, double ttfb, double) override {
+  void head(std::size_t id, int status, double ttfb, double now) override {
     Exchange& x = ex_[id];
     x.ttfb = ttfb;
-    if (x.lease.seated()) x.signal = bulkhead_.classify(status, micros(ttfb));
+    if (x.lease.seated()) {
+      x.signal = bulkhead_.classify(status, micros(ttfb));
+      bulkhead_.note_head(x.signal, micros(ttfb), micros(now));
+    }
   }
 
   // As complete_lease(), when the exchange is logged.
   void ended(std::size_t id, double now) override {
     Exchange& x = ex_[id];
-    x.lease.complete(x.signal, micros(x.ttfb), micros(now), rng_);
+    x.lease.complete(x.signal, micros(x.ttfb), micros(now));
     carry_on(now);
   }
 
@@ -318,15 +315,21 @@ class SluiceProxy final : public Proxy {
         waiting_[kept++] = id;
         continue;
       }
+      auto p = adm::timed_out(ask(x, now - x.queued_at), x.seat, x.lease, ups_, micros(now));
+      if (p.how == adm::Placed::queued) {  // an unmeasured estimate: it waits on
+        x.lease = std::move(p.lease);
+        x.deadline = now + std::chrono::duration<double>(p.wait_for).count();
+        waiting_[kept++] = id;
+        continue;
+      }
       leave_queue(x);
-      auto p = adm::timed_out(ask(x, now - x.queued_at), x.seat, x.lease, ups_, micros(now), rng_);
       if (apply(id, std::move(p), now) == Admit::forward)
         driver_.forward(id, now);
       else
         driver_.refuse(id, now);
     }
     waiting_.resize(kept);
-    bulkhead_.tick(micros(now), rng_);
+    bulkhead_.tick(micros(now));
     next_tick_ = now + s_.heartbeat;
     carry_on(now);
   }
@@ -373,7 +376,7 @@ class SluiceProxy final : public Proxy {
         x.queued = true;
         ++queued_;
         x.queued_at = now;
-        x.deadline = now + std::chrono::duration<double>(patience(bulkhead_, x.lane)).count();
+        x.deadline = now + std::chrono::duration<double>(p.wait_for).count();
         waiting_.push_back(id);
         return Admit::wait;
       case adm::Placed::refused:
