@@ -147,9 +147,7 @@ bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, 
     if (signal == Signal::clean) return queue_window(seq, load, us, now);
   }
   if (seq <= burst_seq_) return false;  // admitted before the last decrease: the same burst
-  double carrying = std::max(1.0, static_cast<double>(load));
-  // A refusal measured the capacity; slowness and a timeout only that the load was too much.
-  decrease(carrying, signal == Signal::refused ? 1.0 : p_.decrease, signal, now);
+  decrease(std::max(1.0, static_cast<double>(load)), p_.decrease, signal, now);
   return true;
 }
 
@@ -188,16 +186,12 @@ bool Estimate::on_head(Signal signal, Micros ttfb, bool waiting) {
   if (min_head_us_ <= 0 || us < min_head_us_) min_head_us_ = us;
   // A head that queued says the load is at the upstream's capacity already:
   // no growth on it (the queue rule and the interval judge the rest).
-  if (!waiting || !limited_ || us > kHeadQueued * min_head_us_ + static_cast<double>(kSlowMinGap.count() / 5))
+  if (!waiting || !limited_ ||
+      us > kHeadQueued * min_head_us_ + static_cast<double>(kSlowMinGap.count() / 5))
     return false;
   double before = khat_;
   khat_ = std::min(khat_ + 1.0, std::max(1.0, p_.max));
   return khat_ != before;
-}
-
-void Estimate::note_load(int running) {
-  if (measured()) return;
-  khat_ = std::clamp(static_cast<double>(running), khat_, std::max(khat_, p_.max));
 }
 
 void Estimate::decrease(double carrying, double factor, Signal why, Micros now) {
@@ -484,7 +478,6 @@ void Bulkhead::seat(Seat& s, Micros now) {
   s.since = now;
   ++running_[l];
   live_[l].push_back(s);
-  estimate_.note_load(running_[0] + running_[1] + running_[2]);
 }
 
 bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, bool keep_cap) {

@@ -4,10 +4,10 @@
 // request here, a "model pool" an upstream, a "provider refusal" its answer.
 //
 // The estimate K̂ (seed-and-grow), per bulkhead:
-//   unmeasured   until the upstream first says "too much", K̂ is not a limit
-//                (seed 001 rule 1, for every lane here): every request is
-//                seated (the budget guard and the heavy cap aside), and K̂
-//                follows the highest load served, from `seed` up.
+//   unmeasured   until the upstream first says "too much", K̂ is a start, not
+//                a limit: a request it holds waits on instead of being refused
+//                (placement's timed_out), and slow start grows K̂ by one per
+//                clean response head that did not queue while requests wait.
 //   growth       at most once per max(growth_interval, baseline response time),
 //                and only when demand met the estimate since the last growth
 //                (a request found no slot): an idle pool does not grow. After a
@@ -21,9 +21,8 @@
 //   too much     an upstream 429 or 503, a connect or response timeout, or a
 //                response head slower than slow_factor x the baseline. It sets
 //                K = the load the refused request met when it was admitted (slow
-//                and timeout: or at its end, if larger: they build up). A refusal
-//                measured K: K̂ = min(K̂, K). Slowness and timeouts measure only
-//                that the load was too much: K̂ = max(1, decrease x min(K̂, K)).
+//                and timeout: or at its end, if larger: they build up), and
+//                K̂ = max(1, decrease x min(K̂, K)).
 //                Once per burst: signals from requests admitted before the
 //                decrease are the same burst and change nothing.
 //   a queue      an upstream that queues above its capacity refuses nothing: its
@@ -100,9 +99,9 @@ struct EstimatePolicy {
   double max = 256.0;
   Micros growth_interval{250'000};
   Micros probe_after{1'000'000};  // after a decrease, before the first probe past K
-  double decrease = 0.85;         // after a slow head or a timeout
-  double slow_factor = 4.0;       // 0: slowness is never "too much"
-  double queue_factor = 1.5;      // 0: a queue at the upstream is never "too much"
+  double decrease = 0.85;
+  double slow_factor = 4.0;   // 0: slowness is never "too much"
+  double queue_factor = 1.5;  // 0: a queue at the upstream is never "too much"
   static constexpr double kRate = 0.5;
   static constexpr double kMinStep = 0.25;
   static constexpr int kBaselineSamples = 16;  // before slowness is judged
@@ -137,8 +136,6 @@ class Estimate {
   // requests wait (a head, not the end: a stream's lease lasts its whole
   // life), unless the head queued (1.25 x the fastest head, and 10 ms later).
   bool on_head(Signal signal, Micros ttfb, bool waiting);
-  // `running` requests are in flight: unmeasured, K̂ follows the highest load served.
-  void note_load(int running);
   // Grows when the interval has passed and demand met the estimate since.
   bool maybe_grow(Micros now);
   // A response head arrived after `ttfb`: clean, slow or (by status) refused.
