@@ -13,8 +13,10 @@ constexpr double kHighFree = 0.3;  // seed 001: certain while this fraction is f
 // the baseline: a fast upstream's jitter is many times its baseline.
 constexpr Micros kSlowMinGap{50'000};
 constexpr double kBaselineAlpha = 1.0 / 16.0;
-// In slow start, a head this much later than the fastest one queued.
+// In slow start, a head this much later than the fastest one, and kHeadQueuedGap
+// later, queued at the upstream.
 constexpr double kHeadQueued = 1.25;
+constexpr Micros kHeadQueuedGap{10'000};
 
 // Ties between lanes go to the heavier weight, then in this order.
 constexpr std::array<Lane, kLaneCount> kTieOrder{Lane::standard, Lane::heavy, Lane::bulk};
@@ -187,7 +189,7 @@ bool Estimate::on_head(Signal signal, Micros ttfb, bool waiting) {
   // A head that queued says the load is at the upstream's capacity already:
   // no growth on it (the queue rule and the interval judge the rest).
   if (!waiting || !limited_ ||
-      us > kHeadQueued * min_head_us_ + static_cast<double>(kSlowMinGap.count() / 5))
+      us > kHeadQueued * min_head_us_ + static_cast<double>(kHeadQueuedGap.count()))
     return false;
   double before = khat_;
   khat_ = std::min(khat_ + 1.0, std::max(1.0, p_.max));
@@ -322,7 +324,7 @@ Bulkhead::Bulkhead(const LanePolicy& lanes, const Estimate& estimate, LeaseCap* 
       estimate_(estimate),
       heavy_cap_(heavy_cap),
       slow_above_us_(estimate.slow_above_us()),
-      slow_start_flag_(estimate.slow_start()) {}
+      unmeasured_(!estimate.measured()) {}
 
 bool budget_allows_borrowing(const std::optional<BudgetReading>& reading, double reserve,
                              Micros now) {
@@ -367,10 +369,6 @@ bool Bulkhead::waits_on(const Seat& s) const {
 
 Micros Bulkhead::patience(Lane lane) const {
   Lock lock(mutex_);
-  return patience_locked(lane);
-}
-
-Micros Bulkhead::patience_locked(Lane lane) const {
   return std::max(lanes_.queue_window[index(lane)], estimate_.delay_target());
 }
 
@@ -430,8 +428,9 @@ bool Bulkhead::ask(Seat& s, Micros now, Rng& rng, Hold* hold, bool may_queue, bo
   if (hold) *hold = h;
   if (h == Hold::none) return true;
   if (h != Hold::heavy_cap) estimate_.demand();
-  // The quota reading holds until its window ends: waiting would not change it.
-  bool waits = may_queue && h != Hold::budget && patience_locked(s.lane) > Micros{0};
+  // Every other hold waits (for patience()); the quota reading holds until its
+  // window ends, and waiting would not change it.
+  bool waits = may_queue && h != Hold::budget;
   if (queued) *queued = waits;
   if (waits) {
     s.queued = true;
@@ -497,7 +496,7 @@ bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, bool kee
     load = std::max(load, running_[0] + running_[1] + running_[2]);
   bool decreased = estimate_.observe(signal, s.seq, load, ttfb, now);
   slow_above_us_.store(estimate_.slow_above_us(), std::memory_order_relaxed);
-  slow_start_flag_.store(estimate_.slow_start(), std::memory_order_relaxed);
+  unmeasured_.store(!estimate_.measured(), std::memory_order_relaxed);
   serve(now);
   return decreased;
 }

@@ -55,11 +55,14 @@
 //                heavy, bulk); other borrowers yield to it.
 //   4 chance     admitted with p = s(φ/0.3)^e, φ = 1 - running/K̂, s the
 //                smoothstep, e = clamp(max weight / weight_l, 1, 4): certain while
-//                30 % is free, 0 at K̂, flatter for lighter lanes.
+//                30 % is free, 0 at K̂, flatter for lighter lanes. A newcomer
+//                draws; a waiting head does not (it has waited, and a slot it
+//                left would stay empty until the next release).
 //   Oldest first: a newcomer queues behind the waiting requests of its lane.
-//   A request that is not admitted waits up to its lane's queue window and
-//   re-asks on every release and every tick, oldest first in its lane; then
-//   queue_timeout. With a zero window it is refused at once.
+//   A request that is not admitted (but for the budget guard, refused at
+//   once) waits for patience(): its lane's queue window, and at least the
+//   delay target (2 x the uncongested service time, 10..100 ms), re-asking on
+//   every release and every tick, oldest first in its lane; then queue_timeout.
 //   Idle lanes lend everything: a lone flood may fill the bulkhead.
 // Starvation: a lane below its floor whose queue has not been empty for
 // starved_after, and (seed 001 §8) hard-pinned requests that have been waiting
@@ -294,9 +297,9 @@ class Bulkhead {
   Bulkhead(const Bulkhead&) = delete;
   Bulkhead& operator=(const Bulkhead&) = delete;
 
-  // A new request of s.lane. Seated: true. Otherwise queued when its window
-  // is not zero (and may_queue), or refused; `hold` says why, `queued` whether
-  // it waits (read it there: once queued, another thread may seat it at once).
+  // A new request of s.lane. Seated: true. Otherwise queued (when may_queue,
+  // and not held by the budget guard), or refused; `hold` says why, `queued`
+  // whether it waits (read it there: once queued, another thread may seat it at once).
   bool ask(Seat& s, Micros now, Rng& rng, Hold* hold = nullptr, bool may_queue = true,
            bool* queued = nullptr);
   // How long a request of `lane` that is not seated may wait: its lane's
@@ -342,7 +345,7 @@ class Bulkhead {
   // heavy cap, not the budget: what holds its lane's head).
   bool waits_on(const Seat& s) const;
   // Never measured exhausted (no lock): an estimate that is a start, not a limit.
-  bool unmeasured() const { return slow_start_flag_.load(std::memory_order_relaxed); }
+  bool unmeasured() const { return unmeasured_.load(std::memory_order_relaxed); }
 
   // With `now`, the budget guard is filled in too.
   Census census(std::optional<Micros> now = {}) const;
@@ -373,7 +376,6 @@ class Bulkhead {
   // Below: the caller holds mutex_.
   Census census_locked(std::optional<Micros> now) const;
   Hold try_seat(Seat& s, Micros now, double u);  // u: rule 4's draw
-  Micros patience_locked(Lane lane) const;
   void seat(Seat& s, Micros now);
   void unseat(Seat& s, bool keep_cap);
   void cancel_locked(Seat& s);
@@ -403,7 +405,7 @@ class Bulkhead {
   double latency_sum_us_ = 0;
   std::optional<BudgetReading> budget_;
   std::atomic<double> slow_above_us_;  // estimate_.slow_above_us(), for classify()
-  std::atomic<bool> slow_start_flag_;  // estimate_.slow_start(), for note_head() and unmeasured()
+  std::atomic<bool> unmeasured_;       // !estimate_.measured(), for note_head() and unmeasured()
 };
 
 // Seed 004's Retry-After, before clamping to the lane's band: the larger of the

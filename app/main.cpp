@@ -113,6 +113,46 @@ int replay(int argc, char** argv) {
   return sluice::replay::run_replay(file, std::cout, std::cerr, options);
 }
 
+// The simulators' command lines: a usage error, a count, comma-separated items.
+int simulate_usage_error(const std::string& what, const char* usage) {
+  std::fprintf(stderr, "sluice: simulate: %s; %s\n", what.c_str(), usage);
+  return 2;
+}
+
+// A whole number from 0 to max.
+std::optional<std::uint64_t> parse_count(const std::string& v, std::uint64_t max) {
+  if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos)
+    return {};
+  auto n = std::stoull(v);
+  return n <= max ? std::optional(n) : std::nullopt;
+}
+
+// The comma-separated items of v (an empty one names nothing: its parser refuses it).
+std::vector<std::string> comma_items(const std::string& v) {
+  std::vector<std::string> out;
+  for (std::size_t at = 0; at <= v.size();) {
+    std::size_t comma = v.find(',', at);
+    if (comma == std::string::npos) comma = v.size();
+    out.push_back(v.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return out;
+}
+
+// Sluice's side of a simulation, configured from the environment like `serve`
+// (only the admission variables); a bad variable: config_error's exit code.
+std::optional<int> configure_sluice(sluice::sim::SluiceSettings& s) {
+  try {
+    auto a = sluice::config::load_admission(sluice::config::sluice_environment(environ));
+    s.lanes = a.lanes;
+    s.estimate = sluice::sim::one_thread_estimate(a.estimate);
+    s.retry = a.retry;
+  } catch (const std::exception& e) {
+    return config_error(e);
+  }
+  return std::nullopt;
+}
+
 // `sluice simulate --overload [--shape S,S,...|all] [--loads L,L,...]
 // [--policies P,P,...] [--runs N] [--seed S] [--jitter-us J]`: the overload
 // bench (bench/overload/run.sh) on a virtual clock (sim/overload.hpp), Sluice's
@@ -123,27 +163,7 @@ int simulate_overload(int argc, char** argv) {
       "usage: sluice simulate --overload [--shape 429,queue,halve|all] [--loads 0.9p,1,2,3] "
       "[--policies sluice,limit_conn,haproxy,none] [--runs N] [--seed S] [--jitter-us J]";
   ov::Options o;
-  auto fail = [&](const std::string& what) {
-    std::fprintf(stderr, "sluice: simulate: %s; %s\n", what.c_str(), kUsage);
-    return 2;
-  };
-  // The comma-separated items of v (an empty one names nothing, and is refused).
-  auto items = [](const std::string& v) {
-    std::vector<std::string> out;
-    for (std::size_t at = 0; at <= v.size();) {
-      std::size_t comma = v.find(',', at);
-      if (comma == std::string::npos) comma = v.size();
-      out.push_back(v.substr(at, comma - at));
-      at = comma + 1;
-    }
-    return out;
-  };
-  auto count = [](const std::string& v, std::uint64_t max) -> std::optional<std::uint64_t> {
-    if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos)
-      return {};
-    auto n = std::stoull(v);
-    return n <= max ? std::optional(n) : std::nullopt;
-  };
+  auto fail = [&](const std::string& what) { return simulate_usage_error(what, kUsage); };
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--overload") continue;
@@ -155,14 +175,14 @@ int simulate_overload(int argc, char** argv) {
     if (arg == "--shape") {
       o.shapes.clear();
       if (v == "all") o.shapes.assign(ov::kShapes.begin(), ov::kShapes.end());
-      for (const auto& item : v == "all" ? std::vector<std::string>{} : items(v)) {
+      for (const auto& item : v == "all" ? std::vector<std::string>{} : comma_items(v)) {
         auto s = ov::shape_from_string(item);
         if (!s) return fail("no shape \"" + item + "\"");
         o.shapes.push_back(*s);
       }
     } else if (arg == "--loads") {
       o.loads.clear();
-      for (const auto& item : items(v)) {
+      for (const auto& item : comma_items(v)) {
         auto l = ov::load_from_string(item);
         if (!l)
           return fail("no load \"" + item + "\" (a multiple of C such as 2 or 1.5, p: Poisson)");
@@ -170,33 +190,26 @@ int simulate_overload(int argc, char** argv) {
       }
     } else if (arg == "--policies") {
       o.systems.clear();
-      for (const auto& item : items(v)) {
+      for (const auto& item : comma_items(v)) {
         auto p = ov::system_from_string(item);
         if (!p) return fail("no policy \"" + item + "\"");
         o.systems.push_back(*p);
       }
     } else if (arg == "--runs") {
-      auto n = count(v, 1000);
+      auto n = parse_count(v, 1000);
       if (!n || *n == 0) return fail("--runs takes a count from 1 to 1000");
       o.runs = static_cast<int>(*n);
     } else if (arg == "--jitter-us") {
-      auto n = count(v, 50'000);
+      auto n = parse_count(v, 50'000);
       if (!n) return fail("--jitter-us takes microseconds from 0 to 50000");
       o.upstream.jitter = static_cast<double>(*n) / 1e6;
     } else {
-      auto n = count(v, ~std::uint64_t{0} >> 1);
+      auto n = parse_count(v, ~std::uint64_t{0} >> 1);
       if (!n) return fail("--seed takes a non-negative integer");
       o.seed = *n;
     }
   }
-  try {
-    auto a = sluice::config::load_admission(sluice::config::sluice_environment(environ));
-    o.sluice.lanes = a.lanes;
-    o.sluice.estimate = sluice::sim::one_thread_estimate(a.estimate);
-    o.sluice.retry = a.retry;
-  } catch (const std::exception& e) {
-    return config_error(e);
-  }
+  if (auto bad = configure_sluice(o.sluice)) return *bad;
   std::cout << ov::format_markdown(ov::simulate(o));
   return 0;
 }
@@ -215,16 +228,7 @@ int simulate(int argc, char** argv) {
     if (std::string_view(argv[i]) == "--overload") return simulate_overload(argc, argv);
   sluice::sim::Options o;
   bool json = false;
-  auto fail = [&](const std::string& what) {
-    std::fprintf(stderr, "sluice: simulate: %s; %s\n", what.c_str(), kUsage);
-    return 2;
-  };
-  auto count = [](const std::string& v, std::uint64_t max) -> std::optional<std::uint64_t> {
-    if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos)
-      return {};
-    auto n = std::stoull(v);
-    return n <= max ? std::optional(n) : std::nullopt;
-  };
+  auto fail = [&](const std::string& what) { return simulate_usage_error(what, kUsage); };
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--json") {
@@ -250,36 +254,26 @@ int simulate(int argc, char** argv) {
       o.model = *m;
     } else if (arg == "--instances") {
       o.instances.clear();
-      for (std::size_t at = 0; at <= v.size();) {
-        std::size_t comma = v.find(',', at);
-        if (comma == std::string::npos) comma = v.size();
-        auto n = count(v.substr(at, comma - at), 64);
+      for (const auto& item : comma_items(v)) {
+        auto n = parse_count(item, 64);
         if (!n || *n == 0) return fail("--instances takes counts from 1 to 64, comma-separated");
         o.instances.push_back(static_cast<int>(*n));
-        at = comma + 1;
       }
     } else if (arg == "--balance") {
       auto b = sluice::sim::balance_from_string(v);
       if (!b) return fail("no balance \"" + v + "\"");
       o.balance = *b;
     } else if (arg == "--runs") {
-      auto n = count(v, 1000);
+      auto n = parse_count(v, 1000);
       if (!n || *n == 0) return fail("--runs takes a count from 1 to 1000");
       o.runs = static_cast<int>(*n);
     } else {
-      auto n = count(v, ~std::uint64_t{0} >> 1);
+      auto n = parse_count(v, ~std::uint64_t{0} >> 1);
       if (!n) return fail("--seed takes a non-negative integer");
       o.seed = *n;
     }
   }
-  try {
-    auto a = sluice::config::load_admission(sluice::config::sluice_environment(environ));
-    o.settings.sluice.lanes = a.lanes;
-    o.settings.sluice.estimate = sluice::sim::one_thread_estimate(a.estimate);
-    o.settings.sluice.retry = a.retry;
-  } catch (const std::exception& e) {
-    return config_error(e);
-  }
+  if (auto bad = configure_sluice(o.settings.sluice)) return *bad;
   if (!o.instances.empty()) {
     auto fleets = sluice::sim::simulate_fleet(o);
     std::cout << (json ? sluice::sim::format_json(fleets)

@@ -78,24 +78,17 @@ case "${1:-}" in
   -h|--help) usage; exit 0 ;;
   *) usage >&2; die "unknown argument: $1" ;;
 esac
-for v in THREADS SERVICE_MS BURST STREAMS WAVES TIMEOUT_MS CAPACITY WARM_SECONDS MAX_WAVES QUIET_MAX \
-  QUIET_WAIT; do
-  [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a whole number, not '${!v}'"
-done
-for v in THREADS SERVICE_MS BURST STREAMS WAVES TIMEOUT_MS CAPACITY MAX_WAVES; do
-  [ "${!v}" -ge 1 ] || die "$v must be at least 1"
-done
-for v in WAVE_GAP WARM_LOAD LOOK_LIKE; do
-  [[ ${!v} =~ ^[0-9]*\.?[0-9]+$ ]] || die "$v must be a number, not '${!v}'"
-done
+# shellcheck source=bench/lib/common.sh
+. "$REPO/bench/lib/common.sh"
+need_whole THREADS SERVICE_MS BURST STREAMS WAVES TIMEOUT_MS CAPACITY WARM_SECONDS MAX_WAVES \
+  QUIET_MAX QUIET_WAIT
+need_positive THREADS SERVICE_MS BURST STREAMS WAVES TIMEOUT_MS CAPACITY MAX_WAVES
+need_decimal WAVE_GAP WARM_LOAD LOOK_LIKE
 [[ $STREAM_PATH == /sse* ]] || die "STREAM_PATH must be an /sse path (the heavy route), not '$STREAM_PATH'"
 [ "$MAX_WAVES" -ge 2 ] || die "MAX_WAVES must be at least 2 (two bursts in a row decide)"
 
 # Only the SLUICE_ variables set below apply (an unknown one would stop Sluice).
 while read -r v; do unset "$v"; done < <(compgen -e | grep '^SLUICE_' || true)
-
-# shellcheck source=bench/lib/common.sh
-. "$REPO/bench/lib/common.sh"
 
 # ---------------------------------------------------------------- setup
 
@@ -244,16 +237,13 @@ FIELDS = ["part", "instance", "kind", "wave", "start_s", "sent", "ok", "s503", "
           "other_cpu"]
 OUTCOMES = ["ok", "s503", "s429", "other", "no_answer"]
 
-
 def read(path):
     with open(path) as f:
         return [dict(zip(FIELDS, l.rstrip("\n").split("\t"))) for l in f if l.strip()]
 
-
 def shares(r):
     sent = float(r["sent"]) or 1.0
     return {k: 100.0 * float(r[k]) / sent for k in OUTCOMES}
-
 
 def looks_like(r, warm, points):
     """Every outcome's share of r within `points` of the warm waves' mean share."""

@@ -86,14 +86,12 @@ case "${1:-}" in
   -h|--help) usage; exit 0 ;;
   *) usage >&2; die "unknown argument: $1" ;;
 esac
-for v in CAPACITY SERVICE_MS DURATION THREADS WARMUP SAMPLE_MS LOAD_CONNECTIONS \
-  FLOOD_CONNECTIONS TRICKLE_CONNECTIONS QUIET_MAX QUIET_WAIT RETRIES; do
-  [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a whole number, not '${!v}'"
-done
-for v in CAPACITY SERVICE_MS DURATION THREADS SAMPLE_MS LOAD_CONNECTIONS FLOOD_CONNECTIONS \
-  TRICKLE_CONNECTIONS; do
-  [ "${!v}" -ge 1 ] || die "$v must be at least 1"
-done
+# shellcheck source=bench/lib/common.sh
+. "$(dirname "$0")/lib/common.sh"
+need_whole CAPACITY SERVICE_MS DURATION THREADS WARMUP SAMPLE_MS LOAD_CONNECTIONS \
+  FLOOD_CONNECTIONS TRICKLE_CONNECTIONS QUIET_MAX QUIET_WAIT RETRIES
+need_positive CAPACITY SERVICE_MS DURATION THREADS SAMPLE_MS LOAD_CONNECTIONS FLOOD_CONNECTIONS \
+  TRICKLE_CONNECTIONS
 command_line="CAPACITY=$CAPACITY SERVICE_MS=$SERVICE_MS DURATION=$DURATION THREADS=$THREADS bench/lanes_bench.sh"
 
 # Only the SLUICE_ variables set below apply (an unknown one would stop Sluice).
@@ -108,9 +106,6 @@ fi
 
 # ---------------------------------------------------------------- processes
 
-# shellcheck source=bench/lib/common.sh
-. "$(dirname "$0")/lib/common.sh"
-
 # wait_pid PID: waits for a process this script started to end (wrk), forgets it.
 wait_pid() {
   local pid=$1 i keep=()
@@ -119,10 +114,7 @@ wait_pid() {
   PIDS=(${keep[@]+"${keep[@]}"})
 }
 
-
 # ---------------------------------------------------------------- CPU accounting
-
-
 
 # ---------------------------------------------------------------- helpers
 

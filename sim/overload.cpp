@@ -273,7 +273,6 @@ class SluiceProxy final : public Proxy {
         ups_(bulkhead_),
         ex_(requests),
         next_tick_(s.phase + s.heartbeat) {
-    s_.retry = adm::default_retry_bands();  // the bench's clients: the proxy's defaults
     for (std::size_t i = 0; i < ex_.size(); ++i) {
       ex_[i].seat.owner = this;
       ex_[i].seat.id = i;

@@ -80,19 +80,10 @@ inline admission::EstimatePolicy one_thread_estimate(admission::EstimatePolicy p
   return p;
 }
 
-inline admission::RetryBands agent_retry_bands() {
-  auto b = admission::default_retry_bands();
-  b[admission::index(admission::Lane::bulk)] = {admission::Millis{120'000},
-                                                admission::Millis{180'000}};
-  return b;
-}
-
 struct SluiceSettings {
   admission::LanePolicy lanes;
   admission::EstimatePolicy estimate = one_thread_estimate();
-  // The agent scenarios' clients are seed 000's loops: bulk is told its
-  // opt-in band, 120s:180s (SLUICE_RETRY_AFTER=bulk=120s:180s).
-  admission::RetryBands retry = agent_retry_bands();
+  admission::RetryBands retry = admission::default_retry_bands();
   double heartbeat = 0.05;  // s: SLUICE_LAG_PROBE_INTERVAL
   double phase = 0;         // s: the first heartbeat (a fleet's instances beat out of step)
   // A remembered estimate per upstream: K̂ and K (empty: never measured).

@@ -1,8 +1,22 @@
-# What the bench scripts share: the processes they start and their clean-up
-# (only pids a script started are stopped), free ports, and waiting for a quiet
-# machine. Sourced after the script defines log(), KEEP_TMP, QUIET_MAX and
+# What the bench scripts share: the checks of their knobs, the processes they
+# start and their clean-up (only pids a script started are stopped), free
+# ports, and waiting for a quiet machine. Sourced after the script defines log(), KEEP_TMP, QUIET_MAX and
 # QUIET_WAIT.
 # shellcheck shell=bash
+
+# The knobs named, by the script's die(): whole numbers, at least 1, decimals.
+need_whole() {
+  local v
+  for v; do [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a whole number, not '${!v}'"; done
+}
+need_positive() {
+  local v
+  for v; do [ "${!v}" -ge 1 ] || die "$v must be at least 1"; done
+}
+need_decimal() {
+  local v
+  for v; do [[ ${!v} =~ ^[0-9]*\.?[0-9]+$ ]] || die "$v must be a number, not '${!v}'"; done
+}
 
 PIDS=()
 TMP=""

@@ -135,15 +135,13 @@ case "${1:-}" in
   -h|--help) usage; exit 0 ;;
   *) usage >&2; die "unknown argument: $1" ;;
 esac
-for v in CAPACITY SERVICE_MS TIMEOUT_MS DURATION WARMUP STREAM_SECONDS QUEUE_MS THREADS STEP STEP_BEFORE \
-  STEP_AFTER HONESTY HONESTY_HORIZON SEED QUIET_MAX QUIET_WAIT HALVE_PHASE; do
-  [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a whole number, not '${!v}'"
-done
-for v in CAPACITY SERVICE_MS TIMEOUT_MS DURATION THREADS HALVE_PHASE; do
-  [ "${!v}" -ge 1 ] || die "$v must be at least 1"
-done
+# shellcheck source=bench/lib/common.sh
+. "$REPO/bench/lib/common.sh"
+need_whole CAPACITY SERVICE_MS TIMEOUT_MS DURATION WARMUP STREAM_SECONDS QUEUE_MS THREADS STEP \
+  STEP_BEFORE STEP_AFTER HONESTY HONESTY_HORIZON SEED QUIET_MAX QUIET_WAIT HALVE_PHASE
+need_positive CAPACITY SERVICE_MS TIMEOUT_MS DURATION THREADS HALVE_PHASE
 [[ $STANDARD_SHARE =~ ^0?\.[0-9]+$|^1$ ]] || die "STANDARD_SHARE must be in 0..1, not '$STANDARD_SHARE'"
-[[ $STREAM_RATE =~ ^[0-9]*\.?[0-9]+$ ]] || die "STREAM_RATE must be a number, not '$STREAM_RATE'"
+need_decimal STREAM_RATE
 for l in $LOADS; do [[ $l =~ ^[0-9]+(\.[0-9]+)?p?$ ]] || die "LOADS: '$l' is not a load (1.5, 0.9p)"; done
 for l in $HALVE_LOADS; do
   [[ $l =~ ^[0-9]+(\.[0-9]+)?p?$ ]] || die "HALVE_LOADS: '$l' is not a load (2, 0.9p)"
@@ -161,9 +159,6 @@ done
 
 # Only the SLUICE_ variables set below apply (an unknown one would stop Sluice).
 while read -r v; do unset "$v"; done < <(compgen -e | grep '^SLUICE_' || true)
-
-# shellcheck source=bench/lib/common.sh
-. "$REPO/bench/lib/common.sh"
 
 # ---------------------------------------------------------------- setup
 

@@ -121,6 +121,22 @@ TEST_CASE("blocked event loops (every one) go straight to level 3 and bulk gets 
   CHECK(last["retry_after_s"] == retry);
 }
 
+TEST_CASE("a route's retry_after band replaces its lane's in a refusal's Retry-After",
+          "[e2e][admission]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, env_for(up, {{"SLUICE_ROUTES",
+                                  R"([{"prefix":"/logs","lane":"bulk","retry_after":"7s:9s"},)"
+                                  R"({"prefix":"/bulk","lane":"bulk"},{"prefix":"/"}])"}}));
+  // Level 2 for a minute: bulk is refused, told when the pin ends (about 60 s).
+  REQUIRE(request(s.admin, "POST", "/admin/pins", {}, R"({"level":2,"ttl":"1m","reason":"test"})")
+              .status == 200);
+  int logs = check_refusal(request(s.port, "GET", "/logs/x"), "bulk", 2);
+  int bulk = check_refusal(request(s.port, "GET", "/bulk/x"), "bulk", 2);
+  CHECK(logs >= 7);
+  CHECK(logs <= 9);   // the route's cap, jitter included
+  CHECK(bulk >= 50);  // the lane's band, 1s:180s, lets the derived wait through
+}
+
 TEST_CASE("observe mode decides and counts would_shed but forwards everything",
           "[e2e][admission][observe]") {
   Upstream up(kUpstream);

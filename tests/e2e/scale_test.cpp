@@ -228,3 +228,60 @@ TEST_CASE("an SSE stream cut for idling is not an upstream timeout", "[e2e][scal
   CHECK(s.metric(R"(sluice_upstream_timeouts_total{upstream="api"})") == 0);
   CHECK(s.metric(R"(sluice_upstream_level{upstream="api"})") == 0);
 }
+
+// A fresh instance, two threads, two healthy upstreams that never refuse: its
+// estimates start at their seed and were never measured exhausted, so they
+// are no reason to refuse anyone (slow start grows them while requests wait).
+TEST_CASE(
+    "a cold start at production shape refuses nothing from healthy upstreams: a burst of 200 "
+    "requests and 50 SSE streams at once are all served",
+    "[e2e][scale][concurrency]") {
+  Upstream api(kUpstream, {"--service-ms", "50", "--threads", "2"});
+  Upstream search(kUpstream, {"--service-ms", "50", "--threads", "2"});
+  const std::map<std::string, std::string> env{
+      {"SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(api.port) +
+                               ";search=127.0.0.1:" + std::to_string(search.port)},
+      {"SLUICE_THREADS", "2"},
+      {"SLUICE_ACCESS_LOG", "off"},
+      {"SLUICE_ROUTES", R"([{"prefix":"/search","upstream":"search"},)"
+                        R"({"prefix":"/bulk","lane":"bulk"},)"
+                        R"({"prefix":"/sse","sse":true,"lane":"heavy"},)"
+                        R"({"prefix":"/","lane":"standard"}])"}};
+  using sluice::test::Conn;
+  using sluice::test::format_request;
+  SECTION("200 requests: standard and bulk to one upstream, standard to the other") {
+    Sluice s(kSluice, env);
+    const char* targets[] = {"/api/item", "/bulk/job", "/search?q=x"};
+    std::vector<Conn> conns;
+    for (int i = 0; i < 200; ++i) conns.push_back(Conn::open(s.port));
+    for (int i = 0; i < 200; ++i)
+      REQUIRE(conns[i].send(format_request("GET", targets[i % 3], s.port)));
+    std::map<int, int> statuses;
+    for (auto& c : conns) {
+      auto r = c.read_response(20s);
+      ++statuses[r ? r->status : 0];
+    }
+    INFO("statuses 200: " << statuses[200] << ", 503: " << statuses[503]);
+    CHECK(statuses[200] == 200);
+    CHECK(
+        s.metric(
+            R"(sluice_admission_decisions_total{lane="bulk",outcome="shed",reason="queue_timeout"})") ==
+        0);
+  }
+  SECTION("50 SSE streams of 2 s on the heavy lane") {
+    Sluice s(kSluice, env);
+    std::vector<Conn> conns;
+    for (int i = 0; i < 50; ++i) conns.push_back(Conn::open(s.port));
+    for (auto& c : conns)
+      REQUIRE(
+          c.send("GET /sse?n=20&interval_ms=100 HTTP/1.1\r\nHost: x\r\nAccept: "
+                 "text/event-stream\r\n\r\n"));
+    int streaming = 0;
+    for (auto& c : conns) {
+      sluice::test::BodyReader reader(c);
+      auto head = reader.read_head(20s);
+      streaming += head && head->status == 200;
+    }
+    CHECK(streaming == 50);
+  }
+}

@@ -17,14 +17,11 @@ using sluice::test::eventually;
 using sluice::test::format_request;
 using sluice::test::request;
 using sluice::test::Upstream;
+using sluice::test::upstream_stats;
 
 namespace {
 
 const std::string kBin = SLUICE_UPSTREAM_BIN;
-
-nlohmann::json stats(std::uint16_t port) {
-  return nlohmann::json::parse(request(port, "GET", "/stats").body);
-}
 
 // The usage error sluice-upstream exits 2 with for these arguments.
 std::string usage_error(std::vector<std::string> args) {
@@ -39,33 +36,33 @@ std::string usage_error(std::vector<std::string> args) {
 
 TEST_CASE("stats reports the capacity in force only when one is set", "[e2e][upstream]") {
   Upstream unlimited(kBin);
-  CHECK_FALSE(stats(unlimited.port).contains("capacity"));
-  CHECK_FALSE(stats(unlimited.port).contains("schedule_ms"));
+  CHECK_FALSE(upstream_stats(unlimited).contains("capacity"));
+  CHECK_FALSE(upstream_stats(unlimited).contains("schedule_ms"));
 
   Upstream fixed(kBin, {"--capacity", "3"});
-  CHECK(stats(fixed.port)["capacity"] == 3);
-  CHECK_FALSE(stats(fixed.port).contains("schedule_ms"));
+  CHECK(upstream_stats(fixed)["capacity"] == 3);
+  CHECK_FALSE(upstream_stats(fixed).contains("schedule_ms"));
 }
 
 TEST_CASE("a capacity schedule's clock starts with the first request, not with the process",
           "[e2e][upstream]") {
   Upstream up(kBin, {"--capacity", "4", "--capacity-schedule", "0.3:2"});
-  auto s = stats(up.port);
+  auto s = upstream_stats(up);
   CHECK(s["capacity"] == 4);
   CHECK(s["schedule_ms"].is_null());
   std::this_thread::sleep_for(500ms);  // past 0.3 s of the process, before any request
-  s = stats(up.port);
+  s = upstream_stats(up);
   CHECK(s["capacity"] == 4);
   CHECK(s["schedule_ms"].is_null());
 
   CHECK(request(up.port, "GET", "/").status == 200);
-  s = stats(up.port);
+  s = upstream_stats(up);
   CHECK(s["capacity"] == 4);
   CHECK(s["schedule_ms"].get<std::int64_t>() >= 0);
   CHECK(s["schedule_ms"].get<std::int64_t>() < 300);
   // The change applies at its time, with no request in between.
-  CHECK(eventually([&] { return stats(up.port)["capacity"] == 2; }, 5s));
-  CHECK(stats(up.port)["schedule_ms"].get<std::int64_t>() >= 300);
+  CHECK(eventually([&] { return upstream_stats(up)["capacity"] == 2; }, 5s));
+  CHECK(upstream_stats(up)["schedule_ms"].get<std::int64_t>() >= 300);
 }
 
 TEST_CASE("with the 429 shape, the scheduled capacity decides who is refused at each moment",
@@ -75,18 +72,18 @@ TEST_CASE("with the 429 shape, the scheduled capacity decides who is refused at 
   CHECK(request(up.port, "GET", "/").status == 200);  // starts the clock
   auto holder = Conn::open(up.port);
   REQUIRE(holder.send(format_request("GET", "/slow?ms=4000", up.port)));
-  REQUIRE(eventually([&] { return stats(up.port)["in_flight"] == 1; }, 5s));
+  REQUIRE(eventually([&] { return upstream_stats(up)["in_flight"] == 1; }, 5s));
   CHECK(request(up.port, "GET", "/").status == 200);  // the second of 2 slots
 
-  REQUIRE(eventually([&] { return stats(up.port)["capacity"] == 1; }, 5s));
+  REQUIRE(eventually([&] { return upstream_stats(up)["capacity"] == 1; }, 5s));
   const auto refused = request(up.port, "GET", "/");
   CHECK(refused.status == 429);  // the holder fills the one slot
   CHECK(refused.header("Retry-After") == "1");
 
-  REQUIRE(eventually([&] { return stats(up.port)["capacity"] == 2; }, 5s));
-  CHECK(stats(up.port)["in_flight"] == 1);  // the holder is still in service
+  REQUIRE(eventually([&] { return upstream_stats(up)["capacity"] == 2; }, 5s));
+  CHECK(upstream_stats(up)["in_flight"] == 1);  // the holder is still in service
   CHECK(request(up.port, "GET", "/").status == 200);
-  CHECK(stats(up.port)["rejected"] == 1);
+  CHECK(upstream_stats(up)["rejected"] == 1);
 
   const auto held = holder.read_response(10s);
   REQUIRE(held);
@@ -104,13 +101,13 @@ TEST_CASE(
   REQUIRE(first.send(format_request("GET", "/slow?ms=1500", up.port)));  // starts the clock
   auto second = Conn::open(up.port);
   REQUIRE(second.send(format_request("GET", "/slow?ms=2500", up.port)));
-  REQUIRE(eventually([&] { return stats(up.port)["in_flight"] == 2; }, 5s));
+  REQUIRE(eventually([&] { return upstream_stats(up)["in_flight"] == 2; }, 5s));
 
-  REQUIRE(eventually([&] { return stats(up.port)["capacity"] == 1; }, 5s));
-  CHECK(stats(up.port)["in_flight"] == 2);  // both stay in service
+  REQUIRE(eventually([&] { return upstream_stats(up)["capacity"] == 1; }, 5s));
+  CHECK(upstream_stats(up)["in_flight"] == 2);  // both stay in service
   auto waiter = Conn::open(up.port);
   REQUIRE(waiter.send(format_request("GET", "/", up.port)));
-  REQUIRE(eventually([&] { return stats(up.port)["waiting"] == 1; }, 5s));
+  REQUIRE(eventually([&] { return upstream_stats(up)["waiting"] == 1; }, 5s));
 
   // The first finishes: one in flight is the new capacity, so the waiter still waits.
   const auto a = first.read_response(10s);
@@ -118,7 +115,7 @@ TEST_CASE(
   CHECK(a->status == 200);
   CHECK(eventually(
       [&] {
-        const auto s = stats(up.port);
+        const auto s = upstream_stats(up);
         return s["in_flight"] == 1 && s["waiting"] == 1;
       },
       5s));
@@ -133,16 +130,16 @@ TEST_CASE(
   // At capacity 1 a holder fills the slot and another request waits ...
   auto holder = Conn::open(up.port);
   REQUIRE(holder.send(format_request("GET", "/slow?ms=5000", up.port)));
-  REQUIRE(eventually([&] { return stats(up.port)["in_flight"] == 1; }, 5s));
+  REQUIRE(eventually([&] { return upstream_stats(up)["in_flight"] == 1; }, 5s));
   auto late = Conn::open(up.port);
   REQUIRE(late.send(format_request("GET", "/", up.port)));
-  REQUIRE(eventually([&] { return stats(up.port)["waiting"] == 1; }, 5s));
-  CHECK(stats(up.port)["capacity"] == 1);
+  REQUIRE(eventually([&] { return upstream_stats(up)["waiting"] == 1; }, 5s));
+  CHECK(upstream_stats(up)["capacity"] == 1);
   // ... until the capacity rises, long before the holder gives its slot back.
   const auto d = late.read_response(10s);
   REQUIRE(d);
   CHECK(d->status == 200);
-  const auto s = stats(up.port);
+  const auto s = upstream_stats(up);
   CHECK(s["capacity"] == 2);
   CHECK(s["in_flight"] == 1);
   CHECK(s["waiting"] == 0);
@@ -168,5 +165,5 @@ TEST_CASE("capacity-schedule takes increasing T:C pairs after --capacity, nothin
              Catch::Contains("'0' is not a capacity of at least 1"));
 
   Upstream good(kBin, {"--capacity", "8", "--capacity-schedule", "10:4,20.5:8"});
-  CHECK(stats(good.port)["capacity"] == 8);
+  CHECK(upstream_stats(good)["capacity"] == 8);
 }

@@ -183,20 +183,52 @@ TEST_CASE("past K, the first probe waits probe_after from the decrease, the next
           "[admission][bulkhead]") {
   EstimatePolicy p;  // growth 250 ms, probe_after 1 s
   Estimate e(p, 16, 0);
-  e.observe(Signal::refused, e.next_seq(), 8, 1ms, 10s);  // K = 8 at 10 s
-  e.observe(Signal::clean, e.next_seq(), 6, 50ms, 10s);   // recovered
-  std::optional<Micros> first_past_k;
-  for (Micros t = 10s + 250ms; t <= 13s && !first_past_k; t += 250ms) {
-    e.demand();
-    e.maybe_grow(t);
-    if (e.value() > 8 + 1e-9) first_past_k = t;
-  }
-  REQUIRE(first_past_k);
-  CHECK(*first_past_k >= 11s);  // below K the logistic growth; past it, a probe after 1 s
-  const double probed = e.value();
+  e.observe(Signal::refused, e.next_seq(), 2, 1ms, 10s);  // K = 2, K̂ = 1.7 at 10 s
+  e.observe(Signal::clean, e.next_seq(), 1, 50ms, 10s);   // recovered
+  // Below K, logistic steps of at least 0.25: at K by 10.5 s.
   e.demand();
-  CHECK(e.maybe_grow(*first_past_k + 250ms));  // the next probe: one interval later
-  CHECK(e.value() == Approx(probed + 1));
+  REQUIRE(e.maybe_grow(10s + 250ms));
+  e.demand();
+  REQUIRE(e.maybe_grow(10s + 500ms));
+  REQUIRE(e.value() >= 2);
+  const double at_k = e.value();
+  // Past K, the next growth is a probe: not before 1 s after the decrease.
+  e.demand();
+  CHECK_FALSE(e.maybe_grow(10s + 750ms));
+  CHECK_FALSE(e.maybe_grow(10s + 999ms));
+  CHECK(e.maybe_grow(11s));
+  CHECK(e.value() == Approx(at_k + 1));
+  e.demand();
+  CHECK_FALSE(e.maybe_grow(11s + 249ms));
+  CHECK(e.maybe_grow(11s + 250ms));  // the next probe: one interval later
+  CHECK(e.value() == Approx(at_k + 2));
+}
+
+TEST_CASE(
+    "a refusal's wait is the larger of the queues' drain and how long the lane's refusals have "
+    "lasted",
+    "[admission][bulkhead]") {
+  Estimate e(EstimatePolicy{}, 4, 4);
+  for (int i = 0; i < 4; ++i) e.observe(Signal::clean, e.next_seq(), 0, 100ms, 1s);
+  Bulkhead b(LanePolicy{}, e);
+  Rng rng(1);
+  std::deque<TestSeat> seats;
+  for (int i = 0; i < 4; ++i) {
+    seats.emplace_back(Lane::standard);
+    REQUIRE(b.ask(seats.back(), 1s, rng));
+  }
+  for (int i = 0; i < 7; ++i) {
+    seats.emplace_back(Lane::standard);
+    REQUIRE_FALSE(b.ask(seats.back(), 1s, rng));
+  }
+  // 7 waiting, and this one: 8 x 100 ms over 4 slots.
+  CHECK(b.refusal_wait(Lane::standard, 10s) == 200ms);
+  // Refusals every second since 10 s: at 15 s they have lasted 5 s.
+  for (int t = 11; t <= 14; ++t) b.refusal_wait(Lane::standard, Micros(std::chrono::seconds(t)));
+  CHECK(b.refusal_wait(Lane::standard, 15s) == 5s);
+  CHECK(b.refusal_wait(Lane::bulk, 15s) == 200ms);  // per lane
+  // A gap longer than kRefusalGap ends them: the next one starts over.
+  CHECK(b.refusal_wait(Lane::standard, 15s + Bulkhead::kRefusalGap + 1ms) == 200ms);
 }
 
 TEST_CASE("too much decreases the estimate once per burst and remembers the load as K",

@@ -25,11 +25,12 @@ struct CountCap : LeaseCap {
 };
 
 // Upstreams of `slots` each, measured exhausted (so a full one seats nothing
-// more), with closures that probe every 10 s.
+// more) unless said otherwise, with closures that probe every 10 s.
 struct TestUpstreams : Upstreams {
-  explicit TestUpstreams(std::size_t n, double slots = 1.0, LanePolicy lanes = {}) {
+  explicit TestUpstreams(std::size_t n, double slots = 1.0, LanePolicy lanes = {},
+                         bool measured = true) {
     for (std::size_t i = 0; i < n; ++i) {
-      bulkheads.emplace_back(lanes, Estimate(EstimatePolicy{}, slots, slots), &cap);
+      bulkheads.emplace_back(lanes, Estimate(EstimatePolicy{}, slots, measured ? slots : 0), &cap);
       closures.emplace_back(ClosurePolicy{35min, 10s});
     }
   }
@@ -167,6 +168,39 @@ TEST_CASE(
   auto pw = timed_out(waited, b, pq.lease, ups, 4s);
   REQUIRE(pw.retry_after);
   CHECK(*pw.retry_after == 5000ms);
+}
+
+TEST_CASE(
+    "on an estimate never measured exhausted a request whose wait ended waits on, up to "
+    "kUnmeasuredWait; the heavy cap still refuses",
+    "[admission][placement]") {
+  TestUpstreams ups(1, 1.0, {}, /*measured=*/false);
+  Rng rng(1);
+  TestSeat a, b;
+  auto pa = place(ask_for(0), a, ups, 0us, rng);
+  REQUIRE(pa.how == Placed::seated);
+  auto pb = place(ask_for(0), b, ups, 1us, rng);
+  REQUIRE(pb.how == Placed::queued);
+  auto waited = ask_for(0);
+  waited.waited = 500ms;
+  auto on = timed_out(waited, b, pb.lease, ups, 501ms);
+  CHECK(on.how == Placed::queued);
+  CHECK(on.wait_for == ups.bulkheads[0].patience(Lane::standard));
+  CHECK(ups.waiting(0) == 1);
+  waited.waited = kUnmeasuredWait;
+  auto off = timed_out(waited, b, on.lease, ups, 30s);
+  CHECK(off.how == Placed::refused);
+  CHECK(off.reason == Reason::queue_timeout);
+
+  ups.cap.cap = 0;  // SLUICE_HEAVY_MAX_IN_FLIGHT reached: an operator's limit, not the estimate
+  TestSeat h(Lane::heavy);
+  auto ph = place(ask_for(0, kNone, Lane::heavy), h, ups, 31s, rng);
+  REQUIRE(ph.how == Placed::queued);
+  auto heavy = ask_for(0, kNone, Lane::heavy);
+  heavy.waited = 2s;
+  auto th = timed_out(heavy, h, ph.lease, ups, 33s);
+  CHECK(th.how == Placed::refused);
+  CHECK(th.reason == Reason::heavy_cap);
 }
 
 TEST_CASE("a closed upstream's due probe is the request, seated outside the lane rules",

@@ -13,10 +13,15 @@ using sluice::admission::index;
 
 namespace {
 
+// The scenarios' clients are seed 000's agent loops, which Sluice tells with
+// its opt-in bulk band (SLUICE_RETRY_AFTER=bulk=120s:180s): retried every
+// second, a burst of hour-long rounds is refused thousands of times more.
 Options options(int runs, std::uint64_t seed = 1) {
   Options o;
   o.runs = runs;
   o.seed = seed;
+  o.settings.sluice.retry[index(sluice::admission::Lane::bulk)] = {
+      sluice::admission::Millis{120'000}, sluice::admission::Millis{180'000}};
   return o;
 }
 
