@@ -81,6 +81,12 @@ std::string_view to_string(ModelKind kind);
 // The model of `kind` whose capacity is `k` (K, or c).
 std::unique_ptr<UpstreamModel> make_model(ModelKind kind, double k);
 
+// A seed for one of a run's random streams: `a` the run's, `b` the stream's.
+inline std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
+  Rng r(a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull));
+  return r.next();
+}
+
 // An exponential draw of mean `mean`.
 double exponential(Rng& rng, double mean);
 

@@ -60,15 +60,6 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
-  Rng r(a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull));
-  return r.next();
-}
-
-adm::Micros micros(double s) {
-  return adm::Micros(static_cast<std::int64_t>(std::llround(s * 1e6)));
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------- the upstream

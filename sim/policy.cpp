@@ -30,10 +30,6 @@ std::optional<double> Policy::estimate(std::size_t) const { return std::nullopt;
 
 namespace {
 
-adm::Micros micros(double s) {
-  return adm::Micros(static_cast<std::int64_t>(std::llround(s * 1e6)));
-}
-
 // What every policy but sluice counts as "too much".
 bool too_much(const Ending& e) { return e.status == 429 || e.cut || e.slow; }
 

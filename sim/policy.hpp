@@ -24,6 +24,7 @@
 //               measured minRTT again (their median). 503 without Retry-After at the limit.
 //
 // Threading: none; one simulation run owns its policy.
+#include <cmath>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -38,6 +39,11 @@ namespace sluice::sim {
 
 using admission::Lane;
 using admission::Signal;
+
+// Virtual seconds as the admission core's microseconds.
+inline admission::Micros micros(double seconds) {
+  return admission::Micros(static_cast<std::int64_t>(std::llround(seconds * 1e6)));
+}
 
 // What the simulator tells a policy about one request.
 struct Attempt {

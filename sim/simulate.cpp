@@ -127,11 +127,6 @@ std::vector<PolicyChoice> default_policies(ScenarioKind kind) {
 
 namespace {
 
-std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
-  Rng r(a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull));
-  return r.next();
-}
-
 class Run final : public Driver {
  public:
   Run(const Scenario& s, ModelKind model, const PolicyChoice& choice, const Settings& settings,
