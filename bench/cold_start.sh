@@ -73,13 +73,9 @@ usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0
 log() { printf 'cold_start: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-case "${1:-}" in
-  "") ;;
-  -h|--help) usage; exit 0 ;;
-  *) usage >&2; die "unknown argument: $1" ;;
-esac
 # shellcheck source=bench/lib/common.sh
 . "$REPO/bench/lib/common.sh"
+no_arguments "$@"
 need_whole THREADS SERVICE_MS BURST STREAMS WAVES TIMEOUT_MS CAPACITY WARM_SECONDS MAX_WAVES \
   QUIET_MAX QUIET_WAIT
 need_positive THREADS SERVICE_MS BURST STREAMS WAVES TIMEOUT_MS CAPACITY MAX_WAVES

@@ -81,13 +81,9 @@ usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0
 log() { printf 'lanes_bench: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-case "${1:-}" in
-  "") ;;
-  -h|--help) usage; exit 0 ;;
-  *) usage >&2; die "unknown argument: $1" ;;
-esac
 # shellcheck source=bench/lib/common.sh
 . "$(dirname "$0")/lib/common.sh"
+no_arguments "$@"
 need_whole CAPACITY SERVICE_MS DURATION THREADS WARMUP SAMPLE_MS LOAD_CONNECTIONS \
   FLOOD_CONNECTIONS TRICKLE_CONNECTIONS QUIET_MAX QUIET_WAIT RETRIES
 need_positive CAPACITY SERVICE_MS DURATION THREADS SAMPLE_MS LOAD_CONNECTIONS FLOOD_CONNECTIONS \

@@ -4,6 +4,15 @@
 # QUIET_WAIT.
 # shellcheck shell=bash
 
+# The scripts take no argument but -h / --help (usage() is the script's).
+no_arguments() {
+  case "${1:-}" in
+    "") ;;
+    -h|--help) usage; exit 0 ;;
+    *) usage >&2; die "unknown argument: $1" ;;
+  esac
+}
+
 # The knobs named, by the script's die(): whole numbers, at least 1, decimals.
 need_whole() {
   local v

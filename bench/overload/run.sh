@@ -130,13 +130,9 @@ usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0
 log() { printf 'overload: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-case "${1:-}" in
-  "") ;;
-  -h|--help) usage; exit 0 ;;
-  *) usage >&2; die "unknown argument: $1" ;;
-esac
 # shellcheck source=bench/lib/common.sh
 . "$REPO/bench/lib/common.sh"
+no_arguments "$@"
 need_whole CAPACITY SERVICE_MS TIMEOUT_MS DURATION WARMUP STREAM_SECONDS QUEUE_MS THREADS STEP \
   STEP_BEFORE STEP_AFTER HONESTY HONESTY_HORIZON SEED QUIET_MAX QUIET_WAIT HALVE_PHASE
 need_positive CAPACITY SERVICE_MS TIMEOUT_MS DURATION THREADS HALVE_PHASE
