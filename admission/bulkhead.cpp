@@ -149,7 +149,11 @@ bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, 
     if (signal == Signal::clean) return queue_window(seq, load, us, now);
   }
   if (seq <= burst_seq_) return false;  // admitted before the last decrease: the same burst
-  decrease(std::max(1.0, static_cast<double>(load)), p_.decrease, signal, now);
+  const double carrying = std::max(1.0, static_cast<double>(load));
+  // A refusal at the load the last one met confirms a sharp capacity: no margin under it.
+  const bool confirmed =
+      signal == Signal::refused && why_ == Signal::refused && std::abs(carrying - k_) < 0.5;
+  decrease(carrying, confirmed ? 1.0 : p_.decrease, signal, now);
   return true;
 }
 
@@ -359,9 +363,14 @@ void Bulkhead::note_head(Signal signal, Micros ttfb, Micros now) {
   if (estimate_.on_head(signal, ttfb, waiting_[0] + waiting_[1] + waiting_[2] > 0)) serve(now);
 }
 
+bool Bulkhead::growing() const {
+  Lock lock(mutex_);
+  return estimate_.growing();
+}
+
 bool Bulkhead::waits_on(const Seat& s) const {
   Lock lock(mutex_);
-  if (!s.queued || estimate_.measured()) return false;
+  if (!s.queued || !estimate_.growing()) return false;
   const Seat* head = queue_[index(s.lane)].head;
   Hold h = head == &s || !head ? s.hold : head->hold;
   return h != Hold::heavy_cap && h != Hold::budget;

@@ -22,7 +22,9 @@
 //                response head slower than slow_factor x the baseline. It sets
 //                K = the load the refused request met when it was admitted (slow
 //                and timeout: or at its end, if larger: they build up), and
-//                K̂ = max(1, decrease x min(K̂, K)).
+//                K̂ = max(1, decrease x min(K̂, K)); a refusal at the K the last
+//                refusal set confirms a sharp capacity (an upstream that refuses
+//                exactly above it): K̂ = min(K̂, K), no margin.
 //                Once per burst: signals from requests admitted before the
 //                decrease are the same burst and change nothing.
 //   a queue      an upstream that queues above its capacity refuses nothing: its
@@ -127,6 +129,9 @@ class Estimate {
   double carrying() const { return k_; }  // 0: never measured
   bool measured() const { return k_ > 0; }
   bool slow_start() const { return slow_start_; }
+  // Never measured exhausted and below `max`: it still grows, and what it
+  // holds back waits for that growth rather than for a measured limit.
+  bool growing() const { return slow_start_ && khat_ < std::max(1.0, p_.max); }
   Micros baseline() const { return Micros(static_cast<std::int64_t>(baseline_us_)); }
   std::optional<Micros> exhausted_at() const { return exhausted_at_; }
   Signal why() const { return why_; }
@@ -341,9 +346,11 @@ class Bulkhead {
   // lock only in slow start.
   void note_head(Signal signal, Micros ttfb, Micros now);
   // A queued request whose wait ended: true when it waits on because only the
-  // estimate holds it and the estimate was never measured exhausted (not the
-  // heavy cap, not the budget: what holds its lane's head).
+  // estimate holds it and the estimate is still growing (Estimate::growing:
+  // not the heavy cap, not the budget, not the connection pool's share).
   bool waits_on(const Seat& s) const;
+  // Estimate::growing(): a wait for a seat now is slow start, not pressure.
+  bool growing() const;
   // Never measured exhausted (no lock): an estimate that is a start, not a limit.
   bool unmeasured() const { return unmeasured_.load(std::memory_order_relaxed); }
 

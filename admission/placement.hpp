@@ -89,8 +89,9 @@ struct Placement {
 Placement place(const Ask& ask, Seat& seat, Upstreams& ups, Micros now, Rng& rng);
 
 // `lease` (queued) reached the end of its wait (wait_for); ask.waited is the wait.
-// On an upstream never measured exhausted it waits on (queued, for wait_for
-// more), up to kUnmeasuredWait in all: its estimate is not the reason to refuse it.
+// On an upstream whose estimate is still growing (never measured exhausted,
+// below the pool's share) it waits on (queued, for wait_for more), up to
+// kUnmeasuredWait in all: its estimate is not the reason to refuse it.
 inline constexpr Micros kUnmeasuredWait{30'000'000};
 Placement timed_out(const Ask& ask, Seat& seat, Lease& lease, Upstreams& ups, Micros now);
 

@@ -131,6 +131,7 @@ struct Exchange {
   // The upstream.
   Clock::time_point queue_start{}, sent_at{};
   Clock::duration queue_wait{0}, upstream_wait{-1}, ttfb{-1};
+  bool slow_start_wait = false;  // it queued on a growing estimate (slow start)
   admission::Micros up_ttfb{0};  // request sent to response head: what the estimate learns from
   admission::Signal signal = admission::Signal::none;
   bool closing_status = false;  // the upstream answered a status that closes it

@@ -111,13 +111,15 @@ Sample Sampler::sample(admission::Millis t, std::chrono::milliseconds tick) {
       double ms = static_cast<double>(to_ns(now) - since) / 1e6;
       raise(upstreams_[u].oldest_wait_ms, ms);
     }
-  // The same for requests queued for a bulkhead slot.
+  // The same for requests queued for a bulkhead slot, but in slow start (a
+  // growing estimate is a start, not a sign of too much).
   for (std::size_t u = 0; u < upstreams && u < rt_.bulkheads.size(); ++u)
-    for (auto lane : admission::kLanes)
-      if (auto since = rt_.bulkhead(u).oldest_waiting(lane)) {
-        double ms = static_cast<double>((rt_.micros(now) - *since).count()) / 1e3;
-        raise(upstreams_[u].oldest_wait_ms, ms);
-      }
+    if (!rt_.bulkhead(u).growing())
+      for (auto lane : admission::kLanes)
+        if (auto since = rt_.bulkhead(u).oldest_waiting(lane)) {
+          double ms = static_cast<double>((rt_.micros(now) - *since).count()) / 1e3;
+          raise(upstreams_[u].oldest_wait_ms, ms);
+        }
 
   // Upstream timeouts since the last tick.
   for (std::size_t u = 0; u < upstreams; ++u) {

@@ -16,7 +16,8 @@
 // - Wait: the p95 of the connection grants' waits over the last 1.5 ticks
 //   (wait_window_start; seed 000: a wait is read on at most two ticks, fewer
 //   than the rise gate needs), or the age of the oldest request still queued
-//   for one of its connections or a seat in its bulkhead, if larger.
+//   for one of its connections or a seat in its bulkhead, if larger. A wait
+//   for a seat on a growing estimate (slow start, Estimate::growing) is none.
 // - Timeouts: its response timeouts grew since the last tick (an SSE stream
 //   cut for idling is not one).
 // Arrivals per lane in the tick, for the tick log.

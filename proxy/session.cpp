@@ -144,7 +144,7 @@ class Session : public Tracked,
           break;
         }
         note_queue_wait(now);
-        note_upstream_wait(now, ex_.queue_wait);
+        note_upstream_wait(now, seat_wait());
         if (apply(std::move(p), now)) carry_on();
         break;
       }
@@ -212,7 +212,7 @@ class Session : public Tracked,
     auto self = std::move(self_);
     auto now = Clock::now();
     ex_.upstream_wait = now - wait_start;
-    note_upstream_wait(now, ex_.queue_wait + ex_.upstream_wait);
+    note_upstream_wait(now, seat_wait() + ex_.upstream_wait);
     if (ec) {
       // A connect that failed or timed out: the upstream could not be reached.
       if (ec == net::error::timed_out) ex_.signal = admission::Signal::timeout;
@@ -529,6 +529,7 @@ class Session : public Tracked,
       case Placed::queued:
         phase_ = Phase::queued;
         ex_.queue_start = now;
+        ex_.slow_start_wait = w_.runtime().bulkhead(p.upstream).growing();
         deadline = now + std::chrono::duration_cast<Clock::duration>(p.wait_for);
         self_ = shared_from_this();
         return false;
@@ -560,6 +561,12 @@ class Session : public Tracked,
   void count_decision() {
     bump(st_.lane[admission::index(ex_.lane)].decisions[static_cast<std::size_t>(
         ex_.decision.outcome)][static_cast<std::size_t>(ex_.decision.reason)]);
+  }
+
+  // The part of its wait for a seat that is pressure: none when it queued on
+  // a growing estimate (slow start is a start, not a sign of too much).
+  Clock::duration seat_wait() const {
+    return ex_.slow_start_wait ? Clock::duration{0} : ex_.queue_wait;
   }
 
   // The upstream wait the controller reads: for a bulkhead slot, then for a

@@ -285,3 +285,49 @@ TEST_CASE(
     CHECK(streaming == 50);
   }
 }
+
+// Waiting for slow start is no pressure: requests queued for a seat on an
+// estimate never measured exhausted are not upstream-wait evidence.
+TEST_CASE("waiting for slow start raises no level, at production shape",
+          "[e2e][scale][concurrency]") {
+  Upstream api(kUpstream), search(kUpstream);
+  Sluice s(kSluice,
+           {{"SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(api.port) +
+                                     ";search=127.0.0.1:" + std::to_string(search.port)},
+            {"SLUICE_THREADS", "2"},
+            {"SLUICE_ACCESS_LOG", "off"},
+            {"SLUICE_TICK", "100ms"},
+            {"SLUICE_BULKHEAD_SEED", "1"},
+            {"SLUICE_BULKHEAD_GROWTH_INTERVAL", "1h"},  // slow start by answers only
+            {"SLUICE_ROUTES", R"([{"prefix":"/search","upstream":"search"},{"prefix":"/"}])"}});
+  // Six at a time to each upstream, each answered after 400 ms: at one seat,
+  // the others wait 400 ms and more (level 2's upstream wait is 200 ms).
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, refused{0};
+  std::vector<std::jthread> clients;
+  for (int i = 0; i < 12; ++i)
+    clients.emplace_back([&, i] {
+      const std::string target = i % 2 ? "/search/slow?ms=400" : "/slow?ms=400";
+      while (!stop) {
+        int status = request(s.port, "GET", target, {}, {}, 20s).status;
+        (status == 200 ? ok : refused) += 1;
+      }
+    });
+  std::this_thread::sleep_for(3s);
+  stop = true;
+  clients.clear();
+  const std::string metrics = s.metrics();
+  const std::string family = "sluice_upstream_level_changes_total{";
+  int series = 0;
+  double changes = 0;
+  for (std::size_t at = metrics.find(family); at != std::string::npos;
+       at = metrics.find(family, at + 1)) {
+    ++series;
+    changes += std::stod(metrics.substr(metrics.find(' ', at) + 1));
+  }
+  INFO(metrics);
+  CHECK(series > 0);
+  CHECK(changes == 0);
+  CHECK(refused == 0);
+  CHECK(ok > 12);
+}

@@ -252,6 +252,33 @@ TEST_CASE("too much decreases the estimate once per burst and remembers the load
   CHECK(e.decreases() == 2);
 }
 
+TEST_CASE("a refusal at the load the last refusal met confirms a sharp capacity: K̂ = K, no margin",
+          "[admission][bulkhead]") {
+  EstimatePolicy p;
+  p.seed = 16;
+  Estimate e(p);
+  // Grows back (recovered, under demand) past `above`, from `t` on.
+  auto regrow = [&](double above, Micros t) {
+    e.observe(Signal::clean, e.next_seq(), 1, 1ms, t);
+    for (int i = 1; i < 40 && e.value() <= above; ++i) {
+      e.demand();
+      e.maybe_grow(t + i * 250ms);
+    }
+    REQUIRE(e.value() > above);
+  };
+  REQUIRE(e.observe(Signal::refused, e.next_seq(), 8, 1ms, 1s));
+  CHECK(e.value() == Approx(0.85 * 8));  // the first: K = 8, with seed 001's margin
+  regrow(8, 1s);
+  REQUIRE(e.observe(Signal::refused, e.next_seq(), 8, 1ms, 20s));
+  CHECK(e.value() == 8);  // again at 8: an upstream that refuses exactly above 8
+  regrow(8, 20s);
+  REQUIRE(e.observe(Signal::refused, e.next_seq(), 7, 1ms, 40s));
+  CHECK(e.value() == Approx(0.85 * 7));  // at another load: the margin again
+  regrow(7, 40s);
+  REQUIRE(e.observe(Signal::slow, e.next_seq(), 7, 1ms, 60s));
+  CHECK(e.value() == Approx(0.85 * 7));  // slowness at that load confirms nothing
+}
+
 TEST_CASE(
     "after a decrease the estimate grows again only once a request admitted since answered cleanly",
     "[admission][bulkhead]") {
@@ -723,4 +750,26 @@ TEST_CASE("plan answers how many would start now, seating nothing", "[admission]
   auto before = b.census();
   CHECK(plan(p, b.census(), Lane::standard, 20) == 8);
   CHECK(b.census().running == before.running);
+}
+
+TEST_CASE("an estimate grows while never measured exhausted and below the pool's share",
+          "[admission][bulkhead]") {
+  EstimatePolicy ep;
+  ep.seed = 4;
+  ep.max = 8;
+  Estimate e(ep);
+  CHECK(e.growing());
+  e.demand();
+  REQUIRE(e.maybe_grow(1s));  // 8: the pool's share
+  CHECK_FALSE(e.growing());   // a wait now is for the pool, not for slow start
+  Estimate measured_one(ep, 4, 4);
+  CHECK_FALSE(measured_one.growing());
+  // A request waiting on an estimate at the pool's share does not wait on.
+  Bulkhead b(LanePolicy{}, e);
+  Rng rng(1);
+  std::vector<TestSeat> seats(9, TestSeat(Lane::standard));
+  for (auto& s : seats) b.ask(s, 2s, rng);
+  REQUIRE(seats[8].queued);
+  CHECK_FALSE(b.waits_on(seats[8]));
+  CHECK_FALSE(b.growing());
 }
