@@ -692,6 +692,7 @@ std::vector<Measured> run_once(Shape shape, System system, const Load& load, con
 std::vector<Row> run_rows(Shape shape, System system, const Load& load, const Options& o) {
   auto ws = windows(shape, o.load);
   std::vector<std::vector<Measured>> runs;
+  runs.reserve(static_cast<std::size_t>(std::max(0, o.runs)));
   for (int i = 0; i < o.runs; ++i)
     runs.push_back(run_once(shape, system, load, o, o.seed + static_cast<std::uint64_t>(i)));
   std::vector<Row> rows;
@@ -817,18 +818,39 @@ std::string format_markdown(const Report& rep) {
       if (!r.window.label.empty()) load += ", " + r.window.label;
       const double all = r.sent[b] + r.sent[st] + r.sent[h];
       std::string k = "-";
-      if (r.khat_mean)
-        k = fmt("%.2f", *r.khat_mean) + " (" + fmt("%.2f", *r.khat_min) + "-" +
-            fmt("%.2f", *r.khat_max) + "), " + fmt("%.1f", r.decreases) + " decreases";
-      out += "| " + std::string(to_string(r.system)) + " | " + load + " | " +
-             fmt("%.1f %%", 100 * r.goodput / cs) + " | " +
-             (rep.capacity > 0 ? fmt("%.1f %%", 100 * r.goodput / rep.capacity) : "-") + " | " +
-             ms_pair(r.p50[st], r.p99[st]) + " | " + ms_pair(r.p50[b], r.p99[b]) + " | " +
-             share(r.refused[st], r.sent[st]) + " / " + share(r.timeouts[st], r.sent[st]) + " | " +
-             share(r.refused[b], r.sent[b]) + " / " + share(r.timeouts[b], r.sent[b]) + " | " +
-             share(r.refused[b] + r.refused[st] + r.refused[h], all) + " | " +
-             share(r.ok[h], r.sent[h]) + " | " + fmt("%.2f", 100 * r.upstream_share) + " | " +
-             std::to_string(r.max_offered) + " | " + k + " |\n";
+      if (r.khat_mean) {
+        k = fmt("%.2f", *r.khat_mean);
+        k += " (";
+        k += fmt("%.2f", *r.khat_min);
+        k += '-';
+        k += fmt("%.2f", *r.khat_max);
+        k += "), ";
+        k += fmt("%.1f", r.decreases);
+        k += " decreases";
+      }
+      auto slash = [](std::string left, const std::string& right) {
+        return (left += " / ") += right;
+      };
+      const std::string cells[] = {
+          std::string(to_string(r.system)),
+          load,
+          fmt("%.1f %%", 100 * r.goodput / cs),
+          rep.capacity > 0 ? fmt("%.1f %%", 100 * r.goodput / rep.capacity) : "-",
+          ms_pair(r.p50[st], r.p99[st]),
+          ms_pair(r.p50[b], r.p99[b]),
+          slash(share(r.refused[st], r.sent[st]), share(r.timeouts[st], r.sent[st])),
+          slash(share(r.refused[b], r.sent[b]), share(r.timeouts[b], r.sent[b])),
+          share(r.refused[b] + r.refused[st] + r.refused[h], all),
+          share(r.ok[h], r.sent[h]),
+          fmt("%.2f", 100 * r.upstream_share),
+          std::to_string(r.max_offered),
+          k};
+      for (const auto& cell : cells) {
+        out += "| ";
+        out += cell;
+        out += ' ';
+      }
+      out += "|\n";
     }
   }
   out +=
