@@ -458,9 +458,34 @@ std::vector<Upstream> parse_upstreams(std::string_view text) {
       hpos = hend + 1;
       if (host.empty())
         invalid("upstream " + in_quotes(u.name) + " has an empty host; give host:port" + kHint);
+      // An optional scheme: https:// (default port 443) or http:// (80); every
+      // host of an upstream speaks the same.
+      bool https = false;
+      std::string_view address = host;
+      if (host.starts_with("https://") || host.starts_with("http://")) {
+        https = host.starts_with("https://");
+        address = host.substr(https ? 8 : 7);
+        if (address.ends_with("/")) address.remove_suffix(1);
+      } else if (host.find("://") != std::string_view::npos) {
+        invalid("upstream " + in_quotes(u.name) + ": " + in_quotes(host) +
+                " has a scheme Sluice does not speak; use http:// or https://" + kHint);
+      }
+      if (u.hosts.empty()) {
+        u.tls = https;
+      } else if (u.tls != https) {
+        invalid("upstream " + in_quotes(u.name) +
+                " mixes https:// and plain hosts; give every host of an upstream the same "
+                "scheme" +
+                kHint);
+      }
       Endpoint ep;
       try {
-        ep = parse_endpoint(host);
+        bool has_port = address.starts_with("[") ? address.find("]:") != std::string_view::npos
+                                                 : address.find(':') != std::string_view::npos;
+        if (!has_port && host != address)
+          ep = parse_endpoint(std::string(address) + (https ? ":443" : ":80"));
+        else
+          ep = parse_endpoint(address);
       } catch (const std::invalid_argument& e) {
         invalid("upstream " + in_quotes(u.name) + ": " + e.what());
       }
@@ -734,6 +759,48 @@ std::string parse_admin_token(const std::string& v) {
 // Checked when the file was laid over the environment (with_config_file).
 std::string parse_config_file(const std::string& v) { return v; }
 
+Endpoint parse_listen(const std::string& v) {
+  if (v == "off") return Endpoint{};
+  return parse_endpoint(v);
+}
+std::string listen_text(const Endpoint& e) { return e.host.empty() ? "off" : e.str(); }
+
+// Comma-separated paths, each non-empty.
+std::vector<std::string> parse_files(const std::string& v) {
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  while (pos <= v.size()) {
+    auto end = std::min(v.find(',', pos), v.size());
+    auto one = v.substr(pos, end - pos);
+    pos = end + 1;
+    if (one.empty()) invalid(in_quotes(v) + " has an empty path; give PEM files separated by ,");
+    out.push_back(one);
+  }
+  return out;
+}
+Json files_json(const std::vector<std::string>& files) {
+  return files.empty() ? Json(nullptr) : Json(files);
+}
+
+bool parse_tls13_only(const std::string& v) {
+  if (v == "1.2") return false;
+  if (v == "1.3") return true;
+  invalid(in_quotes(v) + " is not a TLS version Sluice offers as the lowest; valid: 1.2, 1.3");
+}
+std::string tls_min_text(bool tls13_only) { return tls13_only ? "1.3" : "1.2"; }
+
+std::string parse_cipher_text(const std::string& v) {
+  if (v.empty()) invalid("empty; give an OpenSSL cipher list");
+  return v;
+}
+
+Duration parse_ticket_rotate(const std::string& v) {
+  auto d = parse_duration(v);
+  if (d < Duration{60'000} || d > Duration{86'400'000})
+    invalid(in_quotes(v) + " is out of range; valid: 1m..24h");
+  return d;
+}
+
 std::size_t parse_send_buffer(const std::string& v) {
   auto n = bytes_in<std::size_t, 0, 64ull << 20>(v);
   if (n != 0 && n < 4096)
@@ -834,7 +901,7 @@ Json upstreams_json(const std::vector<Upstream>& upstreams) {
   for (const auto& u : upstreams) {
     Json hosts = Json::array();
     for (const auto& h : u.hosts) hosts.push_back(h.str());
-    out.push_back({{"name", u.name}, {"hosts", hosts}});
+    out.push_back({{"name", u.name}, {"hosts", hosts}, {"tls", u.tls}});
   }
   return out;
 }
@@ -1086,10 +1153,53 @@ using admission::LanePolicy;
 // The one table: load, check-config, --help, docs/configuration.md and the
 // reload's live-or-restart split all walk it. In documentation order.
 constexpr Row kRows[] = {
-    field<parse_endpoint, &Endpoint::str, &Config::listen>(
+    field<parse_listen, listen_text, &Config::listen>(
         restart, "listen",
         {"SLUICE_LISTEN", "0.0.0.0:8080",
-         "Address the proxy accepts client connections on, as host:port or [IPv6]:port."}),
+         "Address the proxy accepts plain HTTP client connections on, as host:port or "
+         "[IPv6]:port; off: none (HTTPS only, on SLUICE_TLS_LISTEN)."}),
+    field<parse_files, files_json, &Config::tls, &Tls::cert_files>(
+        restart, "tls_cert",
+        {"SLUICE_TLS_CERT", "unset",
+         "PEM certificate files (each the certificate, then its chain), separated by ,: with "
+         "SLUICE_TLS_KEY, turns on the HTTPS listener. The first is served by default, another to "
+         "a client that asks for one of its DNS names (SNI). The files are watched: a changed "
+         "certificate (or SIGHUP) is used by new handshakes while open connections keep theirs, "
+         "and a bad file is refused with a log line, the one in use staying."}),
+    field<parse_files, files_json, &Config::tls, &Tls::key_files>(
+        restart, "tls_key",
+        {"SLUICE_TLS_KEY", "unset",
+         "The private keys (PEM) of SLUICE_TLS_CERT's certificates, one per certificate, in the "
+         "same order, separated by ,."}),
+    field<parse_endpoint, &Endpoint::str, &Config::tls, &Tls::listen>(
+        restart, "tls_listen",
+        {"SLUICE_TLS_LISTEN", "0.0.0.0:8443",
+         "Address of the HTTPS listener (when SLUICE_TLS_CERT is set), as host:port or "
+         "[IPv6]:port; it may not be SLUICE_LISTEN's."}),
+    field<parse_tls13_only, tls_min_text, &Config::tls, &Tls::protocol, &tls::Protocol::tls13_only>(
+        restart, "tls_min_version",
+        {"SLUICE_TLS_MIN_VERSION", "1.2",
+         "Lowest TLS version offered, 1.2 or 1.3 (SSLv3, TLS 1.0 and 1.1 never are)."}),
+    field<parse_cipher_text, as_is, &Config::tls, &Tls::protocol, &tls::Protocol::ciphers>(
+        restart, "tls_ciphers",
+        {"SLUICE_TLS_CIPHERS", "ECDHE with AES-GCM or ChaCha20",
+         "TLS 1.2 cipher list in OpenSSL's syntax; the default is Mozilla's intermediate list "
+         "(forward secrecy, AEAD only)."}),
+    field<parse_cipher_text, as_is, &Config::tls, &Tls::protocol, &tls::Protocol::ciphersuites>(
+        restart, "tls_ciphersuites",
+        {"SLUICE_TLS_CIPHERSUITES", "the three TLS 1.3 suites",
+         "TLS 1.3 ciphersuites in OpenSSL's syntax; the default is "
+         "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256."}),
+    field<parse_timeout, format_duration, &Config::tls, &Tls::handshake_timeout>(
+        restart, "tls_handshake_timeout",
+        {"SLUICE_TLS_HANDSHAKE_TIMEOUT", "10s",
+         "A client's TLS handshake not finished within this time is cut (counted, reason "
+         "timeout)."}),
+    field<parse_ticket_rotate, format_duration, &Config::tls, &Tls::ticket_rotate>(
+        restart, "tls_ticket_rotate",
+        {"SLUICE_TLS_TICKET_ROTATE", "1h",
+         "A new session ticket key every this long (1m..24h); tickets under the two keys before "
+         "it still resume, so a ticket lives at most three periods."}),
     field<parse_endpoint, &Endpoint::str, &Config::admin_listen>(
         restart, "admin_listen",
         {"SLUICE_ADMIN_LISTEN", "127.0.0.1:9901",
@@ -1108,8 +1218,9 @@ constexpr Row kRows[] = {
         restart, "upstreams",
         {"SLUICE_UPSTREAMS", "required",
          "Upstreams as name=host:port[|host:port...] entries separated by ; (a bare host:port "
-         "names "
-         "upstream default); the first one is where routes send requests unless they say "
+         "names upstream default); a host may start with https:// (TLS, verified, port 443 unless "
+         "given; every host of an upstream alike) or http://; the first upstream is where routes "
+         "send requests unless they say "
          "otherwise."}),
     routes_row(
         live, "routes",
@@ -1138,6 +1249,21 @@ constexpr Row kRows[] = {
                     "Where the JSON access log goes, one line per request: stdout, stderr, off, or "
                     "a file path "
                     "(absolute or starting with ./)."}),
+    field<parse_config_file, path_or_null, &Config::upstream_tls, &UpstreamTls::ca_file>(
+        restart, "upstream_ca",
+        {"SLUICE_UPSTREAM_CA", "the system's CA store",
+         "PEM file of the CA certificates https:// upstreams are verified against; unset, the "
+         "system's store (OpenSSL's, which honours SSL_CERT_FILE and SSL_CERT_DIR). Verification "
+         "(chain and host name) is never off."}),
+    field<parse_config_file, path_or_null, &Config::upstream_tls, &UpstreamTls::client,
+          &tls::Pair::cert>(restart, "upstream_client_cert",
+                            {"SLUICE_UPSTREAM_CLIENT_CERT", "unset",
+                             "PEM certificate (and chain) Sluice presents to https:// upstreams "
+                             "that ask for one (mTLS); with SLUICE_UPSTREAM_CLIENT_KEY."}),
+    field<parse_config_file, path_or_null, &Config::upstream_tls, &UpstreamTls::client,
+          &tls::Pair::key>(restart, "upstream_client_key",
+                           {"SLUICE_UPSTREAM_CLIENT_KEY", "unset",
+                            "The private key (PEM) of SLUICE_UPSTREAM_CLIENT_CERT."}),
     field<count_in<std::size_t, 1>, as_is, &Config::upstream_max_connections>(
         restart, "upstream_max_connections",
         {"SLUICE_UPSTREAM_MAX_CONNECTIONS", "512",
@@ -1448,6 +1574,74 @@ void read_variables(const Env& env, Config& c, bool admission_only) {
 
 // The rules between variables, after every variable was read on its own: all in
 // this one place.
+// The variable a TLS load error is about.
+std::string_view tls_variable(tls::Error::Part part, bool upstream) {
+  switch (part) {
+    case tls::Error::Part::key:
+      return upstream ? "SLUICE_UPSTREAM_CLIENT_KEY" : "SLUICE_TLS_KEY";
+    case tls::Error::Part::ciphers:
+      return "SLUICE_TLS_CIPHERS";
+    case tls::Error::Part::ciphersuites:
+      return "SLUICE_TLS_CIPHERSUITES";
+    case tls::Error::Part::ca:
+      return "SLUICE_UPSTREAM_CA";
+    case tls::Error::Part::cert:
+    case tls::Error::Part::other:
+      break;
+  }
+  return upstream ? "SLUICE_UPSTREAM_CLIENT_CERT" : "SLUICE_TLS_CERT";
+}
+
+// The certificate pairs, the listeners, and the upstreams' TLS: every file is
+// loaded here once, so check-config and start-up refuse what would not work.
+void load_tls(Config& c) {
+  auto& t = c.tls;
+  if (t.cert_files.size() != t.key_files.size())
+    throw ConfigError(
+        t.key_files.size() < t.cert_files.size() ? "SLUICE_TLS_KEY" : "SLUICE_TLS_CERT",
+        std::to_string(t.cert_files.size()) + " certificate(s) in SLUICE_TLS_CERT and " +
+            std::to_string(t.key_files.size()) +
+            " key(s) in SLUICE_TLS_KEY; give one key per certificate, in the same "
+            "order");
+  t.pairs.clear();
+  for (std::size_t i = 0; i < t.cert_files.size(); ++i)
+    t.pairs.push_back({t.cert_files[i], t.key_files[i]});
+  if (!c.plain_listener() && !t.on())
+    throw ConfigError(
+        "SLUICE_LISTEN",
+        "off leaves no listener; set SLUICE_TLS_CERT and SLUICE_TLS_KEY for HTTPS, or "
+        "give SLUICE_LISTEN an address");
+  if (t.on()) {
+    if (c.plain_listener() && t.listen == c.listen && t.listen.port != 0)
+      throw ConfigError("SLUICE_TLS_LISTEN", t.listen.str() +
+                                                 " is SLUICE_LISTEN's address too; give HTTPS its "
+                                                 "own port, or SLUICE_LISTEN=off");
+    try {
+      tls::ServerContexts check(t.pairs, t.protocol,
+                                std::make_shared<tls::TicketKeys>(std::chrono::seconds(3600)));
+    } catch (const tls::Error& e) {
+      throw ConfigError(std::string(tls_variable(e.part(), false)), e.what());
+    }
+  }
+  const auto& u = c.upstream_tls;
+  if (u.client.cert.empty() != u.client.key.empty())
+    throw ConfigError(
+        u.client.key.empty() ? "SLUICE_UPSTREAM_CLIENT_CERT" : "SLUICE_UPSTREAM_CLIENT_KEY",
+        u.client.key.empty() ? "a client certificate needs its key: set "
+                               "SLUICE_UPSTREAM_CLIENT_KEY too, or neither"
+                             : "a client key needs its certificate: set "
+                               "SLUICE_UPSTREAM_CLIENT_CERT too, or neither");
+  bool any =
+      std::any_of(c.upstreams.begin(), c.upstreams.end(), [](const Upstream& x) { return x.tls; });
+  if (any || !u.ca_file.empty() || !u.client.cert.empty()) {
+    try {
+      tls::check_client_context({u.ca_file, u.client, tls::Protocol{}});
+    } catch (const tls::Error& e) {
+      throw ConfigError(std::string(tls_variable(e.part(), true)), e.what());
+    }
+  }
+}
+
 void apply_rules(const Env& env, Config& c, bool admission_only) {
   // A profile's values are defaults: each admission variable left unset takes
   // the profile's value, each one set overrides it.
@@ -1470,6 +1664,8 @@ void apply_rules(const Env& env, Config& c, bool admission_only) {
                           " is not loopback and SLUICE_ADMIN_TOKEN is unset; set "
                           "SLUICE_ADMIN_TOKEN (mutating admin calls then need it) or listen on "
                           "127.0.0.1");
+
+  load_tls(c);
 
   // SLUICE_ROUTES or SLUICE_ROUTES_FILE, not both, naming SLUICE_UPSTREAMS' upstreams.
   load_routes(env, c);

@@ -18,6 +18,7 @@
 #include "admission/gate.hpp"
 #include "admission/resilience.hpp"
 #include "routes/routes.hpp"
+#include "tls/tls.hpp"
 
 namespace sluice::config {
 
@@ -34,10 +35,28 @@ struct Endpoint {
 struct Upstream {
   std::string name;
   std::vector<Endpoint> hosts;  // at least one
+  bool tls = false;             // https:// (every host of the upstream alike)
   bool operator==(const Upstream&) const = default;
 };
 
 enum class AccessLog { stdout_, stderr_, off, file };
+
+// The HTTPS listener (SLUICE_TLS_*): on when certificates are given.
+struct Tls {
+  std::vector<std::string> cert_files, key_files;  // SLUICE_TLS_CERT, SLUICE_TLS_KEY
+  std::vector<tls::Pair> pairs;  // from them, in order: the first is the default; the others by SNI
+  Endpoint listen{"0.0.0.0", 8443};
+  tls::Protocol protocol;  // SLUICE_TLS_CIPHERS, SLUICE_TLS_CIPHERSUITES, SLUICE_TLS_MIN_VERSION
+  Duration handshake_timeout{10'000};
+  Duration ticket_rotate{3'600'000};
+  bool on() const { return !pairs.empty(); }
+};
+
+// How Sluice speaks to https:// upstreams.
+struct UpstreamTls {
+  std::string ca_file;  // SLUICE_UPSTREAM_CA; empty: the system's CA store
+  tls::Pair client;     // SLUICE_UPSTREAM_CLIENT_CERT / _KEY (mTLS); empty: none
+};
 
 // The admission variables (SPEC's table), also all that `sluice replay` needs.
 struct Admission {
@@ -64,14 +83,17 @@ struct Config {
   Admission admission;
 
   // listeners
-  Endpoint listen{"0.0.0.0", 8080};
+  Endpoint listen{"0.0.0.0", 8080};  // SLUICE_LISTEN=off: an empty host, no plain listener
+  Tls tls;
+  bool plain_listener() const { return !listen.host.empty(); }
   Endpoint admin_listen{"127.0.0.1", 9901};
   std::string admin_token;  // empty: unset
   int threads = 1;          // default: number of cores
 
   // upstreams and routes
-  std::vector<Upstream> upstreams;             // at least one; order as given
-  routes::Table routes;                        // default table when neither variable is set
+  std::vector<Upstream> upstreams;  // at least one; order as given
+  routes::Table routes;             // default table when neither variable is set
+  UpstreamTls upstream_tls;
   std::size_t upstream_max_connections = 512;  // per upstream, split across threads
   Duration upstream_idle_timeout{30'000};      // idle pooled connection closed after
   // A host that refuses connections is left out of the balancing for base,

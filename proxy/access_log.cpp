@@ -140,6 +140,14 @@ void AccessLog::write(const AccessRecord& r) {
   append_ms(buf_, r.queue_ms);
   buf_ += ",\"upstream_wait_ms\":";
   append_ms(buf_, r.upstream_wait_ms);
+  if (r.connect_ms >= 0) {
+    buf_ += ",\"upstream_connect_ms\":";
+    append_ms(buf_, r.connect_ms);
+  }
+  if (r.tls_ms >= 0) {
+    buf_ += ",\"upstream_tls_ms\":";
+    append_ms(buf_, r.tls_ms);
+  }
   buf_ += ",\"ttfb_ms\":";
   append_ms(buf_, r.ttfb_ms);
   buf_ += ",\"duration_ms\":";
@@ -149,6 +157,7 @@ void AccessLog::write(const AccessRecord& r) {
   buf_ += ",\"bytes_out\":";
   append_int(buf_, static_cast<std::int64_t>(r.bytes_out));
   field("client", r.client);
+  if (!r.tls.empty()) field("tls", r.tls);
   buf_ += "}\n";
   if (buf_.size() >= kFlushBytes) flush();
 }

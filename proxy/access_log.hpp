@@ -16,10 +16,13 @@ struct AccessRecord {
   // When the request moved off its route's upstream: that upstream and why
   // (closed, full, connect_failed); empty otherwise.
   std::string_view fallback_from, fallback_why;
+  std::string_view tls;  // the client connection's TLS version ("TLSv1.3"); empty: plain HTTP
   int status = 0;
   int level = 0;
   int retry_after_s = -1;  // -1: none
   double queue_ms = 0, upstream_wait_ms = -1, ttfb_ms = -1, duration_ms = 0;
+  // Only on the request a new upstream connection was opened for (-1: none).
+  double connect_ms = -1, tls_ms = -1;
   std::uint64_t bytes_in = 0, bytes_out = 0;
 };
 

@@ -498,6 +498,40 @@ const FamilySpec kFamilies[] = {
              s.rt, [&](Shard & sh) -> auto& { return sh.upstream[u].timeouts; });
        });
      }},
+    {"sluice_upstream_connect_seconds", "Time of each upstream TCP connect that succeeded.",
+     MetricType::Histogram,
+     [](const Scrape& s, Samples& out) {
+       per_upstream(s, out, [&](std::size_t u) {
+         return sum_histograms(
+             s.rt, [&](Shard & sh) -> auto& { return sh.upstream[u].connect; });
+       });
+     }},
+    {"sluice_upstream_tls_handshake_seconds",
+     "Time of each TLS handshake to an https:// upstream that succeeded, after its connect.",
+     MetricType::Histogram,
+     [](const Scrape& s, Samples& out) {
+       per_upstream(s, out, [&](std::size_t u) {
+         return sum_histograms(
+             s.rt, [&](Shard & sh) -> auto& { return sh.upstream[u].tls_handshake; });
+       });
+     }},
+    {"sluice_upstream_tls_handshakes_total",
+     "TLS handshakes to https:// upstreams, by result: full, resumed, or why one failed (verify: "
+     "the certificate or its name did not verify; protocol, no_shared_cipher, truncated, "
+     "timeout, other). Each failure answered its request 502.",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       const auto& ups = s.rt.config.upstreams;
+       for (std::size_t u = 0; u < ups.size(); ++u) {
+         if (!ups[u].tls) continue;
+         for (std::size_t r = 0; r < kTlsResults; ++r) {
+           if (static_cast<TlsResult>(r) == TlsResult::http_request) continue;
+           out.add(sum_workers(
+                       s.rt, [&](Shard & sh) -> auto& { return sh.upstream[u].tls_handshakes[r]; }),
+                   {{"upstream", ups[u].name}, {"result", to_string(static_cast<TlsResult>(r))}});
+         }
+       }
+     }},
     {"sluice_upstream_connect_failures_total", "Upstream connects refused or timed out.",
      MetricType::Counter,
      [](const Scrape& s, Samples& out) {
@@ -549,6 +583,61 @@ const FamilySpec kFamilies[] = {
      [](const Scrape& s, Samples& out) {
        out.add(sum_workers(
            s.rt, [](Shard & sh) -> auto& { return sh.connections_refused; }));
+     }},
+    {"sluice_tls_handshakes_total",
+     "TLS handshakes on the HTTPS listener, by result: full, resumed (a session ticket), or why "
+     "one failed (http_request, protocol, no_shared_cipher, truncated, timeout, other).",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       for (std::size_t r = 0; r < kTlsResults; ++r) {
+         if (static_cast<TlsResult>(r) == TlsResult::verify) continue;  // no client certificates
+         out.add(sum_workers(
+                     s.rt, [&](Shard & sh) -> auto& { return sh.tls_handshakes[r]; }),
+                 {{"result", to_string(static_cast<TlsResult>(r))}});
+       }
+     }},
+    {"sluice_tls_sni_unknown_total",
+     "Handshakes that asked for a name (SNI) no certificate holds; they got the default one.",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       out.add(sum_workers(
+           s.rt, [](Shard & sh) -> auto& { return sh.tls_sni_unknown; }));
+     }},
+    {"sluice_tls_renegotiations_total",
+     "Renegotiations clients started on the HTTPS listener, each refused.", MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       out.add(sum_workers(
+           s.rt, [](Shard & sh) -> auto& { return sh.tls_renegotiations; }));
+     }},
+    {"sluice_tls_connections_shed_total",
+     "HTTPS connections closed as soon as accepted, before a handshake, by reason (level: the "
+     "process at level 3).",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       out.add(sum_workers(
+                   s.rt, [](Shard & sh) -> auto& { return sh.tls_shed; }),
+               {{"reason", "level"}});
+     }},
+    {"sluice_tls_certificate_expiry_seconds",
+     "Seconds until each served certificate's notAfter (negative once expired), by file and "
+     "subject.",
+     MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       if (!s.rt.server_tls) return;
+       auto now = std::chrono::duration_cast<std::chrono::seconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+       for (const auto& c : s.rt.server_tls->certificates())
+         out.add(static_cast<double>(c.not_after - now),
+                 {{"file", c.file}, {"subject", c.subject}});
+     }},
+    {"sluice_tls_certificate_reloads_total",
+     "Reloads of the HTTPS listener's certificates (a change of their files, or SIGHUP), by "
+     "result (ok, failed: the ones in use stayed).",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       out.add(s.ticker.certificate_reloads(true), {{"result", "ok"}});
+       out.add(s.ticker.certificate_reloads(false), {{"result", "failed"}});
      }},
     {"sluice_client_timeouts_total",
      "Client connections cut at a deadline, by phase: header (SLUICE_HEADER_TIMEOUT), body "

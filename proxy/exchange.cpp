@@ -59,6 +59,8 @@ AccessRecord access_record(const Exchange& ex, int status, std::string_view meth
   r.queue_ms = ms(ex.queue_wait);
   r.upstream_wait_ms = ex.upstream_wait.count() >= 0 ? ms(ex.upstream_wait) : -1;
   r.ttfb_ms = ex.ttfb.count() >= 0 ? ms(ex.ttfb) : -1;
+  r.connect_ms = ex.connect_time.count() >= 0 ? ms(ex.connect_time) : -1;
+  r.tls_ms = ex.tls_time.count() >= 0 ? ms(ex.tls_time) : -1;
   r.duration_ms = std::chrono::duration<double, std::milli>(now - ex.start).count();
   r.bytes_in = ex.bytes_in;
   r.bytes_out = ex.bytes_out;

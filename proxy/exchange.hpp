@@ -131,6 +131,8 @@ struct Exchange {
   // The upstream.
   Clock::time_point queue_start{}, sent_at{};
   Clock::duration queue_wait{0}, upstream_wait{-1}, ttfb{-1};
+  // A new upstream connection carried it: its connect and TLS handshake (-1: none).
+  Clock::duration connect_time{-1}, tls_time{-1};
   bool slow_start_wait = false;  // it queued on a growing estimate (slow start)
   admission::Micros up_ttfb{0};  // request sent to response head: what the estimate learns from
   admission::Signal signal = admission::Signal::none;

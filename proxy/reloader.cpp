@@ -17,6 +17,57 @@ Reloader::Reloader(Runtime& rt, AccessLog& audit)
     : rt_(rt), audit_(audit), live_(rt.generations.back().get()), current_(rt.config) {
   config_file_key_ = file_state(current_.config_file).key;
   routes_file_key_ = file_state(current_.routes_file).key;
+  certificates_key_ = certificates_key();
+}
+
+std::string Reloader::certificates_key() {
+  std::string key;
+  for (const auto& p : rt_.config.tls.pairs)
+    key += file_state(p.cert).key + "|" + file_state(p.key).key + ";";
+  return key;
+}
+
+bool Reloader::certificates_changed() {
+  if (!rt_.config.tls.on()) return false;
+  auto key = certificates_key();
+  if (key == certificates_key_) return false;
+  certificates_key_ = key;
+  return true;
+}
+
+bool Reloader::reload_certificates(std::string_view why) {
+  if (!rt_.config.tls.on()) return true;
+  certificates_key_ = certificates_key();
+  Json audit_line;
+  audit_line["audit"] = "certificates";
+  audit_line["why"] = why;
+  std::shared_ptr<const tls::ServerContexts> next;
+  try {
+    next = std::make_shared<const tls::ServerContexts>(rt_.config.tls.pairs,
+                                                       rt_.config.tls.protocol, rt_.ticket_keys);
+  } catch (const tls::Error& e) {
+    ++cert_reloads_[0];
+    std::fprintf(stderr, "sluice: tls: certificates not reloaded, those in use stay: %s\n",
+                 e.what());
+    audit_line["ok"] = false;
+    audit_line["error"] = e.what();
+    audit_.write_line(audit_line.dump());
+    audit_.flush();
+    return false;
+  }
+  rt_.server_tls = next;
+  for (auto& w : rt_.workers) net::post(w->ioc(), [w = w.get(), next] { w->set_server_tls(next); });
+  ++cert_reloads_[1];
+  Json served = Json::array();
+  for (const auto& c : next->certificates())
+    served.push_back({{"file", c.file}, {"subject", c.subject}, {"not_after", c.not_after}});
+  audit_line["ok"] = true;
+  audit_line["certificates"] = served;
+  audit_.write_line(audit_line.dump());
+  audit_.flush();
+  std::fprintf(stderr, "sluice: tls: certificates reloaded (%s): %s\n", std::string(why).c_str(),
+               served.dump().c_str());
+  return true;
 }
 
 bool Reloader::files_changed() {

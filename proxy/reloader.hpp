@@ -8,6 +8,9 @@
 // pin and every connection carry on; every other variable keeps the value it
 // started with (a change to it is reported as needing a restart).
 //
+// The certificates of the HTTPS listener reload on their own (a change of
+// their files, or SIGHUP), apart from the variables.
+//
 // Threading: the admin thread only (the ticker's).
 #include <array>
 #include <cstdint>
@@ -36,6 +39,15 @@ class Reloader {
   bool reload(std::string_view why);
   std::uint64_t reloads(bool ok) const { return reloads_[ok ? 1 : 0]; }
 
+  // The HTTPS listener's certificate and key files (SLUICE_TLS_CERT, _KEY):
+  // true when one changed since the last look.
+  bool certificates_changed();
+  // Loads them again: new handshakes use them (each worker is posted them),
+  // open connections keep theirs. A file that does not load is refused with a
+  // log line and an audit line, the certificates in use staying. No HTTPS: true.
+  bool reload_certificates(std::string_view why);
+  std::uint64_t certificate_reloads(bool ok) const { return cert_reloads_[ok ? 1 : 0]; }
+
  private:
   bool reload_files(std::string_view why);
   Runtime& rt_;
@@ -44,6 +56,9 @@ class Reloader {
   config::Config current_;  // in force: live variables as last reloaded, others as started
   std::array<std::uint64_t, 2> reloads_{};  // [failed, ok]
   std::string config_file_key_, routes_file_key_;
+  std::string certificates_key();
+  std::string certificates_key_;
+  std::array<std::uint64_t, 2> cert_reloads_{};  // [failed, ok]
 };
 
 }  // namespace sluice::proxy

@@ -57,7 +57,7 @@ int check_target(RequestHead& m, std::string_view& why) {
   return 0;
 }
 
-PassedFields append_request_fields(std::string& h, const RequestHead& m) {
+PassedFields append_request_fields(std::string& h, const RequestHead& m, bool own_host) {
   PassedFields passed;
   for (const auto& f : m) {
     if (f.name() == http::field::te) {
@@ -75,19 +75,24 @@ PassedFields append_request_fields(std::string& h, const RequestHead& m) {
     if (iequals(name, "x-forwarded-proto") || iequals(name, "x-request-id") ||
         iequals(name, "x-real-ip") || iequals(name, kLeaseHeader))
       continue;
+    if (f.name() == http::field::host && own_host) {
+      append_field(h, "X-Forwarded-Host", f.value());  // Sluice states the upstream's Host
+      continue;
+    }
     passed.has_host |= f.name() == http::field::host;
     append_field(h, name, f.value());
   }
   return passed;
 }
 
-PassedFields append_upstream_head(std::string& h, const RequestParser& req, bool close_after) {
+PassedFields append_upstream_head(std::string& h, const RequestParser& req, bool close_after,
+                                  bool own_host) {
   const auto& m = req.get();
   h += m.method_string();
   h += ' ';
   h += m.target();
   h += " HTTP/1.1\r\n";
-  auto passed = append_request_fields(h, m);
+  auto passed = append_request_fields(h, m, own_host);
   if (passed.trailers) h += "TE: trailers\r\n";
   if (req.chunked()) {
     // The client's codings before chunked go on as they were applied (names
@@ -127,7 +132,7 @@ void append_forwarding(std::string& h, const RequestHead& m, const PassedFields&
   h += f.client;
   h += "\r\nX-Real-IP: ";
   h += f.client;
-  h += "\r\nX-Forwarded-Proto: http\r\n";
+  h += f.https ? "\r\nX-Forwarded-Proto: https\r\n" : "\r\nX-Forwarded-Proto: http\r\n";
   if (!f.lease_token.empty()) append_field(h, kLeaseHeader, f.lease_token);
   h += "X-Request-Id: ";
   h += f.request_id;

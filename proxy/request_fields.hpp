@@ -83,7 +83,7 @@ struct PassedFields {
 // Appends the client's fields that go upstream as "Name: value\r\n" lines: not
 // those skip_field drops, nor TE, nor the ones Sluice states itself (the
 // X-Forwarded-*, X-Real-IP, X-Request-Id and lease fields).
-PassedFields append_request_fields(std::string& h, const RequestHead& m);
+PassedFields append_request_fields(std::string& h, const RequestHead& m, bool own_host = false);
 
 // Appends the head of the request as it goes upstream, up to the fields Sluice
 // adds about the client: the request line (always HTTP/1.1), the client's fields
@@ -92,15 +92,19 @@ PassedFields append_request_fields(std::string& h, const RequestHead& m);
 // Content-Length, and `Connection: upgrade` with Upgrade, or `Connection: close`
 // when `close_after`. Returns what the caller still states: a Host when the
 // client sent none, the X-Forwarded-For it joins.
-PassedFields append_upstream_head(std::string& h, const RequestParser& req, bool close_after);
+// With `own_host` (an https:// upstream: it is reached by its name) the
+// client's Host goes as X-Forwarded-Host and the caller states the upstream's.
+PassedFields append_upstream_head(std::string& h, const RequestParser& req, bool close_after,
+                                  bool own_host = false);
 
 // What Sluice states about the client after append_upstream_head, ending the head.
 struct Forwarding {
-  std::string_view default_host;       // Host, when the client sent none
+  std::string_view default_host;       // Host, when the client sent none (or own_host)
   std::string_view client;             // the connecting address
   bool replace_forwarded_for = false;  // Sluice is the edge: the client's X-Forwarded-For goes
   std::string_view lease_token;        // X-Sluice-Lease, when the request holds a lease slot
   std::string_view request_id;
+  bool https = false;  // the client came over TLS (X-Forwarded-Proto)
 };
 // Host when the client sent none, X-Forwarded-For (the client's joined with its
 // address, or the address alone), X-Real-IP and X-Forwarded-Proto, the lease

@@ -1,5 +1,6 @@
 #include "proxy/runtime.hpp"
 
+#include <boost/asio/ssl/context.hpp>
 #include <charconv>
 #include <random>
 
@@ -35,7 +36,28 @@ Runtime::Runtime(const config::Config& c) : config(c) {
     }
   }
   lease_key = admission::instance_key(key, instance);
+
+  // TLS: loaded by config::load already, so a failure here is a file changed
+  // since (reported as the variable's error).
+  try {
+    if (c.tls.on()) {
+      ticket_keys = std::make_shared<tls::TicketKeys>(
+          std::chrono::duration_cast<std::chrono::seconds>(c.tls.ticket_rotate));
+      server_tls =
+          std::make_shared<const tls::ServerContexts>(c.tls.pairs, c.tls.protocol, ticket_keys);
+    }
+    bool any = std::any_of(c.upstreams.begin(), c.upstreams.end(),
+                           [](const config::Upstream& u) { return u.tls; });
+    if (any)
+      upstream_tls =
+          tls::client_context({c.upstream_tls.ca_file, c.upstream_tls.client, tls::Protocol{}});
+  } catch (const tls::Error& e) {
+    throw config::ConfigError(
+        e.part() == tls::Error::Part::key ? "SLUICE_TLS_KEY" : "SLUICE_TLS_CERT", e.what());
+  }
 }
+
+Runtime::~Runtime() = default;
 
 std::vector<admission::BulkheadView> Runtime::bulkhead_views() const {
   auto now = micros(Clock::now());

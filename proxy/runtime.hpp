@@ -36,6 +36,7 @@
 #include "proxy/upstream_gate.hpp"
 #include "proxy/upstream_pool.hpp"
 #include "proxy/wait_ring.hpp"
+#include "tls/tls.hpp"
 
 namespace sluice::proxy {
 
@@ -102,6 +103,11 @@ class Worker {
   admission::Rng& rng() { return rng_; }
   const Live& live() const { return *live_; }
   void set_live(const Live* live);  // on this worker's thread
+  // The HTTPS listener's certificates for new handshakes (null: no HTTPS).
+  // Replaced whole by a reload, by a post to this thread; a session keeps the
+  // generation it began with.
+  const std::shared_ptr<const tls::ServerContexts>& server_tls() const { return server_tls_; }
+  void set_server_tls(std::shared_ptr<const tls::ServerContexts> t) { server_tls_ = std::move(t); }
   std::atomic<std::int64_t> active_sessions{0};
   LeaseTable& leases() { return leases_; }
   // Each upstream's hosts as this thread's pool last saw them (any thread).
@@ -129,6 +135,7 @@ class Worker {
   std::uint64_t lag_max_us_ = 0;
   admission::Rng rng_{0};
   const Live* live_ = nullptr;
+  std::shared_ptr<const tls::ServerContexts> server_tls_;
   char id_prefix_[16];
   LeaseTable leases_;
   // Off the request path: the heartbeat writes, the admin thread copies.
@@ -138,6 +145,7 @@ class Worker {
 
 struct Runtime {
   explicit Runtime(const config::Config& c);
+  ~Runtime();
   const config::Config& config;
   std::vector<std::vector<tcp::endpoint>> upstream_hosts;  // resolved once at start
   std::vector<std::unique_ptr<Worker>> workers;
@@ -167,12 +175,19 @@ struct Runtime {
   // instance id, so they verify only in this process.
   admission::LeaseKey lease_key{};
   std::uint64_t instance = 0;
+  // TLS: the session ticket keys (kept across certificate reloads), the
+  // certificates in force (the ticker's reload replaces them; each worker is
+  // posted the new ones), and the context of https:// upstreams (null: none).
+  std::shared_ptr<tls::TicketKeys> ticket_keys;
+  std::shared_ptr<const tls::ServerContexts> server_tls;
+  std::unique_ptr<net::ssl::context> upstream_tls;
 };
 
 // One generation of the live settings from a configuration.
 Live make_live(const config::Config& c);
 
-// Starts a client session on the worker that owns the socket's io_context.
-void start_session(Worker& worker, Socket socket);
+// Starts a client session on the worker that owns the socket's io_context:
+// plain HTTP, or HTTPS with the worker's certificates (a handshake first).
+void start_session(Worker& worker, Socket socket, bool tls);
 
 }  // namespace sluice::proxy

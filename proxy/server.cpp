@@ -90,10 +90,15 @@ std::string show(const tcp::endpoint& ep) {
 // its share of the open connections (kept-alive ones stay where they were
 // accepted) waits a millisecond before it accepts again, so the others take
 // the next ones; a stalled worker holds nobody back that way either.
+//
+// On the HTTPS listener, at the highest level (3) a new connection is closed
+// as soon as it is accepted, before it costs a handshake (counted as shed):
+// handshakes run on the I/O threads, and the connections already open are
+// served first.
 class Acceptor {
  public:
-  Acceptor(Runtime& rt, Worker& w, tcp::acceptor& listener)
-      : rt_(rt), w_(w), a_(w.ioc()), backoff_(w.ioc()) {
+  Acceptor(Runtime& rt, Worker& w, tcp::acceptor& listener, bool tls)
+      : rt_(rt), w_(w), a_(w.ioc()), backoff_(w.ioc()), tls_(tls) {
     int fd = ::dup(listener.native_handle());
     if (fd < 0) throw std::system_error(errno, std::generic_category(), "dup");
     a_.assign(listener.local_endpoint().protocol(), fd);
@@ -121,6 +126,13 @@ class Acceptor {
         });
         return;
       }
+      if (tls_ && rt_.published.process.level.load(std::memory_order_relaxed) >= 3) {
+        bump(w_.stats().tls_shed);
+        error_code ignored;
+        s.close(ignored);
+        accept();
+        return;
+      }
       auto open = rt_.connections.fetch_add(1, std::memory_order_relaxed) + 1;
       if (open > static_cast<std::int64_t>(rt_.config.max_connections)) {
         rt_.connections.fetch_sub(1, std::memory_order_relaxed);
@@ -128,7 +140,7 @@ class Acceptor {
         error_code ignored;
         s.close(ignored);
       } else {
-        start_session(w_, std::move(s));
+        start_session(w_, std::move(s), tls_);
       }
       if (over_share(open)) {
         backoff_.expires_after(std::chrono::milliseconds(1));
@@ -149,6 +161,7 @@ class Acceptor {
   Worker& w_;
   tcp::acceptor a_;
   net::steady_timer backoff_;
+  bool tls_;
 };
 
 // The proxy from start-up to the end of the drain. A start-up error (a name
@@ -181,8 +194,16 @@ int start_and_serve(const config::Config& cfg) {
   Ticker ticker(rt, watchdog, admin_ioc, log_fd);  // opens SLUICE_TICK_LOG
 
   error_code ec;
-  auto listen_ep = bind_endpoint(admin_ioc, cfg.listen, ec);
-  if (ec) throw config::ConfigError("SLUICE_LISTEN", "cannot resolve " + cfg.listen.str());
+  tcp::endpoint listen_ep, tls_ep;
+  if (cfg.plain_listener()) {
+    listen_ep = bind_endpoint(admin_ioc, cfg.listen, ec);
+    if (ec) throw config::ConfigError("SLUICE_LISTEN", "cannot resolve " + cfg.listen.str());
+  }
+  if (cfg.tls.on()) {
+    tls_ep = bind_endpoint(admin_ioc, cfg.tls.listen, ec);
+    if (ec)
+      throw config::ConfigError("SLUICE_TLS_LISTEN", "cannot resolve " + cfg.tls.listen.str());
+  }
   auto admin_ep = bind_endpoint(admin_ioc, cfg.admin_listen, ec);
   if (ec)
     throw config::ConfigError("SLUICE_ADMIN_LISTEN", "cannot resolve " + cfg.admin_listen.str());
@@ -191,16 +212,27 @@ int start_and_serve(const config::Config& cfg) {
   net::signal_set hangup(admin_ioc, SIGHUP);
   net::signal_set signals(admin_ioc, SIGTERM, SIGINT);
   tcp::acceptor listener(admin_ioc);  // each worker accepts on its own dup of it
+  tcp::acceptor tls_listener(admin_ioc);
   tcp::acceptor admin(admin_ioc);
-  if (!listen_on(listener, listen_ep, "clients", ec)) return 1;
+  if (cfg.plain_listener() && !listen_on(listener, listen_ep, "clients", ec)) return 1;
+  if (cfg.tls.on() && !listen_on(tls_listener, tls_ep, "HTTPS clients", ec)) return 1;
   if (!listen_on(admin, admin_ep, "admin", ec)) return 1;
-  std::fprintf(stderr, "sluice: listening on %s, admin on %s, %d threads\n",
-               show(listener.local_endpoint()).c_str(), show(admin.local_endpoint()).c_str(),
-               cfg.threads);
+  // "listening on" names the plain listener, or the HTTPS one when it is the only one.
+  std::string where;
+  if (cfg.plain_listener()) where = show(listener.local_endpoint());
+  if (cfg.tls.on())
+    where += cfg.plain_listener() ? ", https on " + show(tls_listener.local_endpoint())
+                                  : show(tls_listener.local_endpoint()) + " (https only)";
+  std::fprintf(stderr, "sluice: listening on %s, admin on %s, %d threads\n", where.c_str(),
+               show(admin.local_endpoint()).c_str(), cfg.threads);
   std::fflush(stderr);
 
   std::vector<std::unique_ptr<Acceptor>> acceptors;
-  for (auto& w : rt.workers) acceptors.push_back(std::make_unique<Acceptor>(rt, *w, listener));
+  for (auto& w : rt.workers) {
+    if (cfg.plain_listener())
+      acceptors.push_back(std::make_unique<Acceptor>(rt, *w, listener, false));
+    if (cfg.tls.on()) acceptors.push_back(std::make_unique<Acceptor>(rt, *w, tls_listener, true));
+  }
   for (auto& w : rt.workers) w->start();
   watchdog.start();
   ticker.start();
@@ -211,11 +243,13 @@ int start_and_serve(const config::Config& cfg) {
   // drain delay (load balancers deregister meanwhile); then the listener
   // closes, idle connections close, SSE streams end cleanly, and in-flight
   // requests get up to the drain timeout.
-  // SIGHUP: live reload of the configuration (routes, thresholds, factors, bands).
+  // SIGHUP: live reload of the configuration (routes, thresholds, factors,
+  // bands) and of the HTTPS listener's certificates.
   std::function<void()> on_hangup = [&] {
     hangup.async_wait([&](error_code e, int) {
       if (e) return;
       ticker.reload("SIGHUP");
+      ticker.reload_certificates("SIGHUP");
       on_hangup();
     });
   };
@@ -255,6 +289,7 @@ int start_and_serve(const config::Config& cfg) {
       for (auto& a : acceptors) a->stop();
       error_code ignored;
       listener.close(ignored);
+      tls_listener.close(ignored);
       for (auto& w : rt.workers) net::post(w->ioc(), [&w] { w->begin_drain(); });
       drain_deadline = Clock::now() + cfg.drain_timeout;
       wait_idle();

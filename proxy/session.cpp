@@ -13,6 +13,8 @@
 //
 // Threading: a Session lives on one Worker and its handlers run on that
 // Worker's only thread.
+#include <openssl/ssl.h>
+
 #include <algorithm>
 #include <array>
 #include <boost/asio/write.hpp>
@@ -26,6 +28,7 @@
 #include "proxy/heads.hpp"
 #include "proxy/request_fields.hpp"
 #include "proxy/request_head.hpp"
+#include "proxy/stream_io.hpp"
 #include "proxy/tunnel.hpp"
 
 namespace sluice::proxy {
@@ -68,6 +71,7 @@ bool valid_request_id(std::string_view id) {
 }
 
 enum class Phase : std::uint8_t {
+  handshake,      // the TLS handshake of an HTTPS connection
   head,           // waiting for / reading a request head
   queued,         // waiting for a bulkhead slot
   acquire,        // waiting for an upstream connection
@@ -85,13 +89,17 @@ class Session : public Tracked,
                 public admission::Seat,
                 public std::enable_shared_from_this<Session> {
  public:
-  Session(Worker& w, Socket s)
-      : w_(w), cfg_(w.config()), st_(w.stats()), ups_(w), sock_(std::move(s)) {}
+  Session(Worker& w, Socket s, bool tls)
+      : w_(w), cfg_(w.config()), st_(w.stats()), ups_(w), sock_(std::move(s)) {
+    if (tls) tls_ = w.server_tls();
+  }
 
   ~Session() override {
     // Whatever the exchange still holds goes back with it (a session dropped
     // mid-exchange, after a handler threw).
     ex_ = Exchange{};
+    if (tls_notes_.renegotiations > 0)
+      bump(st_.tls_renegotiations, std::uint64_t{tls_notes_.renegotiations});
     bump(st_.client_connections, std::int64_t{-1});
     w_.runtime().connections.fetch_sub(1, std::memory_order_relaxed);
     bump(w_.active_sessions, std::int64_t{-1});
@@ -101,11 +109,11 @@ class Session : public Tracked,
     bump(st_.client_connections, std::int64_t{1});
     bump(w_.active_sessions, std::int64_t{1});
     error_code ec;
-    sock_.set_option(tcp::no_delay(true), ec);
+    sock_.socket().set_option(tcp::no_delay(true), ec);
     if (cfg_.client_send_buffer != 0)
-      sock_.set_option(
+      sock_.socket().set_option(
           net::socket_base::send_buffer_size(static_cast<int>(cfg_.client_send_buffer)), ec);
-    auto ep = sock_.remote_endpoint(ec);
+    auto ep = sock_.socket().remote_endpoint(ec);
     if (!ec) {
       auto s = ep.address().to_string();
       client_len_ = std::min(s.size(), sizeof client_);
@@ -113,6 +121,10 @@ class Session : public Tracked,
     }
     buf_.max_size(cfg_.max_header_bytes + kReadChunk);
     w_.track(*this);
+    if (tls_) {
+      start_handshake();
+      return;
+    }
     start_request();
   }
 
@@ -160,11 +172,12 @@ class Session : public Tracked,
       case Phase::send_upstream:
       case Phase::response_head:
       case Phase::response_body:
-        if (ex_.up) ex_.up->socket.cancel(ec);
+        if (ex_.up) ex_.up->stream.socket().cancel(ec);
         break;
+      case Phase::handshake:
       case Phase::head:
       case Phase::request_body:
-        sock_.cancel(ec);
+        sock_.socket().cancel(ec);
         break;
       case Phase::write_client:
         // A client that stopped reading: the write was not done within SLUICE_SEND_TIMEOUT.
@@ -172,13 +185,13 @@ class Session : public Tracked,
         count_timeout(ClientTimeout::send);
         ex_.status_override = 408;
         ex_.reason = "send_timeout";
-        sock_.close(ec);
-        if (ex_.up) ex_.up->socket.close(ec);
+        sock_.socket().close(ec);
+        if (ex_.up) ex_.up->stream.socket().close(ec);
         break;
       case Phase::tunnel:  // the 101 is still being written (then the Tunnel's deadlines apply)
       case Phase::closing:
-        sock_.close(ec);
-        if (ex_.up) ex_.up->socket.close(ec);
+        sock_.socket().close(ec);
+        if (ex_.up) ex_.up->stream.socket().close(ec);
         break;
     }
   }
@@ -186,10 +199,10 @@ class Session : public Tracked,
   void on_drain() override {
     error_code ec;
     if (phase_ == Phase::head && !ex_.started) {
-      sock_.cancel(ec);  // idle keep-alive connection: close it now
+      sock_.socket().cancel(ec);  // idle keep-alive connection: close it now
     } else if (phase_ == Phase::response_body && ex_.sse && ex_.up) {
       ex_.end_stream = true;  // end the SSE stream cleanly at this event boundary
-      ex_.up->socket.cancel(ec);
+      ex_.up->stream.socket().cancel(ec);
     }
   }
 
@@ -213,6 +226,18 @@ class Session : public Tracked,
     auto now = Clock::now();
     ex_.upstream_wait = now - wait_start;
     note_upstream_wait(now, seat_wait() + ex_.upstream_wait);
+    if (ec.category() == upstream_tls_category()) {
+      // The TLS handshake failed (a certificate that does not verify, a
+      // version or cipher in common with none): 502 naming it, never a retry
+      // without TLS, nor on another host that would fail alike.
+      auto r = static_cast<TlsResult>(ec.value());
+      respond_error(502,
+                    r == TlsResult::verify    ? "upstream_tls_verify"
+                    : r == TlsResult::timeout ? "upstream_tls_timeout"
+                                              : "upstream_tls_handshake",
+                    !req_->is_done());
+      return;
+    }
     if (ec) {
       // A connect that failed or timed out: the upstream could not be reached.
       if (ec == net::error::timed_out) ex_.signal = admission::Signal::timeout;
@@ -222,6 +247,10 @@ class Session : public Tracked,
           !req_->is_done());
       return;
     }
+    if (c->uses == 0) {  // a new connection: its first request's log line shows its cost
+      ex_.connect_time = c->connect_time;
+      ex_.tls_time = c->tls_time;
+    }
     ex_.up = checkout(w_.pool(ex_.upstream), std::move(c));
     ex_.up->buffer.clear();
     send_request();
@@ -229,6 +258,48 @@ class Session : public Tracked,
 
  private:
   admission::Micros micros(Clock::time_point t) const { return w_.runtime().micros(t); }
+
+  // ---------------------------------------------------------------- TLS handshake
+  void start_handshake() {
+    phase_ = Phase::handshake;
+    sock_.start_tls(tls_->default_context());
+    tls::attach(sock_.ssl(), tls_notes_);
+    deadline = Clock::now() + cfg_.tls.handshake_timeout;
+    sock_.async_handshake(true,
+                          beast::bind_front_handler(&Session::on_handshake, shared_from_this()));
+  }
+
+  void on_handshake(error_code ec) {
+    deadline = Clock::time_point::max();
+    if (!ec) {
+      tls_notes_.done = true;
+      bump(st_.tls_handshakes[static_cast<std::size_t>(
+          SSL_session_reused(sock_.ssl()) == 1 ? TlsResult::resumed : TlsResult::full)]);
+      if (tls_notes_.sni_unknown) bump(st_.tls_sni_unknown);
+      start_request();
+      return;
+    }
+    TlsResult result = TlsResult::timeout;
+    if (!ex_.timed_out)
+      result = tls_result(
+          tls::classify(ec.value(), ec.category() == net::error::get_ssl_category(), nullptr)
+              .reason);
+    bump(st_.tls_handshakes[static_cast<std::size_t>(result)]);
+    if (result != TlsResult::http_request) {
+      close();
+      return;
+    }
+    // Plain HTTP on the HTTPS port: a plain answer that says so (OpenSSL has
+    // read the request line), then the connection closes.
+    static constexpr std::string_view kPlainOnTls =
+        "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 55\r\n"
+        "Connection: close\r\n\r\nThis port speaks HTTPS: send the request with https://\n";
+    phase_ = Phase::closing;
+    deadline = Clock::now() + cfg_.send_timeout;
+    net::async_write(
+        sock_.socket(), net::buffer(kPlainOnTls.data(), kPlainOnTls.size()),
+        [self = shared_from_this()](error_code, std::size_t) { self->graceful_close(); });
+  }
 
   // ---------------------------------------------------------------- request head
   void start_request() {
@@ -672,10 +743,11 @@ class Session : public Tracked,
   // The head Sluice sends upstream, written once into a reused string.
   void build_request_head() {
     out_.clear();
-    auto passed = append_upstream_head(out_, *req_, ex_.close_both);
+    const bool own_host = cfg_.upstreams[ex_.upstream].tls;
+    auto passed = append_upstream_head(out_, *req_, ex_.close_both, own_host);
     Forwarding f;
-    std::string host;  // rare: a client that sent no Host (HTTP/1.0)
-    if (!passed.has_host) f.default_host = host = cfg_.upstreams[ex_.upstream].hosts.front().str();
+    if (!passed.has_host) f.default_host = w_.pool(ex_.upstream).authority(ex_.up->host);
+    f.https = tls_ != nullptr;
     f.client = std::string_view(client_, client_len_);
     f.replace_forwarded_for = cfg_.forwarded_for_replace;
     f.request_id = ex_.request_id;
@@ -745,7 +817,7 @@ class Session : public Tracked,
     phase_ = Phase::send_upstream;
     deadline = Clock::now() + cfg_.send_timeout;
     ex_.request_sent = req_->is_done();
-    write_piece(ex_.up->socket, req_->chunked(), n, ex_.request_sent,
+    write_piece(ex_.up->stream, req_->chunked(), n, ex_.request_sent,
                 beast::bind_front_handler(&Session::on_upstream_written, shared_from_this()));
   }
 
@@ -764,7 +836,7 @@ class Session : public Tracked,
   // One gathered write: out_ (a head still to go, or nothing), then n bytes of
   // the block framed as the outgoing message needs (heads.hpp's frame_piece).
   template <class Handler>
-  void write_piece(Socket& to, bool chunked, std::size_t n, bool last, Handler&& handler) {
+  void write_piece(Stream& to, bool chunked, std::size_t n, bool last, Handler&& handler) {
     frame_ = frame_piece(chunked, n, last);
     // The head moves to sending_, which holds it until the write is done (the
     // previous write, if any, is done now); swapping moves no bytes.
@@ -827,7 +899,7 @@ class Session : public Tracked,
     res_->body_limit(boost::none);
     if (ex_.method == http::verb::head) res_->skip(true);
     http::async_read_header(
-        ex_.up->socket, ex_.up->buffer, *res_,
+        ex_.up->stream, ex_.up->buffer, *res_,
         beast::bind_front_handler(&Session::on_response_head, shared_from_this()));
   }
 
@@ -906,7 +978,7 @@ class Session : public Tracked,
     phase_ = Phase::response_body;
     deadline = Clock::now() + (ex_.sse ? cfg_.sse_idle_timeout : cfg_.response_timeout);
     http::async_read_some(
-        ex_.up->socket, ex_.up->buffer, *res_,
+        ex_.up->stream, ex_.up->buffer, *res_,
         beast::bind_front_handler(&Session::on_response_body, shared_from_this()));
   }
 
@@ -1034,8 +1106,10 @@ class Session : public Tracked,
     if (!log.enabled()) return;
     std::string_view method;
     if (req_ && req_->is_header_done()) method = req_->get().method_string();
-    log.write(
-        access_record(ex_, status, method, std::string_view(client_, client_len_), cfg_, now));
+    auto record =
+        access_record(ex_, status, method, std::string_view(client_, client_len_), cfg_, now);
+    if (tls_) record.tls = tls::version(sock_.ssl());
+    log.write(record);
   }
 
   // An error Sluice answers itself.
@@ -1106,7 +1180,7 @@ class Session : public Tracked,
   // Something broke mid-exchange: both connections go, nothing is reused.
   void abort() {
     error_code ec;
-    sock_.close(ec);
+    sock_.socket().close(ec);
     ex_.up.reset();
     block_.reset();
     if (ex_.started && phase_ != Phase::closing)
@@ -1117,21 +1191,23 @@ class Session : public Tracked,
   void graceful_close() {
     phase_ = Phase::closing;
     error_code ec;
-    sock_.shutdown(tcp::socket::shutdown_send, ec);
-    sock_.close(ec);
+    sock_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    sock_.socket().close(ec);
   }
 
   void close() {
     phase_ = Phase::closing;
     error_code ec;
-    sock_.close(ec);
+    sock_.socket().close(ec);
   }
 
   Worker& w_;
   const config::Config& cfg_;
   Shard& st_;
   WorkerUpstreams ups_;
-  Socket sock_;
+  Stream sock_;
+  std::shared_ptr<const tls::ServerContexts> tls_;  // HTTPS: the certificates it handshakes with
+  tls::HandshakeNotes tls_notes_;
   beast::flat_buffer buf_;
   // Both messages' fields live in a per-session arena, released between
   // requests: parsing a head allocates nothing in steady state.
@@ -1156,8 +1232,8 @@ class Session : public Tracked,
 
 }  // namespace
 
-void start_session(Worker& worker, Socket socket) {
-  std::make_shared<Session>(worker, std::move(socket))->run();
+void start_session(Worker& worker, Socket socket, bool tls) {
+  std::make_shared<Session>(worker, std::move(socket), tls)->run();
 }
 
 }  // namespace sluice::proxy

@@ -52,11 +52,40 @@ inline constexpr int kStatusSlots = 600;
 using admission::Fallback;
 using admission::kFallbackWhys;
 
+// A TLS handshake's outcome, on either side (metrics' `result`).
+enum class TlsResult : std::uint8_t {
+  full,              // done, a full handshake
+  resumed,           // done, a session resumed (a ticket)
+  verify,            // the peer's certificate did not verify (upstreams)
+  http_request,      // plain HTTP sent to the HTTPS port (answered 400)
+  protocol,          // a version not offered (SSLv3, TLS 1.0, 1.1) or not TLS at all
+  no_shared_cipher,  // nothing in common
+  truncated,         // the peer went away mid-handshake
+  timeout,           // not done within its deadline
+  other,
+};
+inline constexpr std::size_t kTlsResults = 9;
+constexpr std::string_view to_string(TlsResult r) {
+  constexpr std::array<std::string_view, kTlsResults> kNames{
+      "full",      "resumed", "verify", "http_request", "protocol", "no_shared_cipher",
+      "truncated", "timeout", "other"};
+  return kNames[static_cast<std::size_t>(r)];
+}
+// tls::Failure's reason as a result.
+inline TlsResult tls_result(std::string_view reason) {
+  for (std::size_t i = 0; i < kTlsResults; ++i)
+    if (to_string(static_cast<TlsResult>(i)) == reason) return static_cast<TlsResult>(i);
+  return TlsResult::other;
+}
+
 struct UpstreamStats {
   LatencyHistogram wait{kLatencyBounds};           // time to get a connection
-  std::atomic<std::uint64_t> timeouts{0};          // response-head timeouts
-  std::atomic<std::uint64_t> connect_failures{0};  // refused or timed out
-  std::atomic<std::uint64_t> retries{0};           // idempotent replays on a fresh connection
+  LatencyHistogram connect{kLatencyBounds};        // TCP connects that succeeded
+  LatencyHistogram tls_handshake{kLatencyBounds};  // TLS handshakes that succeeded
+  std::array<std::atomic<std::uint64_t>, kTlsResults> tls_handshakes{};  // by TlsResult
+  std::atomic<std::uint64_t> timeouts{0};                                // response-head timeouts
+  std::atomic<std::uint64_t> connect_failures{0};                        // refused or timed out
+  std::atomic<std::uint64_t> retries{0};  // idempotent replays on a fresh connection
   std::atomic<std::uint64_t> host_ejections{
       0};                                    // hosts left out of the choice after a failed connect
   std::atomic<std::int64_t> connections{0};  // open connections (gauge)
@@ -114,6 +143,13 @@ struct Shard {
   std::array<std::atomic<std::uint64_t>, kClientTimeouts> client_timeouts{};  // by ClientTimeout
   std::atomic<std::uint64_t> stalled_writes{0};      // slots given back by slow readers
   std::atomic<std::uint64_t> handler_exceptions{0};  // handlers that threw; the loop went on
+  // The HTTPS listener: handshakes by TlsResult, names asked for that no
+  // certificate holds, renegotiations refused, connections shed before a
+  // handshake at the highest level.
+  std::array<std::atomic<std::uint64_t>, kTlsResults> tls_handshakes{};
+  std::atomic<std::uint64_t> tls_sni_unknown{0};
+  std::atomic<std::uint64_t> tls_renegotiations{0};
+  std::atomic<std::uint64_t> tls_shed{0};
 };
 
 }  // namespace sluice::proxy

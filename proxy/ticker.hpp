@@ -43,6 +43,10 @@ class Ticker {
   // timings; false when the new configuration was refused.
   bool reload(std::string_view why);
   std::uint64_t reloads(bool ok) const { return reloader_.reloads(ok); }
+  // The HTTPS listener's certificates, loaded again (SIGHUP; a change of their
+  // files is looked for every tick).
+  bool reload_certificates(std::string_view why) { return reloader_.reload_certificates(why); }
+  std::uint64_t certificate_reloads(bool ok) const { return reloader_.certificate_reloads(ok); }
 
   // /admin/state; its "config" is the configuration running (as check-config shows one).
   std::string state_json() const;

@@ -3,11 +3,13 @@
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/write.hpp>
 
+#include "proxy/stream_io.hpp"
+
 namespace sluice::proxy {
 
 using boost::system::error_code;
 
-Tunnel::Tunnel(Worker& w, Socket client, boost::beast::flat_buffer client_read, Checkout upstream,
+Tunnel::Tunnel(Worker& w, Stream client, boost::beast::flat_buffer client_read, Checkout upstream,
                Done done)
     : w_(w),
       client_(std::move(client)),
@@ -16,7 +18,7 @@ Tunnel::Tunnel(Worker& w, Socket client, boost::beast::flat_buffer client_read, 
       done_(std::move(done)),
       blocks_{w.blocks().get(), w.blocks().get()} {}
 
-void Tunnel::start(Worker& w, Socket client, boost::beast::flat_buffer client_read,
+void Tunnel::start(Worker& w, Stream client, boost::beast::flat_buffer client_read,
                    Checkout upstream, Done done) {
   auto t = std::make_shared<Tunnel>(w, std::move(client), std::move(client_read),
                                     std::move(upstream), std::move(done));
@@ -27,8 +29,8 @@ void Tunnel::start(Worker& w, Socket client, boost::beast::flat_buffer client_re
 
 void Tunnel::on_deadline() {
   error_code ec;
-  client_.close(ec);
-  up_->socket.close(ec);
+  client_.socket().close(ec);
+  up_->stream.socket().close(ec);
 }
 
 void Tunnel::pump(std::size_t dir) {
@@ -59,13 +61,13 @@ void Tunnel::write(std::size_t dir, std::size_t n) {
 void Tunnel::end(std::size_t dir, error_code ec) {
   error_code ignored;
   if (!ec || ec == net::error::eof) {
-    to(dir).shutdown(tcp::socket::shutdown_send, ignored);  // a half close passes on
+    to(dir).socket().shutdown(tcp::socket::shutdown_send, ignored);  // a half close passes on
   } else {
-    client_.close(ignored);
-    up_->socket.close(ignored);
+    client_.socket().close(ignored);
+    up_->stream.socket().close(ignored);
   }
   if (++ends_ < 2) return;
-  client_.close(ignored);
+  client_.socket().close(ignored);
   up_.reset();
   deadline = Clock::time_point::max();
   std::exchange(done_, nullptr)(bytes_[kUp], bytes_[kDown]);

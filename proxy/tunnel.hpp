@@ -1,7 +1,7 @@
 #pragma once
 // A tunnel after a 101 (a WebSocket, or any agreed upgrade): bytes both ways
 // between the client and the upstream connection, through one borrowed block
-// per direction, until both directions end. It owns both sockets. A direction
+// per direction, until both directions end. It owns both streams. A direction
 // that ends cleanly passes its end on (a half close) and lets the other finish;
 // an error closes both. Nothing in either direction for SLUICE_SSE_IDLE_TIMEOUT
 // closes both.
@@ -21,9 +21,9 @@ class Tunnel final : public Tracked, public std::enable_shared_from_this<Tunnel>
   using Done = std::function<void(std::uint64_t up, std::uint64_t down)>;
   // `client_read`: what was read from the client after its head, relayed first
   // (the upstream connection's buffer likewise, the other way).
-  static void start(Worker& w, Socket client, boost::beast::flat_buffer client_read,
+  static void start(Worker& w, Stream client, boost::beast::flat_buffer client_read,
                     Checkout upstream, Done done);
-  Tunnel(Worker& w, Socket client, boost::beast::flat_buffer client_read, Checkout upstream,
+  Tunnel(Worker& w, Stream client, boost::beast::flat_buffer client_read, Checkout upstream,
          Done done);
   void on_deadline() override;
 
@@ -32,14 +32,14 @@ class Tunnel final : public Tracked, public std::enable_shared_from_this<Tunnel>
   void pump(std::size_t dir);
   void write(std::size_t dir, std::size_t n);
   void end(std::size_t dir, boost::system::error_code ec);
-  Socket& from(std::size_t dir) { return dir == kUp ? client_ : up_->socket; }
-  Socket& to(std::size_t dir) { return dir == kUp ? up_->socket : client_; }
+  Stream& from(std::size_t dir) { return dir == kUp ? client_ : up_->stream; }
+  Stream& to(std::size_t dir) { return dir == kUp ? up_->stream : client_; }
   boost::beast::flat_buffer& read(std::size_t dir) {
     return dir == kUp ? client_read_ : up_->buffer;
   }
 
   Worker& w_;
-  Socket client_;
+  Stream client_;
   boost::beast::flat_buffer client_read_;
   Checkout up_;
   Done done_;

@@ -1,21 +1,40 @@
 #include "proxy/upstream_pool.hpp"
 
+#include <openssl/ssl.h>
 #include <sys/socket.h>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/post.hpp>
 #include <cerrno>
+#include <cstdio>
 
 #include "proxy/runtime.hpp"
+#include "proxy/stream_io.hpp"
 
 namespace sluice::proxy {
+
+namespace {
+class UpstreamTlsCategory final : public boost::system::error_category {
+ public:
+  const char* name() const noexcept override { return "sluice.upstream_tls"; }
+  std::string message(int v) const override {
+    return "TLS handshake to the upstream failed: " +
+           std::string(to_string(static_cast<TlsResult>(v)));
+  }
+};
+}  // namespace
+
+const boost::system::error_category& upstream_tls_category() {
+  static const UpstreamTlsCategory category;
+  return category;
+}
 
 // ---- UpstreamConnection ----
 
 void UpstreamConnection::on_deadline() {
   connect_timed_out = true;
   boost::system::error_code ignored;
-  socket.close(ignored);
+  stream.socket().close(ignored);
 }
 
 // ---- UpstreamPool ----
@@ -29,6 +48,15 @@ UpstreamPool::UpstreamPool(Worker& worker, std::size_t index, std::vector<tcp::e
       hosts_(endpoints_.size(), eject_base, eject_max),
       max_(max_connections) {
   idle_.reserve(max_);
+  const auto& u = worker.config().upstreams[index];
+  for (const auto& h : u.hosts) {
+    // https:// on 443: the name alone, as a client reaching it would send.
+    if (u.tls && h.port == 443)
+      authority_.push_back(h.host.find(':') != std::string::npos ? "[" + h.host + "]" : h.host);
+    else
+      authority_.push_back(h.str());
+  }
+  sessions_.resize(endpoints_.size());
 }
 
 UpstreamPool::~UpstreamPool() { waiters_.clear(); }
@@ -55,7 +83,8 @@ void UpstreamPool::acquire(PoolWaiter& w) {
     if (idle_[i]->host != host) continue;
     auto c = std::move(idle_[i]);
     idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(i));
-    if ((w.must_check || now - c->idle_since >= kCheckIdleAfter) && !still_open(c->socket)) {
+    if ((w.must_check || now - c->idle_since >= kCheckIdleAfter) &&
+        !still_open(c->stream.socket())) {
       closed(1);
       continue;
     }
@@ -126,29 +155,83 @@ void UpstreamPool::connect_to(PoolWaiter& w, std::size_t host) {
   c->deadline = Clock::now() + worker_.config().connect_timeout;
   worker_.track(*c);
   auto* raw = c.get();
-  raw->socket.async_connect(
-      endpoints_[host], [this, &w, c = std::move(c)](boost::system::error_code ec) mutable {
+  raw->stream.socket().async_connect(
+      endpoints_[host],
+      [this, &w, c = std::move(c), started = Clock::now()](boost::system::error_code ec) mutable {
         c->unlink();
         c->deadline = Clock::time_point::max();
         const bool connected = !ec;
         if (connected) {
           hosts_.connected(c->host);
-          c->socket.set_option(tcp::no_delay(true), ec);
+          c->stream.socket().set_option(tcp::no_delay(true), ec);
           if (!ec) {
+            c->connect_time = Clock::now() - started;
+            worker_.stats().upstream[index_].connect.observe(
+                std::chrono::duration<double>(c->connect_time).count());
+            if (worker_.config().upstreams[index_].tls) {
+              handshake(w, std::move(c));
+              return;
+            }
             w.on_connection(std::move(c), {});
             return;
           }
         }
         if (c->connect_timed_out) ec = net::error::timed_out;
         bump(worker_.stats().upstream[index_].connect_failures);
-        hosts_.unbind(c->host);
         if (!connected && hosts_.connect_failed(c->host, c->eject_epoch, Clock::now()))
           bump(worker_.stats().upstream[index_].host_ejections);
-        c.reset();
-        closed(1);
-        w.on_connection(nullptr, ec);
-        serve_next();  // the slot freed here may serve someone queued behind
+        failed(w, std::move(c), ec);
       });
+}
+
+void UpstreamPool::failed(PoolWaiter& w, std::unique_ptr<UpstreamConnection> c,
+                          boost::system::error_code ec) {
+  hosts_.unbind(c->host);
+  c.reset();
+  closed(1);
+  w.on_connection(nullptr, ec);
+  serve_next();  // the slot freed here may serve someone queued behind
+}
+
+void UpstreamPool::handshake(PoolWaiter& w, std::unique_ptr<UpstreamConnection> c) {
+  c->stream.start_tls(*worker_.runtime().upstream_tls);
+  tls::prepare_client(c->stream.ssl(), worker_.config().upstreams[index_].hosts[c->host].host,
+                      sessions_[c->host]);
+  c->deadline = Clock::now() + worker_.config().connect_timeout;
+  worker_.track(*c);
+  auto* raw = c.get();
+  raw->stream.async_handshake(false, [this, &w, c = std::move(c), started = Clock::now()](
+                                         boost::system::error_code ec) mutable {
+    c->unlink();
+    c->deadline = Clock::time_point::max();
+    auto& st = worker_.stats().upstream[index_];
+    if (!ec) {
+      c->tls_time = Clock::now() - started;
+      st.tls_handshake.observe(std::chrono::duration<double>(c->tls_time).count());
+      bool resumed = SSL_session_reused(c->stream.ssl()) == 1;
+      bump(st.tls_handshakes[static_cast<std::size_t>(resumed ? TlsResult::resumed
+                                                              : TlsResult::full)]);
+      w.on_connection(std::move(c), {});
+      return;
+    }
+    auto failure =
+        tls::classify(ec.value(), ec.category() == net::error::get_ssl_category(), c->stream.ssl());
+    auto result = c->connect_timed_out ? TlsResult::timeout : tls_result(failure.reason);
+    bump(st.tls_handshakes[static_cast<std::size_t>(result)]);
+    note_tls_failure(
+        c->host, c->connect_timed_out ? "no handshake within the connect timeout" : failure.detail);
+    failed(w, std::move(c), {static_cast<int>(result), upstream_tls_category()});
+  });
+}
+
+void UpstreamPool::note_tls_failure(std::size_t host, const std::string& detail) {
+  // A log line naming the host and OpenSSL's reason, at most one a second.
+  auto now = Clock::now();
+  if (now - last_tls_log_ < std::chrono::seconds(1)) return;
+  last_tls_log_ = now;
+  std::fprintf(stderr, "sluice: upstream %s host %s: TLS handshake failed: %s\n",
+               worker_.config().upstreams[index_].name.c_str(),
+               worker_.config().upstreams[index_].hosts[host].str().c_str(), detail.c_str());
 }
 
 void UpstreamPool::release(std::unique_ptr<UpstreamConnection> c, bool reusable) {

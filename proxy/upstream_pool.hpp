@@ -10,6 +10,8 @@
 #include "proxy/deadlines.hpp"
 #include "proxy/host_set.hpp"
 #include "proxy/net.hpp"
+#include "proxy/stream.hpp"
+#include "tls/tls.hpp"
 
 namespace sluice::proxy {
 
@@ -19,18 +21,25 @@ struct UpstreamConnection;
 // A pooled keep-alive connection to one host of an upstream.
 struct UpstreamConnection : Tracked {
   UpstreamConnection(net::io_context& ioc, std::size_t host_index)
-      : socket(ioc.get_executor()), host(host_index) {}
-  void on_deadline() override;  // connect timed out
-  Socket socket;
+      : stream(ioc), host(host_index) {}
+  void on_deadline() override;       // connect or TLS handshake timed out
+  Stream stream;                     // TCP, or TLS to an https:// upstream
   boost::beast::flat_buffer buffer;  // bytes read from this connection, not yet parsed
   std::size_t host;
   Clock::time_point idle_since{};
   std::uint32_t uses = 0;  // requests served; > 0 means a reused connection
+  // How long its TCP connect and its TLS handshake took (the first request's
+  // access log line shows them; -1: no TLS).
+  Clock::duration connect_time{-1}, tls_time{-1};
   // The host's ejection count when this connect began: a failure of a connect
   // begun before the host's latest ejection belongs to the outage already counted.
   std::uint32_t eject_epoch = 0;
   bool connect_timed_out = false;
 };
+
+// The error a waiter gets when the TLS handshake to an upstream failed: its
+// value is a TlsResult (verify, timeout, ...). Never retried without TLS.
+const boost::system::error_category& upstream_tls_category();
 
 // Someone waiting for a connection from an UpstreamPool.
 struct PoolWaiter {
@@ -86,6 +95,9 @@ class UpstreamPool {
   void close_idle(std::size_t host);
   std::size_t index() const { return index_; }
   std::size_t host_count() const { return endpoints_.size(); }
+  // The Host a request to `host` states when the client's is not passed: its
+  // name and port as configured (the port left out when it is the scheme's).
+  const std::string& authority(std::size_t host) const { return authority_[host]; }
 
   // One host as the admin view shows it (worker thread only).
   struct HostView {
@@ -106,9 +118,18 @@ class UpstreamPool {
   void closed(std::size_t n);  // n of this pool's connections are gone
   void serve_next();           // a slot is free: connect for the oldest waiter, if any
   void hand(PoolWaiter& w, std::unique_ptr<UpstreamConnection> c, boost::system::error_code ec);
+  // An https:// upstream: the handshake after the connect, then w gets the
+  // connection, or an error of upstream_tls_category().
+  void handshake(PoolWaiter& w, std::unique_ptr<UpstreamConnection> c);
+  void failed(PoolWaiter& w, std::unique_ptr<UpstreamConnection> c, boost::system::error_code ec);
+  void note_tls_failure(std::size_t host, const std::string& detail);  // a log line, at most 1/s
+  Clock::time_point last_tls_log_{};
   Worker& worker_;
   std::size_t index_;
   std::vector<tcp::endpoint> endpoints_;  // by host
+  std::vector<std::string> authority_;    // by host
+  // https://: per host, the last TLS session it gave, resumed by the next connect.
+  std::vector<tls::SessionSlot> sessions_;
   HostSet hosts_;
   std::size_t max_;
   std::size_t open_ = 0;                                   // idle + busy + connecting

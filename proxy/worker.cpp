@@ -39,6 +39,7 @@ Worker::Worker(Runtime& rt, std::size_t index, int log_fd)
   static constexpr char kHex[] = "0123456789abcdef";
   for (int i = 0; i < 16; ++i) id_prefix_[i] = kHex[(r >> (i * 4)) & 15];
   live_ = rt.generations.back().get();
+  server_tls_ = rt.server_tls;
   // The gate's draws: seeded per thread, so a run can be repeated.
   rng_ = admission::Rng(0x5eed0000ull + index);
 }

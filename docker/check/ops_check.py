@@ -490,6 +490,28 @@ def localize_upstreams(value):
     return ";".join(out)
 
 
+# Paths to PEM files: a Secret's (Kubernetes) or a mounted folder's (compose).
+TLS_FILES = ("SLUICE_TLS_CERT", "SLUICE_TLS_KEY", "SLUICE_UPSTREAM_CA",
+             "SLUICE_UPSTREAM_CLIENT_CERT", "SLUICE_UPSTREAM_CLIENT_KEY")
+
+
+def make_tls_pairs(env, local):
+    """The certificates the variables name, made here as a certificate manager
+    would write them (a Secret is not in the manifests): one self-signed pair per
+    SLUICE_TLS_CERT / SLUICE_TLS_KEY entry, unless the mounted files gave it."""
+    certs = env.get("SLUICE_TLS_CERT", "").split(",") if env.get("SLUICE_TLS_CERT") else []
+    keys = env.get("SLUICE_TLS_KEY", "").split(",") if env.get("SLUICE_TLS_KEY") else []
+    for cert, key in zip(certs, keys):
+        if os.path.exists(local(cert)) and os.path.exists(local(key)):
+            continue
+        for p in (cert, key):
+            os.makedirs(os.path.dirname(local(p)), exist_ok=True)
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:P-256", "-nodes", "-days", "1", "-subj", "/CN=sluice.test",
+                        "-keyout", local(key), "-out", local(cert)],
+                       check=True, capture_output=True)
+
+
 def run_check_config(sluice_bin, env, files, what):
     """env: SLUICE_ variables as the container sees them; files: container
     path -> content or a host path."""
@@ -509,7 +531,10 @@ def run_check_config(sluice_bin, env, files, what):
             elif k.endswith("_FILE") or k == "SLUICE_TICK_LOG" or (k == "SLUICE_ACCESS_LOG" and v.startswith("/")):
                 os.makedirs(os.path.dirname(local(v)), exist_ok=True)
                 v = local(v)
+            elif k in TLS_FILES:
+                v = ",".join(local(p) for p in v.split(","))
             run_env[k] = v
+        make_tls_pairs(env, local)
         r = subprocess.run([sluice_bin, "check-config"], env=run_env, capture_output=True, text=True)
         if r.returncode != 0:
             print(f"  FAIL check-config {what}: exit {r.returncode}: {r.stderr.strip()}")

@@ -205,6 +205,15 @@ TEST_CASE(
   auto table = json::parse(run({"config-reference", "--json"}, {}).out);
   TempFile routes("routes");
   routes.write(R"([{"prefix":"/file","lane":"heavy"},{"prefix":"/"}])");
+  // A certificate and its key, for the TLS variables (the certificate is its own CA).
+  TempFile cert("cert"), cert_key("key");
+  {
+    sluice::test::Process openssl({"openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                                   "ec_paramgen_curve:P-256", "-nodes", "-days", "1", "-subj",
+                                   "/CN=reload.test", "-keyout", cert_key.path.string(), "-out",
+                                   cert.path.string()});
+    REQUIRE(openssl.wait_exit(30s) == 0);
+  }
   // A valid value other than the one in force, for every variable.
   const std::map<std::string, std::string> changed{
       {"SLUICE_LISTEN", "127.0.0.1:1"},
@@ -265,7 +274,22 @@ TEST_CASE(
       {"SLUICE_PINS_FILE", "/nonexistent/pins.json"},
       {"SLUICE_TICK_LOG", "/nonexistent/ticks.log"},
       {"SLUICE_DEBUG_ENDPOINTS", "true"},
+      {"SLUICE_TLS_CERT", cert.path.string()},
+      {"SLUICE_TLS_KEY", cert_key.path.string()},
+      {"SLUICE_TLS_LISTEN", "127.0.0.1:3"},
+      {"SLUICE_TLS_MIN_VERSION", "1.3"},
+      {"SLUICE_TLS_CIPHERS", "ECDHE-ECDSA-AES256-GCM-SHA384"},
+      {"SLUICE_TLS_CIPHERSUITES", "TLS_AES_256_GCM_SHA384"},
+      {"SLUICE_TLS_HANDSHAKE_TIMEOUT", "7s"},
+      {"SLUICE_TLS_TICKET_ROTATE", "7m"},
+      {"SLUICE_UPSTREAM_CA", cert.path.string()},
+      {"SLUICE_UPSTREAM_CLIENT_CERT", cert.path.string()},
+      {"SLUICE_UPSTREAM_CLIENT_KEY", cert_key.path.string()},
   };
+  // A certificate needs its key: the pair goes into the file at once, as one change.
+  const std::map<std::string, std::string> pair_of{
+      {"SLUICE_TLS_CERT", "SLUICE_TLS_KEY"},
+      {"SLUICE_UPSTREAM_CLIENT_CERT", "SLUICE_UPSTREAM_CLIENT_KEY"}};
   Upstream up(kUpstream);
   TempFile config("config");
   config.write("");
@@ -318,12 +342,20 @@ TEST_CASE(
       CHECK(reload_with(file)["ok"] == true);
       continue;
     }
+    bool second_of_pair = false;
+    for (const auto& [first, second] : pair_of) second_of_pair |= name == second;
+    if (second_of_pair) {  // went in with its first
+      CHECK(file.find(name + "=") != std::string::npos);
+      continue;
+    }
     if (name == "SLUICE_ROUTES_FILE") {  // one or the other: the inline routes go
       auto at = file.find("SLUICE_ROUTES=");
       REQUIRE(at != std::string::npos);
       file.erase(at, file.find('\n', at) + 1 - at);
     }
     file += line;
+    if (auto p = pair_of.find(name); p != pair_of.end())
+      file += p->second + "=" + changed.at(p->second) + "\n";
     auto audit = reload_with(file);
     REQUIRE(audit["ok"] == true);
     const json expected = fresh();

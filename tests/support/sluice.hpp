@@ -52,6 +52,11 @@ struct Sluice {
     if (!p || !a) throw std::runtime_error("sluice did not start: " + process.err());
     port = static_cast<std::uint16_t>(*p);
     admin = static_cast<std::uint16_t>(*a);
+    // The HTTPS listener: beside the plain one, or the only one (then `port` too).
+    if (auto h = process.port_from_err("https on ", std::chrono::milliseconds(0)))
+      https = static_cast<std::uint16_t>(*h);
+    else if (process.err().find("(https only)") != std::string::npos)
+      https = port;
   }
 
   std::string metrics() { return request(admin, "GET", "/metrics").body; }
@@ -95,6 +100,7 @@ struct Sluice {
   Process process;
   std::uint16_t port = 0;
   std::uint16_t admin = 0;
+  std::uint16_t https = 0;  // 0: no HTTPS listener
 
  private:
   static std::map<std::string, std::string> with_listeners(std::map<std::string, std::string> env) {

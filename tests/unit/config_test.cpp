@@ -94,7 +94,7 @@ TEST_CASE("the variable table names each variable once, with a default and a mea
     CHECK_FALSE(v.meaning.empty());
     CHECK(names.insert(v.name).second);
   }
-  CHECK(names.size() == 58);
+  CHECK(names.size() == 69);
 }
 
 TEST_CASE("every variable in the table is read by load and shown by to_json", "[config]") {
@@ -123,11 +123,13 @@ TEST_CASE("the defaults in the table are the defaults load applies", "[config]")
     CHECK(to_json(load(minimal({{std::string(v.name), std::string(v.default_value)}}))) ==
           baseline);
   }
-  CHECK(not_literal == std::set<std::string_view>{
-                           "SLUICE_ADMIN_TOKEN", "SLUICE_UPSTREAMS", "SLUICE_ROUTES",
-                           "SLUICE_ROUTES_FILE", "SLUICE_THREADS", "SLUICE_PINS_FILE",
-                           "SLUICE_TICK_LOG", "SLUICE_CONFIG_FILE", "SLUICE_HEAVY_MAX_IN_FLIGHT",
-                           "SLUICE_LEASE_KEY", "SLUICE_CLOSE_STATUSES"});
+  CHECK(not_literal ==
+        std::set<std::string_view>{
+            "SLUICE_ADMIN_TOKEN", "SLUICE_UPSTREAMS", "SLUICE_ROUTES", "SLUICE_ROUTES_FILE",
+            "SLUICE_THREADS", "SLUICE_PINS_FILE", "SLUICE_TICK_LOG", "SLUICE_CONFIG_FILE",
+            "SLUICE_HEAVY_MAX_IN_FLIGHT", "SLUICE_LEASE_KEY", "SLUICE_CLOSE_STATUSES",
+            "SLUICE_TLS_CERT", "SLUICE_TLS_KEY", "SLUICE_TLS_CIPHERS", "SLUICE_TLS_CIPHERSUITES",
+            "SLUICE_UPSTREAM_CA", "SLUICE_UPSTREAM_CLIENT_CERT", "SLUICE_UPSTREAM_CLIENT_KEY"});
 
   // And the loaded defaults are the struct's.
   Config expected;
@@ -528,6 +530,17 @@ TEST_CASE("every config error starts with the variable it is about", "[config]")
       {"SLUICE_DEBUG_ENDPOINTS", "yes"},
       {"SLUICE_FORWARDED_FOR", "prepend"},
       {"SLUICE_CONFIG_FILE", "/nonexistent/sluice.env"},
+      {"SLUICE_TLS_CERT", "a.pem,,b.pem"},
+      {"SLUICE_TLS_KEY", ","},
+      {"SLUICE_TLS_LISTEN", "nope"},
+      {"SLUICE_TLS_MIN_VERSION", "1.1"},
+      {"SLUICE_TLS_CIPHERS", ""},
+      {"SLUICE_TLS_CIPHERSUITES", ""},
+      {"SLUICE_TLS_HANDSHAKE_TIMEOUT", "10"},
+      {"SLUICE_TLS_TICKET_ROTATE", "10s"},
+      {"SLUICE_UPSTREAM_CA", "/nonexistent/ca.pem"},
+      {"SLUICE_UPSTREAM_CLIENT_CERT", "/nonexistent/client.pem"},
+      {"SLUICE_UPSTREAM_CLIENT_KEY", "/nonexistent/client.key"},
   };
   REQUIRE(bad.size() == variables().size());
   for (const auto& [name, value] : bad) {
@@ -574,9 +587,10 @@ TEST_CASE("to_json shows values in user units and routes by upstream name", "[co
   CHECK(j["sse_idle_timeout"] == "2m");
   CHECK(j["max_header_bytes"] == 32768);
   CHECK(j["access_log"] == "./a.log");
-  CHECK(j["upstreams"] == nlohmann::json::parse(
-                              R"([{"name":"api","hosts":["127.0.0.1:9000","[::1]:9001"]},
-                                  {"name":"auth","hosts":["h:2"]}])"));
+  CHECK(j["upstreams"] ==
+        nlohmann::json::parse(
+            R"([{"name":"api","hosts":["127.0.0.1:9000","[::1]:9001"],"tls":false},
+                                  {"name":"auth","hosts":["h:2"],"tls":false}])"));
   CHECK(j["routes"] == nlohmann::json::parse(
                            R"([{"name":"route0","prefix":"/a","lane":"heavy","upstream":"auth",
                                 "alternatives":[],"pin":false}])"));

@@ -1,0 +1,59 @@
+#pragma once
+// A connection's byte stream: a TCP socket, or TLS over one. The request path
+// reads and writes a Stream whichever it is, so HTTP and HTTPS share one code
+// path; only the handshake differs. The TLS half is Beast's ssl_stream (over
+// OpenSSL), which also gathers a write's buffers into one TLS record.
+//
+// This header is light (it is in UpstreamConnection, which the runtime holds):
+// the asynchronous operations are defined in proxy/stream_io.hpp, which the files
+// that do I/O include.
+#include <memory>
+
+#include "proxy/net.hpp"
+
+using SSL = struct ssl_st;
+namespace boost::asio::ssl {
+class context;
+}
+
+namespace sluice::proxy {
+
+struct TlsLayer;  // proxy/stream_io.hpp
+struct TlsLayerDelete {
+  void operator()(TlsLayer* t) const noexcept;
+};
+
+class Stream {
+ public:
+  using executor_type = Socket::executor_type;
+  explicit Stream(Socket s) : plain_(std::move(s)) {}
+  explicit Stream(net::io_context& ioc) : plain_(ioc.get_executor()) {}
+  Stream(Stream&&) noexcept = default;
+  Stream& operator=(Stream&&) noexcept = default;
+  ~Stream() = default;
+
+  // From now on TLS over the socket this holds, with ctx's settings (the
+  // handshake is still to do: stream_io.hpp's async_handshake).
+  void start_tls(net::ssl::context& ctx);
+  bool tls() const { return tls_ != nullptr; }
+  SSL* ssl() const;  // nullptr when plain
+
+  Socket& socket() { return tls_ ? tls_socket() : plain_; }
+  executor_type get_executor() { return plain_.get_executor(); }
+
+  // The TLS handshake (after start_tls), as the server (the client listener)
+  // or as a client (to an upstream): handler(error_code).
+  template <class Handler>
+  void async_handshake(bool as_server, Handler&& handler);
+  template <class MutableBuffers, class Handler>
+  void async_read_some(const MutableBuffers& buffers, Handler&& handler);
+  template <class ConstBuffers, class Handler>
+  void async_write_some(const ConstBuffers& buffers, Handler&& handler);
+
+ private:
+  Socket& tls_socket();
+  Socket plain_;  // the socket while plain; moved into tls_ by start_tls
+  std::unique_ptr<TlsLayer, TlsLayerDelete> tls_;
+};
+
+}  // namespace sluice::proxy
