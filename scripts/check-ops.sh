@@ -178,10 +178,16 @@ start_live() {
   line=$(wait_for "$work/upstream.err" 'listening on') || return 1
   upstream_addr=$(sed -n 's/.*listening on \([0-9.]*:[0-9]*\).*/\1/p' <<<"$line")
 
+  # A certificate for the HTTPS listener, so that its series have samples.
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+    -subj /CN=ops.test -keyout "$work/tls.key" -out "$work/tls.crt" 2>/dev/null || return 1
   # env -i: only the variables below, whatever the caller's environment holds.
   env -i PATH="$PATH" \
     SLUICE_UPSTREAMS="api=$upstream_addr" \
     SLUICE_LISTEN=127.0.0.1:0 \
+    SLUICE_TLS_LISTEN=127.0.0.1:0 \
+    SLUICE_TLS_CERT="$work/tls.crt" \
+    SLUICE_TLS_KEY="$work/tls.key" \
     SLUICE_ADMIN_LISTEN=127.0.0.1:0 \
     SLUICE_ROUTES_FILE=docker/sluice/routes.json \
     SLUICE_ACCESS_LOG=off \
