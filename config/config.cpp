@@ -1198,8 +1198,9 @@ constexpr Row kRows[] = {
     field<parse_ticket_rotate, format_duration, &Config::tls, &Tls::ticket_rotate>(
         restart, "tls_ticket_rotate",
         {"SLUICE_TLS_TICKET_ROTATE", "1h",
-         "A new session ticket key every this long (1m..24h); tickets under the two keys before "
-         "it still resume, so a ticket lives at most three periods."}),
+         "A new session ticket key every this long (1m..24h), and with each certificate reload: "
+         "a ticket resumes a session for at most one period, then the client makes a full "
+         "handshake."}),
     field<parse_endpoint, &Endpoint::str, &Config::admin_listen>(
         restart, "admin_listen",
         {"SLUICE_ADMIN_LISTEN", "127.0.0.1:9901",
@@ -1617,8 +1618,7 @@ void load_tls(Config& c) {
                                                  " is SLUICE_LISTEN's address too; give HTTPS its "
                                                  "own port, or SLUICE_LISTEN=off");
     try {
-      tls::ServerContexts check(t.pairs, t.protocol,
-                                std::make_shared<tls::TicketKeys>(std::chrono::seconds(3600)));
+      tls::ServerContexts check(t.pairs, t.protocol, std::chrono::seconds(3600));
     } catch (const tls::Error& e) {
       throw ConfigError(std::string(tls_variable(e.part(), false)), e.what());
     }

@@ -18,6 +18,7 @@ Reloader::Reloader(Runtime& rt, AccessLog& audit)
   config_file_key_ = file_state(current_.config_file).key;
   routes_file_key_ = file_state(current_.routes_file).key;
   certificates_key_ = certificates_key();
+  certificates_built_ = std::chrono::steady_clock::now();  // the runtime's, built just before
 }
 
 std::string Reloader::certificates_key() {
@@ -35,6 +36,18 @@ bool Reloader::certificates_changed() {
   return true;
 }
 
+std::shared_ptr<const tls::ServerContexts> Reloader::build_certificates() {
+  certificates_built_ = std::chrono::steady_clock::now();
+  return std::make_shared<const tls::ServerContexts>(
+      rt_.config.tls.pairs, rt_.config.tls.protocol,
+      std::chrono::duration_cast<std::chrono::seconds>(rt_.config.tls.ticket_rotate));
+}
+
+void Reloader::publish_certificates(std::shared_ptr<const tls::ServerContexts> next) {
+  rt_.server_tls = next;
+  for (auto& w : rt_.workers) net::post(w->ioc(), [w = w.get(), next] { w->set_server_tls(next); });
+}
+
 bool Reloader::reload_certificates(std::string_view why) {
   if (!rt_.config.tls.on()) return true;
   certificates_key_ = certificates_key();
@@ -43,8 +56,7 @@ bool Reloader::reload_certificates(std::string_view why) {
   audit_line["why"] = why;
   std::shared_ptr<const tls::ServerContexts> next;
   try {
-    next = std::make_shared<const tls::ServerContexts>(rt_.config.tls.pairs,
-                                                       rt_.config.tls.protocol, rt_.ticket_keys);
+    next = build_certificates();
   } catch (const tls::Error& e) {
     ++cert_reloads_[0];
     std::fprintf(stderr, "sluice: tls: certificates not reloaded, those in use stay: %s\n",
@@ -55,8 +67,7 @@ bool Reloader::reload_certificates(std::string_view why) {
     audit_.flush();
     return false;
   }
-  rt_.server_tls = next;
-  for (auto& w : rt_.workers) net::post(w->ioc(), [w = w.get(), next] { w->set_server_tls(next); });
+  publish_certificates(next);
   ++cert_reloads_[1];
   Json served = Json::array();
   for (const auto& c : next->certificates())
@@ -68,6 +79,18 @@ bool Reloader::reload_certificates(std::string_view why) {
   std::fprintf(stderr, "sluice: tls: certificates reloaded (%s): %s\n", std::string(why).c_str(),
                served.dump().c_str());
   return true;
+}
+
+void Reloader::rotate_tickets_if_due(std::chrono::steady_clock::time_point now) {
+  if (!rt_.config.tls.on() || now - certificates_built_ < rt_.config.tls.ticket_rotate) return;
+  // The same certificates, new contexts: OpenSSL gives each its own ticket key.
+  try {
+    publish_certificates(build_certificates());
+  } catch (const tls::Error& e) {
+    std::fprintf(stderr,
+                 "sluice: tls: session ticket key not rotated (the files do not load): %s\n",
+                 e.what());
+  }
 }
 
 bool Reloader::files_changed() {

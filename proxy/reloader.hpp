@@ -13,7 +13,9 @@
 //
 // Threading: the admin thread only (the ticker's).
 #include <array>
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -47,6 +49,9 @@ class Reloader {
   // log line and an audit line, the certificates in use staying. No HTTPS: true.
   bool reload_certificates(std::string_view why);
   std::uint64_t certificate_reloads(bool ok) const { return cert_reloads_[ok ? 1 : 0]; }
+  // Every SLUICE_TLS_TICKET_ROTATE: the certificates' contexts built again, with
+  // them a new session ticket key (a ticket lives at most one period).
+  void rotate_tickets_if_due(std::chrono::steady_clock::time_point now);
 
  private:
   bool reload_files(std::string_view why);
@@ -57,7 +62,10 @@ class Reloader {
   std::array<std::uint64_t, 2> reloads_{};  // [failed, ok]
   std::string config_file_key_, routes_file_key_;
   std::string certificates_key();
+  std::shared_ptr<const tls::ServerContexts> build_certificates();  // throws tls::Error
+  void publish_certificates(std::shared_ptr<const tls::ServerContexts> next);
   std::string certificates_key_;
+  std::chrono::steady_clock::time_point certificates_built_{};
   std::array<std::uint64_t, 2> cert_reloads_{};  // [failed, ok]
 };
 

@@ -41,10 +41,9 @@ Runtime::Runtime(const config::Config& c) : config(c) {
   // since (reported as the variable's error).
   try {
     if (c.tls.on()) {
-      ticket_keys = std::make_shared<tls::TicketKeys>(
+      server_tls = std::make_shared<const tls::ServerContexts>(
+          c.tls.pairs, c.tls.protocol,
           std::chrono::duration_cast<std::chrono::seconds>(c.tls.ticket_rotate));
-      server_tls =
-          std::make_shared<const tls::ServerContexts>(c.tls.pairs, c.tls.protocol, ticket_keys);
     }
     bool any = std::any_of(c.upstreams.begin(), c.upstreams.end(),
                            [](const config::Upstream& u) { return u.tls; });

@@ -175,10 +175,9 @@ struct Runtime {
   // instance id, so they verify only in this process.
   admission::LeaseKey lease_key{};
   std::uint64_t instance = 0;
-  // TLS: the session ticket keys (kept across certificate reloads), the
-  // certificates in force (the ticker's reload replaces them; each worker is
-  // posted the new ones), and the context of https:// upstreams (null: none).
-  std::shared_ptr<tls::TicketKeys> ticket_keys;
+  // TLS: the certificates in force (the ticker's reload and ticket rotation
+  // replace them; each worker is posted the new ones), and the context of
+  // https:// upstreams (null: none).
   std::shared_ptr<const tls::ServerContexts> server_tls;
   std::unique_ptr<net::ssl::context> upstream_tls;
 };

@@ -1,5 +1,4 @@
 #include "proxy/stream_io.hpp"
-
 #include "tls/tls.hpp"
 
 namespace sluice::proxy {
@@ -9,9 +8,7 @@ void TlsLayerDelete::operator()(TlsLayer* t) const noexcept {
   delete t;
 }
 
-void Stream::start_tls(net::ssl::context& ctx) {
-  tls_.reset(new TlsLayer(std::move(plain_), ctx));
-}
+void Stream::start_tls(net::ssl::context& ctx) { tls_.reset(new TlsLayer(std::move(plain_), ctx)); }
 
 SSL* Stream::ssl() const { return tls_ ? tls_->stream.native_handle() : nullptr; }
 

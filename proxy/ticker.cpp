@@ -62,7 +62,7 @@ void Ticker::arm() {
 void Ticker::on_tick() {
   if (reloader_.files_changed()) reload("file changed");
   if (reloader_.certificates_changed()) reloader_.reload_certificates("file changed");
-  if (rt_.ticket_keys) rt_.ticket_keys->rotate_if_due(std::chrono::steady_clock::now());
+  reloader_.rotate_tickets_if_due(std::chrono::steady_clock::now());
   read_pins_file();
   auto t = now();
   last_sample_ = sampler_.sample(t, in_force().admission.tick);

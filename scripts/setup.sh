@@ -8,6 +8,7 @@ packages=(
   libboost1.81-dev nlohmann-json3-dev prometheus-cpp-dev catch2
   libre2-dev                 # route regexes (RE2: linear time, no recursion)
   libssl-dev openssl         # TLS both ways (OpenSSL 3); the tests make their certificates with openssl req
+  sslscan                    # the HTTPS listener's protocols and ciphers, scanned by a test
   curl python3
   python3-yaml               # the corpus suite reads http-desync-guardian's cases
   clang libclang-rt-14-dev   # libFuzzer targets (the fuzz preset)

@@ -1,11 +1,8 @@
 #include "tls/tls.hpp"
 
 #include <arpa/inet.h>
-#include <openssl/core_names.h>
 #include <openssl/err.h>
-#include <openssl/evp.h>
 #include <openssl/pem.h>
-#include <openssl/rand.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
@@ -20,11 +17,7 @@ namespace ssl = boost::asio::ssl;
 
 namespace {
 
-// Our pointers on OpenSSL's objects (Asio keeps its own in the app data slots).
-int ctx_slot() {
-  static const int slot = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
-  return slot;
-}
+// Our pointer on OpenSSL's connections (Asio keeps its own in the app data slot).
 int ssl_slot() {
   static const int slot = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
   return slot;
@@ -72,9 +65,8 @@ Certificate describe(X509* x, const std::string& file) {
       const GENERAL_NAME* n = sk_GENERAL_NAME_value(names, i);
       if (n->type != GEN_DNS) continue;
       const auto* s = n->d.dNSName;
-      c.dns_names.push_back(
-          lower({reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
-                 static_cast<std::size_t>(ASN1_STRING_length(s))}));
+      c.dns_names.push_back(lower({reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
+                                   static_cast<std::size_t>(ASN1_STRING_length(s))}));
     }
     GENERAL_NAMES_free(names);
   }
@@ -109,19 +101,13 @@ void apply_protocol(SSL_CTX* ctx, const Protocol& p, std::string_view who) {
   // A connection idle between requests keeps no 16 KiB read and write buffers.
   SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
   if (SSL_CTX_set_cipher_list(ctx, p.ciphers.c_str()) != 1)
-    throw Error(Error::Part::ciphers, std::string(who) + ": cipher list \"" + p.ciphers +
-                "\" has no cipher OpenSSL knows: " + openssl_error("no cipher"));
+    throw Error(Error::Part::ciphers,
+                std::string(who) + ": cipher list \"" + p.ciphers +
+                    "\" has no cipher OpenSSL knows: " + openssl_error("no cipher"));
   if (SSL_CTX_set_ciphersuites(ctx, p.ciphersuites.c_str()) != 1)
-    throw Error(Error::Part::ciphersuites, std::string(who) + ": TLS 1.3 ciphersuites \"" + p.ciphersuites +
-                "\" are not valid: " + openssl_error("no ciphersuite"));
-}
-
-// The context's TicketKeys (SSL_CTX app data).
-int on_ticket_key(SSL* s, unsigned char name[16], unsigned char iv[16], EVP_CIPHER_CTX* cipher,
-                  EVP_MAC_CTX* mac, int encrypt) {
-  auto* keys = static_cast<TicketKeys*>(SSL_CTX_get_ex_data(SSL_get_SSL_CTX(s), ctx_slot()));
-  if (keys == nullptr) return 0;
-  return keys->on_ticket(name, iv, cipher, mac, encrypt == 1);
+    throw Error(Error::Part::ciphersuites,
+                std::string(who) + ": TLS 1.3 ciphersuites \"" + p.ciphersuites +
+                    "\" are not valid: " + openssl_error("no ciphersuite"));
 }
 
 int on_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
@@ -143,68 +129,21 @@ void on_info(const SSL* s, int where, int) {
 
 }  // namespace
 
-TicketKeys::TicketKeys(std::chrono::seconds rotate) : rotate_(rotate) {
-  add_key(std::chrono::steady_clock::now());
-}
-
-void TicketKeys::add_key(std::chrono::steady_clock::time_point now) {
-  Key k;
-  if (RAND_bytes(k.name.data(), static_cast<int>(k.name.size())) != 1 ||
-      RAND_bytes(k.aes.data(), static_cast<int>(k.aes.size())) != 1 ||
-      RAND_bytes(k.hmac.data(), static_cast<int>(k.hmac.size())) != 1)
-    throw Error(Error::Part::other, "session ticket keys: no random bytes: " + openssl_error("RAND_bytes"));
-  std::move_backward(keys_.begin(), keys_.end() - 1, keys_.end());
-  keys_[0] = k;
-  count_ = std::min(count_ + 1, keys_.size());
-  current_since_ = now;
-}
-
-void TicketKeys::rotate_if_due(std::chrono::steady_clock::time_point now) {
-  std::lock_guard lock(m_);
-  if (now - current_since_ >= rotate_) add_key(now);
-}
-
-int TicketKeys::on_ticket(unsigned char name[16], unsigned char iv[16], void* cipher_ctx,
-                          void* mac_ctx, bool encrypt) {
-  auto* cipher = static_cast<EVP_CIPHER_CTX*>(cipher_ctx);
-  auto* mac = static_cast<EVP_MAC_CTX*>(mac_ctx);
-  std::lock_guard lock(m_);
-  std::size_t i = 0;
-  if (encrypt) {
-    if (RAND_bytes(iv, EVP_MAX_IV_LENGTH) != 1) return -1;
-    std::memcpy(name, keys_[0].name.data(), 16);
-  } else {
-    while (i < count_ && std::memcmp(name, keys_[i].name.data(), 16) != 0) ++i;
-    if (i == count_) return 0;  // an unknown or expired key: a full handshake
-  }
-  const Key& k = keys_[i];
-  char digest[] = "SHA256";
-  OSSL_PARAM params[] = {
-      OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, const_cast<unsigned char*>(k.hmac.data()),
-                                        k.hmac.size()),
-      OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0), OSSL_PARAM_construct_end()};
-  if (EVP_MAC_CTX_set_params(mac, params) != 1) return -1;
-  int ok = encrypt ? EVP_EncryptInit_ex(cipher, EVP_aes_256_cbc(), nullptr, k.aes.data(), iv)
-                   : EVP_DecryptInit_ex(cipher, EVP_aes_256_cbc(), nullptr, k.aes.data(), iv);
-  if (ok != 1) return -1;
-  // A ticket under an older key resumes, and the client gets one under the current key.
-  return (!encrypt && i > 0) ? 2 : 1;
-}
-
 Certificate read_certificate(const std::string& file) {
   BIO* bio = BIO_new_file(file.c_str(), "r");
-  if (bio == nullptr) throw Error(Error::Part::cert, file + ": cannot open: " + openssl_error("no such file"));
+  if (bio == nullptr)
+    throw Error(Error::Part::cert, file + ": cannot open: " + openssl_error("no such file"));
   X509* x = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
   BIO_free(bio);
-  if (x == nullptr) throw Error(Error::Part::cert, file + ": no PEM certificate: " + openssl_error("bad PEM"));
+  if (x == nullptr)
+    throw Error(Error::Part::cert, file + ": no PEM certificate: " + openssl_error("bad PEM"));
   auto c = describe(x, file);
   X509_free(x);
   return c;
 }
 
 ServerContexts::ServerContexts(const std::vector<Pair>& pairs, const Protocol& protocol,
-                               std::shared_ptr<TicketKeys> keys)
-    : keys_(std::move(keys)) {
+                               std::chrono::seconds ticket_lifetime) {
   if (pairs.empty()) throw Error(Error::Part::cert, "no certificate given");
   for (const auto& pair : pairs) {
     auto ctx = std::make_unique<ssl::context>(ssl::context::tls_server);
@@ -213,18 +152,17 @@ ServerContexts::ServerContexts(const std::vector<Pair>& pairs, const Protocol& p
     apply_protocol(native, protocol, pair.cert);
     if (SSL_CTX_use_certificate_chain_file(native, pair.cert.c_str()) != 1)
       throw Error(Error::Part::cert, pair.cert + ": cannot use as a certificate chain: " +
-                  openssl_error("not a PEM certificate"));
+                                         openssl_error("not a PEM certificate"));
     if (SSL_CTX_use_PrivateKey_file(native, pair.key.c_str(), SSL_FILETYPE_PEM) != 1)
-      throw Error(Error::Part::key, pair.key + ": cannot use as a private key: " + openssl_error("not a PEM key"));
+      throw Error(Error::Part::key,
+                  pair.key + ": cannot use as a private key: " + openssl_error("not a PEM key"));
     if (SSL_CTX_check_private_key(native) != 1)
       throw Error(Error::Part::key, pair.key + ": does not match " + pair.cert + ": " +
-                  openssl_error("key and certificate differ"));
+                                        openssl_error("key and certificate differ"));
     // No session cache shared by the threads: tickets carry resumption.
     SSL_CTX_set_session_cache_mode(native, SSL_SESS_CACHE_OFF);
     SSL_CTX_set_num_tickets(native, 1);
-    SSL_CTX_set_timeout(native, static_cast<long>(keys_->period().count() * 3));
-    SSL_CTX_set_ex_data(native, ctx_slot(), keys_.get());
-    SSL_CTX_set_tlsext_ticket_key_evp_cb(native, on_ticket_key);
+    SSL_CTX_set_timeout(native, static_cast<long>(ticket_lifetime.count()));
     SSL_CTX_set_alpn_select_cb(native, on_alpn, nullptr);
     SSL_CTX_set_info_callback(native, on_info);
     certs_.push_back(describe(SSL_CTX_get0_certificate(native), pair.cert));
@@ -245,7 +183,8 @@ ServerContexts::ServerContexts(const std::vector<Pair>& pairs, const Protocol& p
             notes->sni_unknown = true;
           return SSL_TLSEXT_ERR_OK;
         }
-        if (i > 0) SSL_set_SSL_CTX(s, self->contexts_[static_cast<std::size_t>(i)]->native_handle());
+        if (i > 0)
+          SSL_set_SSL_CTX(s, self->contexts_[static_cast<std::size_t>(i)]->native_handle());
         return SSL_TLSEXT_ERR_OK;
       });
 }
@@ -269,28 +208,31 @@ std::unique_ptr<ssl::context> client_context(const ClientOptions& o) {
   if (!o.ca_file.empty()) {
     if (SSL_CTX_load_verify_locations(native, o.ca_file.c_str(), nullptr) != 1)
       throw Error(Error::Part::ca, o.ca_file + ": cannot load as CA certificates: " +
-                  openssl_error("not PEM certificates"));
+                                       openssl_error("not PEM certificates"));
   } else if (SSL_CTX_set_default_verify_paths(native) != 1) {
-    throw Error(Error::Part::ca, "the system's CA store cannot be loaded: " + openssl_error("no CA store"));
+    throw Error(Error::Part::ca,
+                "the system's CA store cannot be loaded: " + openssl_error("no CA store"));
   }
   if (!o.client.cert.empty()) {
     if (SSL_CTX_use_certificate_chain_file(native, o.client.cert.c_str()) != 1)
       throw Error(Error::Part::cert, o.client.cert + ": cannot use as a client certificate: " +
-                  openssl_error("not a PEM certificate"));
+                                         openssl_error("not a PEM certificate"));
     if (SSL_CTX_use_PrivateKey_file(native, o.client.key.c_str(), SSL_FILETYPE_PEM) != 1)
-      throw Error(Error::Part::key, o.client.key + ": cannot use as a private key: " + openssl_error("not a PEM key"));
+      throw Error(Error::Part::key, o.client.key + ": cannot use as a private key: " +
+                                        openssl_error("not a PEM key"));
     if (SSL_CTX_check_private_key(native) != 1)
       throw Error(Error::Part::key, o.client.key + ": does not match " + o.client.cert + ": " +
-                  openssl_error("key and certificate differ"));
+                                        openssl_error("key and certificate differ"));
   }
   // Sessions are kept per host by the pools (prepare_client's SessionSlot).
   SSL_CTX_set_session_cache_mode(native, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL);
-  SSL_CTX_sess_set_new_cb(native, +[](SSL* ssl, SSL_SESSION* session) -> int {
-    auto* slot = static_cast<SessionSlot*>(SSL_get_ex_data(ssl, ssl_slot()));
-    if (slot == nullptr) return 0;
-    slot->set(session);
-    return 1;  // the slot owns it now
-  });
+  SSL_CTX_sess_set_new_cb(
+      native, +[](SSL* ssl, SSL_SESSION* session) -> int {
+        auto* slot = static_cast<SessionSlot*>(SSL_get_ex_data(ssl, ssl_slot()));
+        if (slot == nullptr) return 0;
+        slot->set(session);
+        return 1;  // the slot owns it now
+      });
   static constexpr unsigned char kAlpn[] = "\x08http/1.1";
   SSL_CTX_set_alpn_protos(native, kAlpn, sizeof kAlpn - 1);
   return ctx;
@@ -323,8 +265,8 @@ Failure classify(int value, bool ssl_category, SSL* s) {
   if (s != nullptr) {
     long verify = SSL_get_verify_result(s);
     if (verify != X509_V_OK)
-      return {"verify", std::string("certificate verify failed: ") +
-                            X509_verify_cert_error_string(verify)};
+      return {"verify",
+              std::string("certificate verify failed: ") + X509_verify_cert_error_string(verify)};
   }
   if (!ssl_category) return {"truncated", "connection closed during the handshake"};
   int reason = ERR_GET_REASON(static_cast<unsigned long>(value));
@@ -344,6 +286,10 @@ Failure classify(int value, bool ssl_category, SSL* s) {
       return {"protocol", detail};
     case SSL_R_NO_SHARED_CIPHER:
     case SSL_R_NO_CIPHERS_AVAILABLE:
+    case SSL_R_NO_SHARED_GROUPS:
+    case SSL_R_NO_SUITABLE_KEY_SHARE:
+    case SSL_R_NO_SUITABLE_SIGNATURE_ALGORITHM:
+    case SSL_R_NO_SHARED_SIGNATURE_ALGORITHMS:
     case SSL_R_SSLV3_ALERT_HANDSHAKE_FAILURE:
       return {"no_shared_cipher", detail};
     case SSL_R_CERTIFICATE_VERIFY_FAILED:

@@ -4,18 +4,17 @@
 //   - ServerContexts: the client listener's certificates, one context per
 //     certificate and key pair, the first the default, the others chosen by the
 //     name a client asks for (SNI) against each certificate's DNS names; TLS 1.2
-//     and 1.3 only, no renegotiation, ALPN http/1.1, session tickets under keys
-//     that rotate (TicketKeys).
+//     and 1.3 only, no renegotiation, ALPN http/1.1, session tickets under
+//     OpenSSL's own key, new with every set of contexts (so a rotation is a
+//     rebuild: the proxy's Reloader).
 //   - client_context(): the upstreams' context, verifying the peer against the
 //     system's CA store (which honours SSL_CERT_FILE and SSL_CERT_DIR) or a
 //     given bundle, with an optional client certificate; prepare_client() sets
 //     the name a connection sends (SNI) and checks (hostname verification).
 // Nothing here does I/O on a socket: the proxy's streams (proxy/stream.hpp) do.
-#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -67,35 +66,9 @@ struct Protocol {
 // What a handshake on the client listener noted for the session to count
 // (attach()): set by the SNI and info callbacks, on the I/O thread.
 struct HandshakeNotes {
-  bool sni_unknown = false;       // a name was asked for that no certificate holds
-  bool done = false;              // the first handshake finished
+  bool sni_unknown = false;          // a name was asked for that no certificate holds
+  bool done = false;                 // the first handshake finished
   std::uint32_t renegotiations = 0;  // handshakes a client started after it (refused)
-};
-
-// The session ticket keys of the client listener: a new key every `rotate`, the
-// two before it still accepted (a ticket then gets a fresh one), so a ticket
-// lives at most three periods. One set for the process, kept across
-// certificate reloads; each Sluice instance has its own.
-class TicketKeys {
- public:
-  explicit TicketKeys(std::chrono::seconds rotate);
-  // Makes a new current key when the current one is older than the period.
-  void rotate_if_due(std::chrono::steady_clock::time_point now);
-  // OpenSSL's ticket key callback (SSL_CTX_set_tlsext_ticket_key_evp_cb) for this set.
-  int on_ticket(unsigned char name[16], unsigned char iv[16], void* cipher, void* mac, bool encrypt);
-  std::chrono::seconds period() const { return rotate_; }
-
- private:
-  struct Key {
-    std::array<unsigned char, 16> name{};
-    std::array<unsigned char, 32> aes{}, hmac{};
-  };
-  void add_key(std::chrono::steady_clock::time_point now);
-  std::chrono::seconds rotate_;
-  std::mutex m_;  // handshakes on every I/O thread; a rotation on the ticker's
-  std::array<Key, 3> keys_{};  // [0] current, then older
-  std::size_t count_ = 0;
-  std::chrono::steady_clock::time_point current_since_{};
 };
 
 // One served certificate, for the expiry metric and /admin/state.
@@ -109,9 +82,11 @@ struct Certificate {
 
 class ServerContexts {
  public:
-  // Loads every pair (throws Error naming the file and what is wrong).
+  // Loads every pair (throws Error naming the file and what is wrong). Session
+  // tickets are good for `ticket_lifetime`, and only under these contexts: each
+  // set has its own ticket key.
   ServerContexts(const std::vector<Pair>& pairs, const Protocol& protocol,
-                 std::shared_ptr<TicketKeys> keys);
+                 std::chrono::seconds ticket_lifetime);
   ~ServerContexts();
   ServerContexts(const ServerContexts&) = delete;
   ServerContexts& operator=(const ServerContexts&) = delete;
@@ -126,7 +101,6 @@ class ServerContexts {
  private:
   std::vector<std::unique_ptr<boost::asio::ssl::context>> contexts_;
   std::vector<Certificate> certs_;
-  std::shared_ptr<TicketKeys> keys_;
 };
 
 // The certificate's subject, DNS names and validity of one PEM file (the first

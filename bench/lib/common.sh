@@ -110,14 +110,15 @@ wait_quiet() {
 
 # wait_http_200 NAME PID URL LOGFILE: until URL answers 200, or die with the process's log
 # (needs die()).
-wait_http_200() {
+wait_http_200() {  # NAME PID URL LOGFILE [CURL_OPTION...]
   local name=$1 pid=$2 url=$3 logfile=$4 i code=""
+  shift 4
   for ((i = 0; i < 100; i++)); do
     if ! kill -0 "$pid" 2>/dev/null; then
       sed 's/^/    /' "$logfile" >&2 || true
       die "$name exited during start-up"
     fi
-    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "$url" || true)
+    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "$@" "$url" || true)
     if [ "$code" = 200 ]; then return 0; fi
     sleep 0.1
   done

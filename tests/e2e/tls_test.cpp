@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,8 +48,8 @@ struct Certs {
   // A self-signed certificate (its own CA) for `cn` with DNS names and
   // addresses `sans` ("DNS:a.test,IP:127.0.0.1"); `days` -1: expired a day ago.
   // Writes NAME.pem and NAME.key; `rsa`: RSA 2048, else ECDSA P-256.
-  void make(const std::string& name, const std::string& cn, const std::string& sans,
-            int days = 2, bool rsa = false) const {
+  void make(const std::string& name, const std::string& cn, const std::string& sans, int days = 2,
+            bool rsa = false) const {
     std::vector<std::string> key =
         rsa ? std::vector<std::string>{"-newkey", "rsa:2048"}
             : std::vector<std::string>{"-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"};
@@ -57,18 +58,18 @@ struct Certs {
       argv.insert(argv.end(), key.begin(), key.end());
       for (auto a : {"-nodes", "-days"}) argv.emplace_back(a);
       argv.push_back(std::to_string(days));
-      for (const auto& a : {std::string("-subj"), "/CN=" + cn, std::string("-addext"),
-                            "subjectAltName=" + sans, std::string("-keyout"), path(name + ".key"),
-                            std::string("-out"), path(name + ".pem")})
+      for (const auto& a :
+           {std::string("-subj"), "/CN=" + cn, std::string("-addext"), "subjectAltName=" + sans,
+            std::string("-keyout"), path(name + ".key"), std::string("-out"), path(name + ".pem")})
         argv.push_back(a);
       run_ok(argv);
       return;
     }
     std::vector<std::string> req{"openssl", "req", "-new"};
     req.insert(req.end(), key.begin(), key.end());
-    for (const auto& a : {std::string("-nodes"), std::string("-subj"), "/CN=" + cn,
-                          std::string("-keyout"), path(name + ".key"), std::string("-out"),
-                          path(name + ".csr")})
+    for (const auto& a :
+         {std::string("-nodes"), std::string("-subj"), "/CN=" + cn, std::string("-keyout"),
+          path(name + ".key"), std::string("-out"), path(name + ".csr")})
       req.push_back(a);
     run_ok(req);
     run_ok({"openssl", "x509", "-req", "-in", path(name + ".csr"), "-key", path(name + ".key"),
@@ -157,7 +158,8 @@ TEST_CASE("HTTPS clients reach a plain upstream over TLS 1.2 and 1.3, curl and P
     CHECK(r["status"] == 200);
     CHECK(r["version"] == "TLSv" + version);
     // The upstream is told how the client came.
-    CHECK(r["body"].get<std::string>().find(R"(["X-Forwarded-Proto","https"])") != std::string::npos);
+    CHECK(r["body"].get<std::string>().find(R"(["X-Forwarded-Proto","https"])") !=
+          std::string::npos);
   }
   // curl, verifying the certificate and its name.
   Process curl({"curl", "-sS", "--cacert", c.path("a.pem"), "--resolve",
@@ -245,6 +247,40 @@ TEST_CASE("hostile input on the HTTPS port gets its answer, is counted, and cost
   CHECK(sluice::test::upstream_stats(up)["requests"] == 1);  // only the good one reached it
 }
 
+TEST_CASE("sslscan finds no weak protocol or cipher offered by default", "[e2e][tls]") {
+  Certs c;
+  c.make("a", "a.test", "DNS:a.test");
+  c.make("r", "r.test", "DNS:r.test", 2, true);  // RSA 2048
+  Upstream up(kUpstream);
+  for (std::string pair : {"a", "r"}) {
+    INFO(pair);
+    Sluice s(kSluice, https_env(c, "api=" + port_of(up), pair));
+    Process scan({"sslscan", "--no-colour", "127.0.0.1:" + std::to_string(s.https)});
+    REQUIRE(scan.wait_exit(60s) == 0);
+    auto out = scan.out();
+    INFO(out);
+    for (auto line :
+         {"SSLv2     disabled", "SSLv3     disabled", "TLSv1.0   disabled", "TLSv1.1   disabled",
+          "TLSv1.2   enabled", "TLSv1.3   enabled", "Session renegotiation not supported"})
+      CHECK(out.find(line) != std::string::npos);
+    // Every cipher it accepts: forward secrecy and an AEAD.
+    int accepted = 0;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.starts_with("Accepted") && !line.starts_with("Preferred")) continue;
+      ++accepted;
+      INFO(line);
+      CHECK((line.find("GCM") != std::string::npos || line.find("CHACHA20") != std::string::npos));
+      if (line.find("TLSv1.2") != std::string::npos)
+        CHECK(line.find("ECDHE-") != std::string::npos);
+    }
+    CHECK(accepted == 6);  // three TLS 1.3 suites, three TLS 1.2 ciphers for the key
+    // The scan's hundred refused handshakes cost the next client nothing.
+    CHECK(peer_json({"get", std::to_string(s.https), pair + ".test", c.path(pair + ".pem"),
+                     "/echo"})["status"] == 200);
+  }
+}
+
 TEST_CASE(
     "a certificate reload keeps the open stream and serves the new certificate to the next "
     "handshake, a bad file is refused and the one in use stays",
@@ -288,8 +324,7 @@ TEST_CASE(
   CHECK(peer_json({"get", https, "next.test", ca, "/echo"})["status"] == 200);
 }
 
-TEST_CASE("an expired certificate is served and reported by the expiry metric",
-          "[e2e][tls]") {
+TEST_CASE("an expired certificate is served and reported by the expiry metric", "[e2e][tls]") {
   Certs c;
   c.make("old", "old.test", "", -1);
   c.make("a", "a.test", "DNS:a.test");
@@ -298,17 +333,17 @@ TEST_CASE("an expired certificate is served and reported by the expiry metric",
   auto text = s.metrics();
   auto expired = Sluice::sample(text, "sluice_tls_certificate_expiry_seconds{file=\"" +
                                           c.path("old.pem") + "\",subject=\"old.test\"}");
-  auto valid = Sluice::sample(
-      text, "sluice_tls_certificate_expiry_seconds{file=\"" + c.path("a.pem") +
-                "\",subject=\"a.test\"}");
+  auto valid = Sluice::sample(text, "sluice_tls_certificate_expiry_seconds{file=\"" +
+                                        c.path("a.pem") + "\",subject=\"a.test\"}");
   CHECK(expired < 0);
   CHECK(expired > -2 * 86400);
   CHECK(valid > 86400);
   CHECK(valid <= 2 * 86400);
 }
 
-TEST_CASE("https:// upstreams are verified: the right name and CA pass, others are 502s that say so",
-          "[e2e][tls]") {
+TEST_CASE(
+    "https:// upstreams are verified: the right name and CA pass, others are 502s that say so",
+    "[e2e][tls]") {
   Certs c;
   c.make("up", "127.0.0.1", "IP:127.0.0.1,DNS:localhost");
   c.make("other", "other.test", "DNS:other.test");
@@ -318,14 +353,15 @@ TEST_CASE("https:// upstreams are verified: the right name and CA pass, others a
   TlsUpstream unknown_ca(c, "stranger");
   auto ca = c.bundle("ca.pem", {"up", "other"});
   auto url = [](const TlsUpstream& u) { return "https://127.0.0.1:" + std::to_string(u.port); };
-  Sluice s(kSluice,
-           {{"SLUICE_UPSTREAMS", "good=" + url(good) + ";name=" + url(wrong_name) +
-                                     ";ca=" + url(unknown_ca)},
-            {"SLUICE_UPSTREAM_CA", ca},
-            {"SLUICE_UPSTREAM_IDLE_TIMEOUT", "200ms"},
-            {"SLUICE_THREADS", "1"},  // one pool: the second request finds the first's connection
-            {"SLUICE_ROUTES",
-             R"([{"prefix":"/name","upstream":"name"},{"prefix":"/ca","upstream":"ca"},{"prefix":"/","upstream":"good"}])"}});
+  Sluice s(
+      kSluice,
+      {{"SLUICE_UPSTREAMS",
+        "good=" + url(good) + ";name=" + url(wrong_name) + ";ca=" + url(unknown_ca)},
+       {"SLUICE_UPSTREAM_CA", ca},
+       {"SLUICE_UPSTREAM_IDLE_TIMEOUT", "200ms"},
+       {"SLUICE_THREADS", "1"},  // one pool: the second request finds the first's connection
+       {"SLUICE_ROUTES",
+        R"([{"prefix":"/name","upstream":"name"},{"prefix":"/ca","upstream":"ca"},{"prefix":"/","upstream":"good"}])"}});
 
   auto r = request(s.port, "GET", "/headers");
   REQUIRE(r.status == 200);
@@ -347,11 +383,17 @@ TEST_CASE("https:// upstreams are verified: the right name and CA pass, others a
   CHECK(bad_ca.body.find("upstream_tls_verify") != std::string::npos);
 
   auto text = s.metrics();
-  CHECK(Sluice::sample(text, R"(sluice_upstream_tls_handshakes_total{upstream="good",result="full"})") >= 1);
-  CHECK(Sluice::sample(text, R"(sluice_upstream_tls_handshakes_total{upstream="good",result="resumed"})") >= 1);
-  CHECK(Sluice::sample(text, R"(sluice_upstream_tls_handshakes_total{upstream="name",result="verify"})") == 1);
-  CHECK(Sluice::sample(text, R"(sluice_upstream_tls_handshakes_total{upstream="ca",result="verify"})") == 1);
-  CHECK(Sluice::sample(text, R"(sluice_upstream_tls_handshake_seconds_count{upstream="good"})") >= 2);
+  CHECK(Sluice::sample(
+            text, R"(sluice_upstream_tls_handshakes_total{upstream="good",result="full"})") >= 1);
+  CHECK(Sluice::sample(
+            text, R"(sluice_upstream_tls_handshakes_total{upstream="good",result="resumed"})") >=
+        1);
+  CHECK(Sluice::sample(
+            text, R"(sluice_upstream_tls_handshakes_total{upstream="name",result="verify"})") == 1);
+  CHECK(Sluice::sample(
+            text, R"(sluice_upstream_tls_handshakes_total{upstream="ca",result="verify"})") == 1);
+  CHECK(Sluice::sample(text, R"(sluice_upstream_tls_handshake_seconds_count{upstream="good"})") >=
+        2);
   CHECK(s.process.err().find("certificate verify failed") != std::string::npos);
 
   // The access log: the handshake apart from the connect, on the request that opened it.
@@ -370,7 +412,8 @@ TEST_CASE("mTLS: an upstream that requires a client certificate gets Sluice's", 
   TlsUpstream strict(c, "up", c.path("client.pem"));
   auto upstream = "api=https://127.0.0.1:" + std::to_string(strict.port);
   {
-    Sluice without(kSluice, {{"SLUICE_UPSTREAMS", upstream}, {"SLUICE_UPSTREAM_CA", c.path("up.pem")}});
+    Sluice without(kSluice,
+                   {{"SLUICE_UPSTREAMS", upstream}, {"SLUICE_UPSTREAM_CA", c.path("up.pem")}});
     CHECK(request(without.port, "GET", "/headers").status == 502);
   }
   Sluice with(kSluice, {{"SLUICE_UPSTREAMS", upstream},
@@ -388,10 +431,12 @@ TEST_CASE("TLS settings that cannot work stop start-up with the variable named",
     env.emplace("SLUICE_UPSTREAMS", "127.0.0.1:9");
     return sluice::test::run({"check-config"}, env);
   };
-  auto mismatch = check({{"SLUICE_TLS_CERT", c.path("a.pem")}, {"SLUICE_TLS_KEY", c.path("b.key")}});
+  auto mismatch =
+      check({{"SLUICE_TLS_CERT", c.path("a.pem")}, {"SLUICE_TLS_KEY", c.path("b.key")}});
   CHECK(mismatch.code == 2);
   CHECK(mismatch.err.find("sluice: config: SLUICE_TLS_KEY: ") != std::string::npos);
-  auto missing = check({{"SLUICE_TLS_CERT", c.path("nope.pem")}, {"SLUICE_TLS_KEY", c.path("a.key")}});
+  auto missing =
+      check({{"SLUICE_TLS_CERT", c.path("nope.pem")}, {"SLUICE_TLS_KEY", c.path("a.key")}});
   CHECK(missing.code == 2);
   CHECK(missing.err.find("sluice: config: SLUICE_TLS_CERT: ") != std::string::npos);
   auto count = check({{"SLUICE_TLS_CERT", c.path("a.pem") + "," + c.path("b.pem")},
@@ -404,7 +449,8 @@ TEST_CASE("TLS settings that cannot work stop start-up with the variable named",
   auto nothing = check({{"SLUICE_LISTEN", "off"}});
   CHECK(nothing.err.find("sluice: config: SLUICE_LISTEN: off leaves no listener") !=
         std::string::npos);
-  auto ca = check({{"SLUICE_UPSTREAMS", "https://127.0.0.1:9"}, {"SLUICE_UPSTREAM_CA", c.path("x")}});
+  auto ca =
+      check({{"SLUICE_UPSTREAMS", "https://127.0.0.1:9"}, {"SLUICE_UPSTREAM_CA", c.path("x")}});
   CHECK(ca.err.find("sluice: config: SLUICE_UPSTREAM_CA: ") != std::string::npos);
   auto mixed = check({{"SLUICE_UPSTREAMS", "api=https://127.0.0.1:9|127.0.0.1:10"}});
   CHECK(mixed.err.find("mixes https:// and plain hosts") != std::string::npos);
