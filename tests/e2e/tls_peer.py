@@ -18,6 +18,7 @@ that probe Sluice's HTTPS listener. Loopback only.
   tls_peer.py silent PORT         connects, sends nothing: prints when closed
   tls_peer.py sslv3 PORT          an SSLv3 ClientHello: prints the answer's bytes
   tls_peer.py old PORT VERSION    a TLS 1.0 or 1.1 handshake: prints the error
+  tls_peer.py try PORT            a handshake: prints "handshake done" or the error
 """
 import json
 import socket
@@ -186,6 +187,15 @@ def main():
         with socket.create_connection(("127.0.0.1", int(args[0])), timeout=10) as s:
             s.sendall(client_hello(0x0300))
             print(s.recv(64).hex(), flush=True)
+    elif cmd == "try":
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        try:
+            with ctx.wrap_socket(socket.create_connection(("127.0.0.1", int(args[0])), timeout=10)):
+                print("handshake done", flush=True)
+        except (ssl.SSLError, OSError) as e:
+            print(f"refused: {e}", flush=True)
     elif cmd == "old":
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.check_hostname = False

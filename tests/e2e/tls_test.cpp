@@ -247,6 +247,30 @@ TEST_CASE("hostile input on the HTTPS port gets its answer, is counted, and cost
   CHECK(sluice::test::upstream_stats(up)["requests"] == 1);  // only the good one reached it
 }
 
+TEST_CASE("at level 3 new HTTPS connections are shed before their handshake, open ones are served",
+          "[e2e][tls]") {
+  Certs c;
+  c.make("a", "a.test", "DNS:a.test");
+  Upstream up(kUpstream);
+  Sluice s(kSluice, https_env(c, "api=" + port_of(up)));
+  auto https = std::to_string(s.https);
+  CHECK(peer({"try", https}) == "handshake done\n");
+  // A stream over TLS, open before the level rises.
+  Process stream(
+      {"python3", kPeer, "stream", https, "a.test", c.path("a.pem"), "/sse?n=20&interval_ms=100"});
+  REQUIRE(stream.wait_for_out("data: event 2", 10s));
+  REQUIRE(request(s.admin, "POST", "/admin/pins", {}, R"({"level":3,"ttl":"1m","reason":"test"})")
+              .status == 200);
+  REQUIRE(eventually([&] { return s.metric("sluice_admission_level") == 3; }, 3s));
+  CHECK(peer({"try", https}).starts_with("refused"));
+  CHECK(s.metric("sluice_tls_connections_shed_total{reason=\"level\"}") >= 1);
+  CHECK(s.metric("sluice_tls_handshakes_total{result=\"truncated\"}") == 0);  // never began one
+  REQUIRE(stream.wait_for_out("end", 20s));
+  CHECK(stream.out().find("data: event 20") != std::string::npos);
+  // Plain HTTP is not shed at accept (its requests meet the level as ever).
+  CHECK(request(s.port, "GET", "/echo").status != 0);
+}
+
 TEST_CASE("sslscan finds no weak protocol or cipher offered by default", "[e2e][tls]") {
   Certs c;
   c.make("a", "a.test", "DNS:a.test");
