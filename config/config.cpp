@@ -796,8 +796,8 @@ std::string parse_cipher_text(const std::string& v) {
 
 Duration parse_ticket_rotate(const std::string& v) {
   auto d = parse_duration(v);
-  if (d < Duration{60'000} || d > Duration{86'400'000})
-    invalid(in_quotes(v) + " is out of range; valid: 1m..24h");
+  if (d < Duration{1'000} || d > Duration{86'400'000})
+    invalid(in_quotes(v) + " is out of range; valid: 1s..24h");
   return d;
 }
 
@@ -1198,7 +1198,7 @@ constexpr Row kRows[] = {
     field<parse_ticket_rotate, format_duration, &Config::tls, &Tls::ticket_rotate>(
         restart, "tls_ticket_rotate",
         {"SLUICE_TLS_TICKET_ROTATE", "1h",
-         "A new session ticket key every this long (1m..24h), and with each certificate reload: "
+         "A new session ticket key every this long (1s..24h), and with each certificate reload: "
          "a ticket resumes a session for at most one period, then the client makes a full "
          "handshake."}),
     field<parse_endpoint, &Endpoint::str, &Config::admin_listen>(

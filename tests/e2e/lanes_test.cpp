@@ -391,7 +391,8 @@ TEST_CASE("a request carrying a live lease's token is seated at once even on a f
   Upstream up(kUpstream);
   // The estimate stays at its seed (4 slots): growth waits an hour.
   Sluice s(kSluice, env_for(up, {{"SLUICE_ROUTES", R"([{"prefix":"/","lane":"standard"}])"},
-                                 {"SLUICE_BULKHEAD_GROWTH_INTERVAL", "1h"}}));
+                                 {"SLUICE_BULKHEAD_GROWTH_INTERVAL", "1h"},
+                                 {"SLUICE_ACCESS_LOG", "stdout"}}));
 
   // The parent: a standard SSE stream, one of the four slots.
   auto parent = Conn::open(s.port);
@@ -418,21 +419,25 @@ TEST_CASE("a request carrying a live lease's token is seated at once even on a f
 
   // A plain request waits for a slot (an estimate never measured exhausted
   // refuses nobody); the child goes past it at once.
-  std::atomic<bool> plain_done{false};
   int plain_status = 0;
-  std::thread plain([&] {
-    plain_status = request(s.port, "GET", "/child", {}, {}, 20s).status;
-    plain_done = true;
-  });
+  std::thread plain([&] { plain_status = request(s.port, "GET", "/child", {}, {}, 20s).status; });
   REQUIRE(
       eventually([&] { return s.metric(R"(sluice_lane_queue_depth{lane="standard"})") == 1; }, 3s));
   auto child = request(s.port, "GET", "/child", {{"X-Sluice-Lease", token}});
-  const bool plain_waited = !plain_done;
   const double in_flight_after = s.metric(R"(sluice_lane_in_flight{lane="standard"})");
   for (auto& t : slow) t.join();
   plain.join();
 
-  CHECK(plain_waited);
+  // The access log: the child was seated at once, the plain request had waited
+  // (until a slot came back, or the child's clean answer grew the estimate:
+  // either may come first, so the log says it, not the order of the answers).
+  auto lines = s.wait_log_lines(5);
+  std::vector<double> child_queue_ms;
+  for (const auto& l : lines)
+    if (l.value("path", "") == "/child") child_queue_ms.push_back(l["queue_ms"].get<double>());
+  REQUIRE(child_queue_ms.size() == 2);
+  CHECK(std::min(child_queue_ms[0], child_queue_ms[1]) == 0.0);
+  CHECK(std::max(child_queue_ms[0], child_queue_ms[1]) > 0.0);
   CHECK(plain_status == 200);  // seated once a slow request gave its slot back
   CHECK(child.status == 200);
   CHECK(s.metric(R"(sluice_lane_delegated_total{lane="standard"})") == 1);

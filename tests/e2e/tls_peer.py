@@ -7,10 +7,11 @@ that probe Sluice's HTTPS listener. Loopback only.
       "tls-upstream: listening on 127.0.0.1:PORT" on stderr. GET /headers answers
       the request's headers as JSON; GET /sse?n=N&interval_ms=M streams N events.
       With --client-ca it requires a client certificate signed by CA (mTLS).
-  tls_peer.py get PORT SNI CAFILE PATH [--tls VERSION] [--twice]
+  tls_peer.py get PORT SNI CAFILE PATH [--tls VERSION] [--twice] [--pause S]
       One GET over TLS to 127.0.0.1:PORT asking for SNI; prints one JSON line:
       status, body, the certificate's subject CN and notAfter, the version, and
-      with --twice, whether a second connection resumed the first one's session.
+      with --twice, whether a second connection resumed the first one's session
+      (made S seconds after the first with --pause).
   tls_peer.py stream PORT SNI CAFILE PATH
       An SSE stream over TLS: prints each line as it arrives, then "end".
   tls_peer.py plain PORT          plain HTTP to the TLS port: prints the answer
@@ -109,7 +110,7 @@ def describe(conn):
             "version": conn.version()}
 
 
-def get(port, sni, cafile, path, version, twice):
+def get(port, sni, cafile, path, version, twice, pause=0.0):
     ctx = client_context(cafile, version)
     raw = socket.create_connection(("127.0.0.1", port), timeout=10)
     with ctx.wrap_socket(raw, server_hostname=sni) as conn:
@@ -117,6 +118,7 @@ def get(port, sni, cafile, path, version, twice):
         out["status"], out["body"] = http_get(conn, sni, path)
         session = conn.session
     if twice:
+        time.sleep(pause)
         raw = socket.create_connection(("127.0.0.1", port), timeout=10)
         with ctx.wrap_socket(raw, server_hostname=sni, session=session) as conn:
             out["resumed"] = conn.session_reused
@@ -161,7 +163,8 @@ def main():
         upstream(args[0], args[1], ca)
     elif cmd == "get":
         version = args[args.index("--tls") + 1] if "--tls" in args else None
-        get(int(args[0]), args[1], args[2], args[3], version, "--twice" in args)
+        pause = float(args[args.index("--pause") + 1]) if "--pause" in args else 0.0
+        get(int(args[0]), args[1], args[2], args[3], version, "--twice" in args, pause)
     elif cmd == "stream":
         stream(int(args[0]), args[1], args[2], args[3])
     elif cmd == "plain":

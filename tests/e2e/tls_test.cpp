@@ -181,6 +181,40 @@ TEST_CASE("HTTPS clients reach a plain upstream over TLS 1.2 and 1.3, curl and P
   CHECK(s.metric("sluice_tls_handshakes_total{result=\"resumed\"}") >= 1);
 }
 
+TEST_CASE("the session ticket key rotates: a ticket resumes within its period, not after it",
+          "[e2e][tls]") {
+  Certs c;
+  c.make("a", "a.test", "DNS:a.test");
+  Upstream up(kUpstream);
+  auto env = https_env(c, "api=" + port_of(up));
+  env["SLUICE_TLS_TICKET_ROTATE"] = "2s";
+  env["SLUICE_TICK"] = "100ms";
+  Sluice s(kSluice, env);
+  auto https = std::to_string(s.https);
+  CHECK(peer_json({"get", https, "a.test", c.path("a.pem"), "/echo", "--twice"})["resumed"] ==
+        true);
+  // A ticket kept past the period (and a tick) meets a new key: a full handshake.
+  CHECK(peer_json({"get", https, "a.test", c.path("a.pem"), "/echo", "--twice", "--pause",
+                   "3"})["resumed"] == false);
+  // And the new key's tickets resume.
+  CHECK(peer_json({"get", https, "a.test", c.path("a.pem"), "/echo", "--twice"})["resumed"] ==
+        true);
+}
+
+TEST_CASE("https:// upstreams verify against the system's store, which honours SSL_CERT_FILE",
+          "[e2e][tls]") {
+  Certs c;
+  c.make("up", "127.0.0.1", "IP:127.0.0.1");
+  TlsUpstream tls_up(c, "up");
+  auto upstream = "api=https://127.0.0.1:" + std::to_string(tls_up.port);
+  {
+    Sluice store(kSluice, {{"SLUICE_UPSTREAMS", upstream}});  // the system's store lacks it
+    CHECK(request(store.port, "GET", "/headers").status == 502);
+  }
+  Sluice file(kSluice, {{"SLUICE_UPSTREAMS", upstream}, {"SSL_CERT_FILE", c.path("up.pem")}});
+  CHECK(request(file.port, "GET", "/headers").status == 200);
+}
+
 TEST_CASE("SNI picks the certificate that holds the name, an unknown name gets the default",
           "[e2e][tls]") {
   Certs c;

@@ -537,7 +537,7 @@ TEST_CASE("every config error starts with the variable it is about", "[config]")
       {"SLUICE_TLS_CIPHERS", ""},
       {"SLUICE_TLS_CIPHERSUITES", ""},
       {"SLUICE_TLS_HANDSHAKE_TIMEOUT", "10"},
-      {"SLUICE_TLS_TICKET_ROTATE", "10s"},
+      {"SLUICE_TLS_TICKET_ROTATE", "500ms"},
       {"SLUICE_UPSTREAM_CA", "/nonexistent/ca.pem"},
       {"SLUICE_UPSTREAM_CLIENT_CERT", "/nonexistent/client.pem"},
       {"SLUICE_UPSTREAM_CLIENT_KEY", "/nonexistent/client.key"},
