@@ -190,22 +190,14 @@ def main():
         with socket.create_connection(("127.0.0.1", int(args[0])), timeout=10) as s:
             s.sendall(client_hello(0x0300))
             print(s.recv(64).hex(), flush=True)
-    elif cmd == "try":
+    elif cmd in ("try", "old"):
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
-        try:
-            with ctx.wrap_socket(socket.create_connection(("127.0.0.1", int(args[0])), timeout=10)):
-                print("handshake done", flush=True)
-        except (ssl.SSLError, OSError) as e:
-            print(f"refused: {e}", flush=True)
-    elif cmd == "old":
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-        ctx.set_ciphers("DEFAULT@SECLEVEL=0")
-        v = ssl.TLSVersion.TLSv1 if args[1] == "1.0" else ssl.TLSVersion.TLSv1_1
-        ctx.minimum_version = ctx.maximum_version = v
+        if cmd == "old":
+            ctx.set_ciphers("DEFAULT@SECLEVEL=0")
+            v = ssl.TLSVersion.TLSv1 if args[1] == "1.0" else ssl.TLSVersion.TLSv1_1
+            ctx.minimum_version = ctx.maximum_version = v
         try:
             with ctx.wrap_socket(socket.create_connection(("127.0.0.1", int(args[0])), timeout=10)):
                 print("handshake done", flush=True)
