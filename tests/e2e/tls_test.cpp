@@ -463,6 +463,27 @@ TEST_CASE(
   CHECK(log[3]["reason"] == "upstream_tls_verify");
 }
 
+TEST_CASE("TLS both ways: curl and Python over HTTPS through Sluice to an HTTPS upstream",
+          "[e2e][tls]") {
+  Certs c;
+  c.make("a", "a.test", "DNS:a.test");
+  c.make("up", "127.0.0.1", "IP:127.0.0.1");
+  TlsUpstream tls_up(c, "up");
+  auto env = https_env(c, "api=https://127.0.0.1:" + std::to_string(tls_up.port));
+  env["SLUICE_UPSTREAM_CA"] = c.path("up.pem");
+  Sluice s(kSluice, env);
+  auto https = std::to_string(s.https);
+  Process curl({"curl", "-sS", "--cacert", c.path("a.pem"), "--resolve",
+                "a.test:" + https + ":127.0.0.1", "https://a.test:" + https + "/headers"});
+  REQUIRE(curl.wait_exit(20s) == 0);
+  auto headers = json::parse(curl.out());
+  CHECK(headers["x-forwarded-proto"] == "https");
+  CHECK(headers["x-forwarded-host"] == "a.test:" + https);
+  auto r = peer_json({"get", https, "a.test", c.path("a.pem"), "/sse?n=3&interval_ms=10"});
+  CHECK(r["status"] == 200);
+  CHECK(r["body"].get<std::string>().find("data: 2") != std::string::npos);
+}
+
 TEST_CASE("mTLS: an upstream that requires a client certificate gets Sluice's", "[e2e][tls]") {
   Certs c;
   c.make("up", "127.0.0.1", "IP:127.0.0.1");
