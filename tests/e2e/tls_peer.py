@@ -84,6 +84,7 @@ def client_context(cafile, version=None):
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False  # the tests look at which certificate came, not at its name
     ctx.load_verify_locations(cafile)
+    ctx.set_alpn_protocols(["h2", "http/1.1"])  # a browser's offer
     if version == "1.2":
         ctx.maximum_version = ssl.TLSVersion.TLSv1_2
     elif version == "1.3":
@@ -107,7 +108,7 @@ def describe(conn):
     cert = conn.getpeercert()
     subject = dict(x[0] for x in cert.get("subject", ()))
     return {"subject": subject.get("commonName", ""), "not_after": cert.get("notAfter", ""),
-            "version": conn.version()}
+            "version": conn.version(), "alpn": conn.selected_alpn_protocol()}
 
 
 def get(port, sni, cafile, path, version, twice, pause=0.0):
