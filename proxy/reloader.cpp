@@ -38,9 +38,7 @@ bool Reloader::certificates_changed() {
 
 std::shared_ptr<const tls::ServerContexts> Reloader::build_certificates() {
   certificates_built_ = std::chrono::steady_clock::now();
-  return std::make_shared<const tls::ServerContexts>(
-      rt_.config.tls.pairs, rt_.config.tls.protocol,
-      std::chrono::duration_cast<std::chrono::seconds>(rt_.config.tls.ticket_rotate));
+  return server_contexts(rt_.config.tls);
 }
 
 void Reloader::publish_certificates(std::shared_ptr<const tls::ServerContexts> next) {

@@ -41,9 +41,7 @@ Runtime::Runtime(const config::Config& c) : config(c) {
   // since (reported as the variable's error).
   try {
     if (c.tls.on()) {
-      server_tls = std::make_shared<const tls::ServerContexts>(
-          c.tls.pairs, c.tls.protocol,
-          std::chrono::duration_cast<std::chrono::seconds>(c.tls.ticket_rotate));
+      server_tls = server_contexts(c.tls);
     }
     bool any = std::any_of(c.upstreams.begin(), c.upstreams.end(),
                            [](const config::Upstream& u) { return u.tls; });
@@ -57,6 +55,13 @@ Runtime::Runtime(const config::Config& c) : config(c) {
 }
 
 Runtime::~Runtime() = default;
+
+std::shared_ptr<const tls::ServerContexts> server_contexts(const config::Tls& t) {
+  // Tickets are good for two periods, so it is the rotation that ends them
+  // (each set of contexts has its own key): at most one period, while it works.
+  auto lifetime = 2 * std::chrono::duration_cast<std::chrono::seconds>(t.ticket_rotate);
+  return std::make_shared<const tls::ServerContexts>(t.pairs, t.protocol, lifetime);
+}
 
 std::vector<admission::BulkheadView> Runtime::bulkhead_views() const {
   auto now = micros(Clock::now());

@@ -35,7 +35,6 @@ class Stream {
   // From now on TLS over the socket this holds, with ctx's settings (the
   // handshake is still to do: stream_io.hpp's async_handshake).
   void start_tls(net::ssl::context& ctx);
-  bool tls() const { return tls_ != nullptr; }
   SSL* ssl() const;  // nullptr when plain
 
   Socket& socket() { return tls_ ? tls_socket() : plain_; }

@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <openssl/err.h>
-#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
@@ -57,7 +56,6 @@ Certificate describe(X509* x, const std::string& file) {
   Certificate c;
   c.file = file;
   c.not_after = unix_seconds(X509_get0_notAfter(x));
-  c.not_before = unix_seconds(X509_get0_notBefore(x));
   auto* names =
       static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(x, NID_subject_alt_name, nullptr, nullptr));
   if (names != nullptr) {
@@ -128,19 +126,6 @@ void on_info(const SSL* s, int where, int) {
 }
 
 }  // namespace
-
-Certificate read_certificate(const std::string& file) {
-  BIO* bio = BIO_new_file(file.c_str(), "r");
-  if (bio == nullptr)
-    throw Error(Error::Part::cert, file + ": cannot open: " + openssl_error("no such file"));
-  X509* x = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
-  BIO_free(bio);
-  if (x == nullptr)
-    throw Error(Error::Part::cert, file + ": no PEM certificate: " + openssl_error("bad PEM"));
-  auto c = describe(x, file);
-  X509_free(x);
-  return c;
-}
 
 ServerContexts::ServerContexts(const std::vector<Pair>& pairs, const Protocol& protocol,
                                std::chrono::seconds ticket_lifetime) {

@@ -77,7 +77,6 @@ struct Certificate {
   std::string subject;                 // first DNS name, else the subject's CN
   std::vector<std::string> dns_names;  // lower case; "*.example.com" matches one label
   std::int64_t not_after = 0;          // Unix seconds
-  std::int64_t not_before = 0;
 };
 
 class ServerContexts {
@@ -102,10 +101,6 @@ class ServerContexts {
   std::vector<std::unique_ptr<boost::asio::ssl::context>> contexts_;
   std::vector<Certificate> certs_;
 };
-
-// The certificate's subject, DNS names and validity of one PEM file (the first
-// certificate in it). Throws Error.
-Certificate read_certificate(const std::string& file);
 
 // The upstreams' client context: verify the peer (against `ca_file` when given,
 // else the system's store), present `client` when given (mTLS).

@@ -92,15 +92,16 @@ def client_context(cafile, version=None):
     return ctx
 
 
+def read_all(conn):
+    data = b""
+    while chunk := conn.recv(65536):
+        data += chunk
+    return data
+
+
 def http_get(conn, sni, path):
     conn.sendall(f"GET {path} HTTP/1.1\r\nHost: {sni}\r\nConnection: close\r\n\r\n".encode())
-    data = b""
-    while True:
-        chunk = conn.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
+    head, _, body = read_all(conn).partition(b"\r\n\r\n")
     return int(head.split()[1]), body.decode(errors="replace")
 
 
@@ -171,13 +172,7 @@ def main():
     elif cmd == "plain":
         with socket.create_connection(("127.0.0.1", int(args[0])), timeout=10) as s:
             s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-            data = b""
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-            print(data.decode(errors="replace"), flush=True)
+            print(read_all(s).decode(errors="replace"), flush=True)
     elif cmd == "truncated":
         with socket.create_connection(("127.0.0.1", int(args[0])), timeout=10) as s:
             s.sendall(client_hello(0x0303)[:20])
