@@ -4,7 +4,7 @@ request_head fuzz target's seed corpus.
 
 usage: llhttp_seeds.py CORPORA_DIR OUT_DIR
 
-CORPORA_DIR is ../shared/corpora (its README describes the format). Bytes as
+CORPORA_DIR is tests/corpus/data (its README describes the format). Bytes as
 llhttp's own test/md-test.ts makes them: the http block without one trailing
 newline, newlines as CRLF, then \\r \\n \\t \\f \\xNN expanded. Every request
 case is taken, the lenient types too (pausing.md only repeats others): the

@@ -8,17 +8,12 @@
 # fuzz/regressions/<target>/ so every build replays it.
 # usage: fuzz/run.sh [TARGET...]   (default: every target)
 #   SLUICE_FUZZ_SECONDS  time per target (default 20)
-#   SLUICE_CORPORA       the external corpora (default: ../shared/corpora beside the
-#                        repository, else /work/shared/corpora)
+#   SLUICE_CORPORA       the HTTP corpora llhttp's cases come from (default:
+#                        tests/corpus/data, the copy in the repository)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${SLUICE_FUZZ_SECONDS:-20}"
-corpora="${SLUICE_CORPORA:-}"
-if [ -z "$corpora" ]; then
-  for candidate in ../shared/corpora /work/shared/corpora; do
-    if [ -d "$candidate" ]; then corpora="$candidate"; break; fi
-  done
-fi
+corpora="${SLUICE_CORPORA:-tests/corpus/data}"
 out=build/fuzz
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
@@ -29,11 +24,7 @@ if [ "${#targets[@]}" -eq 0 ]; then
 fi
 
 if [[ " ${targets[*]} " == *" request_head "* ]]; then
-  if [ -d "$corpora/llhttp" ]; then
-    python3 fuzz/llhttp_seeds.py "$corpora" "$out/seeds/request_head"
-  else
-    echo "fuzz: no $corpora/llhttp (set SLUICE_CORPORA): request_head starts from fuzz/seeds only" >&2
-  fi
+  python3 fuzz/llhttp_seeds.py "$corpora" "$out/seeds/request_head"
 fi
 
 run() {

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Hostile-client and hostile-upstream corpus suite.
 
-Feeds a proxy the external corpora in ../shared/corpora over real sockets on
-127.0.0.1 and judges what comes out on both sides.
+Feeds a proxy the HTTP corpora of other projects (tests/corpus/data, or
+SLUICE_CORPORA, or --corpora) over real sockets on 127.0.0.1 and judges what
+comes out on both sides.
 
   request mode   llhttp's `type: request` cases and http-desync-guardian's
                  cases go from a client to the proxy; a recording upstream
@@ -55,10 +56,8 @@ import corpora  # noqa: E402
 import servers  # noqa: E402
 import wire  # noqa: E402
 
-# SLUICE_CORPORA, else ../shared/corpora beside the repository, else /work/shared/corpora.
-_CORPORA_CANDIDATES = [pathlib.Path(p) for p in (os.environ.get("SLUICE_CORPORA"),) if p]
-_CORPORA_CANDIDATES += [HERE.parents[1].parent / "shared" / "corpora", pathlib.Path("/work/shared/corpora")]
-DEFAULT_CORPORA = next((p for p in _CORPORA_CANDIDATES if p.is_dir()), _CORPORA_CANDIDATES[0])
+# SLUICE_CORPORA, else the copy in the repository (tests/corpus/data, see its README).
+DEFAULT_CORPORA = pathlib.Path(os.environ.get("SLUICE_CORPORA") or HERE / "data")
 REFUSALS = {400, 413, 414, 431, 501, 505}
 RESPONSE_REQUEST = b"GET /corpus HTTP/1.1\r\nHost: corpus.test\r\n\r\n"
 
@@ -332,6 +331,9 @@ def main() -> int:
             ap.error("--proxy sluice needs --sluice BINARY")
         servers.SluiceProxy.binary = str(pathlib.Path(args.sluice).resolve())
     corpora_dir = args.corpora.resolve()
+    for sub in ("llhttp/test/request", "llhttp/test/response", "http-desync-guardian/tests"):
+        if not (corpora_dir / sub).is_dir():
+            ap.error(f"no {corpora_dir / sub} (--corpora or SLUICE_CORPORA: a folder laid out as tests/corpus/data)")
     review = {} if args.no_review or args.proxy != "sluice" else load_review(args.review)
 
     modes = ["request", "response"] if args.mode == "both" else [args.mode]
