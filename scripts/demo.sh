@@ -4,7 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-./scripts/build.sh release >/dev/null
+# Only the two binaries the demo runs, not the tests and fuzz replayers that
+# scripts/build.sh builds too.
+echo "demo: building sluice and sluice-upstream in build/release" >&2
+cmake --preset release >/dev/null
+cmake --build --preset release -j "$(nproc)" --target sluice sluice-upstream >/dev/null
 bin=build/release
 
 port="${DEMO_PORT:-8080}"
