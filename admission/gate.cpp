@@ -44,6 +44,8 @@ std::string_view to_string(Reason reason) {
       return "budget";
     case Reason::reserved:
       return "reserved";
+    case Reason::unresolved:
+      return "unresolved";
   }
   return "none";
 }

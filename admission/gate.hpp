@@ -48,9 +48,10 @@ enum class Reason : std::uint8_t {
   pool_closed,
   heavy_cap,
   budget,
-  reserved
+  reserved,
+  unresolved  // the upstream has no address: none of its names resolves
 };
-inline constexpr std::size_t kReasonCount = 7;
+inline constexpr std::size_t kReasonCount = 8;
 std::string_view to_string(Reason reason);
 
 // factor[lane][level] in [0, 1].

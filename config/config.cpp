@@ -734,6 +734,85 @@ std::pair<Duration, Duration> parse_host_eject(const std::string& text) {
   return out;
 }
 
+// SLUICE_RESOLVER: system, or the DNS server's address:port (an address: the
+// resolver cannot look up its own name).
+std::optional<Endpoint> parse_resolver(const std::string& text) {
+  if (text == "system") return std::nullopt;
+  Endpoint ep = parse_endpoint(text);
+  in_addr v4{};
+  if (!is_ipv6(ep.host) && inet_pton(AF_INET, ep.host.c_str(), &v4) != 1)
+    invalid(in_quotes(ep.host) +
+            " is not an IP address; give the DNS server as address:port, e.g. 10.96.0.10:53, or "
+            "system");
+  if (ep.port == 0) invalid(in_quotes(text) + " has port 0; DNS servers listen on 53");
+  return ep;
+}
+
+std::string resolver_text(const std::optional<Endpoint>& e) { return e ? e->str() : "system"; }
+
+// SLUICE_HEALTH_CHECKS: {"upstream":{"path":"/healthz","interval":"5s",...}}.
+std::map<std::string, hosts::HealthCheck> parse_health_checks(const std::string& text) {
+  constexpr std::string_view kHint =
+      R"(; e.g. {"api":{"path":"/healthz","interval":"5s","timeout":"1s","healthy":2,"unhealthy":3}})";
+  std::map<std::string, hosts::HealthCheck> out;
+  if (text == "none") return out;
+  auto j = Json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    invalid("is not a JSON object of upstream names, or none" + std::string(kHint));
+  for (const auto& [name, v] : j.items()) {
+    const std::string where = "upstream " + in_quotes(name) + ": ";
+    if (!v.is_object()) invalid(where + "not an object" + std::string(kHint));
+    hosts::HealthCheck hc;
+    for (const auto& [key, x] : v.items()) {
+      auto duration = [&] {
+        if (!x.is_string()) invalid(where + key + " is not a duration string, e.g. \"5s\"");
+        Duration d = parse_duration(x.get<std::string>());
+        if (d.count() <= 0) invalid(where + key + " must be greater than 0");
+        return d;
+      };
+      auto count = [&] {
+        if (!x.is_number_unsigned() || x.get<std::uint64_t>() < 1 || x.get<std::uint64_t>() > 100)
+          invalid(where + key + " is not a count in 1..100");
+        return x.get<std::uint32_t>();
+      };
+      if (key == "path") {
+        if (!x.is_string()) invalid(where + "path is not a string");
+        hc.path = x.get<std::string>();
+        bool ok =
+            hc.path.starts_with('/') &&
+            std::all_of(hc.path.begin(), hc.path.end(), [](char c) { return c > ' ' && c < 0x7f; });
+        if (!ok) invalid(where + "path " + in_quotes(hc.path) + " is not an absolute request path");
+      } else if (key == "interval") {
+        hc.interval = duration();
+      } else if (key == "timeout") {
+        hc.timeout = duration();
+      } else if (key == "healthy") {
+        hc.healthy = count();
+      } else if (key == "unhealthy") {
+        hc.unhealthy = count();
+      } else {
+        invalid(where + "unknown field " + in_quotes(key) +
+                "; valid: path, interval, timeout, healthy, unhealthy");
+      }
+    }
+    if (hc.timeout > hc.interval)
+      invalid(where + "the timeout is longer than the interval" + std::string(kHint));
+    out.emplace(name, std::move(hc));
+  }
+  return out;
+}
+
+Json health_checks_json(const std::map<std::string, hosts::HealthCheck>& checks) {
+  Json out = Json::object();
+  for (const auto& [name, hc] : checks)
+    out[name] = {{"path", hc.path},
+                 {"interval", format_duration(hc.interval)},
+                 {"timeout", format_duration(hc.timeout)},
+                 {"healthy", hc.healthy},
+                 {"unhealthy", hc.unhealthy}};
+  return out;
+}
+
 // 32 hex digits. The value is a secret: no message repeats any of it.
 std::string parse_lease_key(const std::string& v) {
   const std::string kHint = "give 32 hex digits (16 bytes), e.g. from openssl rand -hex 16";
@@ -1281,6 +1360,34 @@ constexpr Row kRows[] = {
          "base:max; a host of an upstream that refuses connections is left out of the balancing "
          "for "
          "base, doubling at each new refusal up to max (base greater than 0, max at least base)."}),
+    field<parse_resolver, resolver_text, &Config::resolver>(
+        restart, "resolver",
+        {"SLUICE_RESOLVER", "system",
+         "The DNS server upstream host names are asked of, as address:port; system: the "
+         "system's resolver (/etc/hosts, then /etc/resolv.conf's servers and search domains). "
+         "Every address of a name is a host; a name is asked again when its answer's TTL runs "
+         "out, and a name that does not resolve (at start or later) is retried while its "
+         "requests get 503 unresolved."}),
+    field<duration_in<1000, 3'600'000>, format_duration, &Config::dns_ttl, &hosts::TtlBounds::min>(
+        restart, "dns_min_ttl",
+        {"SLUICE_DNS_MIN_TTL", "1s",
+         "An upstream name's answer is kept at least this long, whatever its TTL (1s..1h); also "
+         "the first retry of a lookup that failed, doubling up to 30s."}),
+    field<duration_in<1000, 86'400'000>, format_duration, &Config::dns_ttl, &hosts::TtlBounds::max>(
+        restart, "dns_max_ttl",
+        {"SLUICE_DNS_MAX_TTL", "60s",
+         "An upstream name's answer is kept at most this long, whatever its TTL (1s..24h, at "
+         "least SLUICE_DNS_MIN_TTL)."}),
+    field<parse_health_checks, health_checks_json, &Config::health_checks>(
+        restart, "health_checks",
+        {"SLUICE_HEALTH_CHECKS", "none",
+         "Active health checks, a JSON object by upstream name: "
+         "{\"api\":{\"path\":\"/healthz\",\"interval\":\"5s\",\"timeout\":\"1s\",\"healthy\":2,"
+         "\"unhealthy\":3}} (each field optional, these are the defaults). Each host gets GET "
+         "path every interval (plus up to a tenth at random); a 2xx or 3xx within the timeout "
+         "passes; unhealthy failures in a row take the host out of the balancing, healthy "
+         "passes bring it back. A host is out while either the checks or a refused connect "
+         "(SLUICE_HOST_EJECT) have it out."}),
     field<bytes_in<std::size_t, 1ull << 10, 1ull << 20>, as_is, &Config::max_header_bytes>(
         restart, "max_header_bytes",
         {"SLUICE_MAX_HEADER_BYTES", "16KiB",
@@ -1664,6 +1771,16 @@ void apply_rules(const Env& env, Config& c, bool admission_only) {
                           " is not loopback and SLUICE_ADMIN_TOKEN is unset; set "
                           "SLUICE_ADMIN_TOKEN (mutating admin calls then need it) or listen on "
                           "127.0.0.1");
+
+  if (c.dns_ttl.max < c.dns_ttl.min)
+    throw ConfigError("SLUICE_DNS_MAX_TTL", format_duration(c.dns_ttl.max) +
+                                                " is below SLUICE_DNS_MIN_TTL (" +
+                                                format_duration(c.dns_ttl.min) + ")");
+  for (const auto& [name, hc] : c.health_checks)
+    if (std::none_of(c.upstreams.begin(), c.upstreams.end(),
+                     [&](const Upstream& u) { return u.name == name; }))
+      throw ConfigError("SLUICE_HEALTH_CHECKS",
+                        "upstream " + in_quotes(name) + " is not in SLUICE_UPSTREAMS");
 
   load_tls(c);
 

@@ -17,6 +17,7 @@
 #include "admission/controller.hpp"
 #include "admission/gate.hpp"
 #include "admission/resilience.hpp"
+#include "hosts/schedule.hpp"
 #include "routes/routes.hpp"
 #include "tls/tls.hpp"
 
@@ -25,7 +26,7 @@ namespace sluice::config {
 using Duration = std::chrono::milliseconds;
 
 struct Endpoint {
-  std::string host;  // IPv4/IPv6 literal or a name resolved at start-up
+  std::string host;  // IPv4/IPv6 literal or a name (an upstream's: resolved again within its TTL)
   std::uint16_t port = 0;
   std::string str() const;   // "host:port" ("[::1]:port" for IPv6)
   bool is_loopback() const;  // 127.0.0.0/8, ::1, localhost
@@ -99,6 +100,12 @@ struct Config {
   // A host that refuses connections is left out of the balancing for base,
   // doubling at each new refusal up to max (SLUICE_HOST_EJECT).
   std::chrono::milliseconds host_eject_base{1000}, host_eject_max{30000};
+  // Host names: asked of SLUICE_RESOLVER (unset: the system's resolver) and
+  // asked again within their TTL, held to SLUICE_DNS_MIN_TTL..SLUICE_DNS_MAX_TTL.
+  std::optional<Endpoint> resolver;
+  hosts::TtlBounds dns_ttl;
+  // SLUICE_HEALTH_CHECKS: the upstreams whose hosts are checked, by name.
+  std::map<std::string, hosts::HealthCheck> health_checks;
 
   // limits and timeouts
   std::size_t max_header_bytes = std::size_t{16} * 1024;  // 431 above

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "proxy/admin_token.hpp"
+#include "proxy/directory.hpp"
 #include "proxy/status_page.hpp"
 #include "proxy/ticker.hpp"
 
@@ -296,6 +297,10 @@ const FamilySpec kFamilies[] = {
              // Every decision the core can make, at 0 until it happens: admitted has no
              // reason, a refusal always has one.
              if ((o == 0) != (r == 0)) continue;
+             // No address is no address in observe mode too: never would_shed.
+             if (static_cast<admission::Reason>(r) == admission::Reason::unresolved &&
+                 static_cast<admission::Outcome>(o) == admission::Outcome::would_shed)
+               continue;
              out.add(n, {{"lane", to_string(lane)},
                          {"outcome", admission::to_string(static_cast<admission::Outcome>(o))},
                          {"reason", admission::to_string(static_cast<admission::Reason>(r))}});
@@ -557,6 +562,48 @@ const FamilySpec kFamilies[] = {
          return sum_workers(
              s.rt, [&](Shard & sh) -> auto& { return sh.upstream[u].host_ejections; });
        });
+     }},
+    {"sluice_upstream_addresses",
+     "Addresses the upstream's hosts resolve to now, each a host of the balancing (0: none of "
+     "its names resolves; its requests get 503 unresolved).",
+     MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       per_upstream(s, out, [&](std::size_t u) { return s.rt.directory->hosts(u).size(); });
+     }},
+    {"sluice_upstream_host_healthy",
+     "1 while a host (an address of the upstream) gets new requests: its active health checks "
+     "pass, if it has any, and no I/O thread has it ejected after a refused connect; else 0.",
+     MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       const auto& ups = s.rt.config.upstreams;
+       for (std::size_t u = 0; u < ups.size(); ++u)
+         for (const auto& h : s.rt.directory->host_states(u))
+           out.add(h.healthy() ? 1 : 0, {{"upstream", ups[u].name}, {"host", h.address}});
+     }},
+    {"sluice_upstream_dns_lookups_total",
+     "Lookups of the upstream's host names, by result (ok, failed); a failed one keeps the "
+     "addresses the name had.",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       const auto& ups = s.rt.config.upstreams;
+       for (std::size_t u = 0; u < ups.size(); ++u) {
+         const auto& c = s.rt.directory->counts(u);
+         out.add(c.lookups_ok, {{"upstream", ups[u].name}, {"result", "ok"}});
+         out.add(c.lookups_failed, {{"upstream", ups[u].name}, {"result", "failed"}});
+       }
+     }},
+    {"sluice_upstream_health_checks_total",
+     "Active health checks of the upstream's hosts (SLUICE_HEALTH_CHECKS), by result (passed, "
+     "failed).",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       const auto& ups = s.rt.config.upstreams;
+       for (std::size_t u = 0; u < ups.size(); ++u) {
+         if (!s.rt.config.health_checks.contains(ups[u].name)) continue;
+         const auto& c = s.rt.directory->counts(u);
+         out.add(c.checks_passed, {{"upstream", ups[u].name}, {"result", "passed"}});
+         out.add(c.checks_failed, {{"upstream", ups[u].name}, {"result", "failed"}});
+       }
      }},
     {"sluice_upstream_connections", "Open upstream connections.", MetricType::Gauge,
      [](const Scrape& s, Samples& out) {
@@ -843,10 +890,18 @@ class AdminSession : public std::enable_shared_from_this<AdminSession> {
   }
 
   // Never fails because Sluice is shedding: only a draining instance is unready.
+  // Ready: not draining, and every upstream has an address (a name that does
+  // not resolve leaves its requests nowhere to go). Shedding never fails it.
   void get_readyz(std::string_view) {
-    bool draining = rt_.draining.load();
-    res_.result(draining ? http::status::service_unavailable : http::status::ok);
-    res_.body() = draining ? "draining\n" : "ready\n";
+    std::string why;
+    if (rt_.draining.load()) {
+      why = "draining\n";
+    } else {
+      for (const auto& name : rt_.directory->unresolved())
+        why += "upstream " + name + ": no address (its names do not resolve)\n";
+    }
+    res_.result(why.empty() ? http::status::ok : http::status::service_unavailable);
+    res_.body() = why.empty() ? "ready\n" : why;
   }
 
   // The routes this instance serves, from the table the router applies.

@@ -8,19 +8,50 @@ HostSet::HostSet(std::size_t hosts, std::chrono::milliseconds eject_base,
                  std::chrono::milliseconds eject_max)
     : hosts_(hosts), eject_base_(eject_base), eject_max_(std::max(eject_base, eject_max)) {}
 
+std::size_t HostSet::present() const {
+  std::size_t n = 0;
+  for (const auto& h : hosts_) n += h.present;
+  return n;
+}
+
+std::size_t HostSet::add(bool healthy) {
+  Host fresh;
+  fresh.healthy = healthy;
+  for (std::size_t i = 0; i < hosts_.size(); ++i) {
+    if (!hosts_[i].present && hosts_[i].in_flight == 0) {
+      // A new epoch too: a connect begun for the slot's last host fails into nothing.
+      fresh.ejections = hosts_[i].ejections + 1;
+      hosts_[i] = fresh;
+      return i;
+    }
+  }
+  hosts_.push_back(fresh);
+  return hosts_.size() - 1;
+}
+
 std::size_t HostSet::choose(Clock::time_point now, admission::Rng& rng, std::size_t avoid) const {
   const std::size_t n = hosts_.size();
-  if (n == 1) return 0;
+  if (n == 1) return hosts_[0].present ? 0 : kNoHost;
   // A replay avoids the host that just failed it, while another is eligible.
-  auto ok = [&](std::size_t i) { return hosts_[i].ejected_until <= now && i != avoid; };
+  auto ok = [&](std::size_t i) {
+    const auto& h = hosts_[i];
+    return h.present && h.healthy && h.ejected_until <= now && i != avoid;
+  };
   std::size_t eligible = 0;
   for (std::size_t i = 0; i < n; ++i) eligible += ok(i);
   if (eligible == 0 && avoid < n) return choose(now, rng, kNoHost);
   if (eligible == 0) {
-    // Every host is ejected: the one back soonest gets the attempt.
-    std::size_t best = 0;
-    for (std::size_t i = 1; i < n; ++i)
-      if (hosts_[i].ejected_until < hosts_[best].ejected_until) best = i;
+    // None eligible: the one back soonest among those the checks pass, else
+    // among all present (the connect decides).
+    std::size_t best = kNoHost;
+    for (bool need_healthy : {true, false}) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto& h = hosts_[i];
+        if (!h.present || (need_healthy && !h.healthy)) continue;
+        if (best == kNoHost || h.ejected_until < hosts_[best].ejected_until) best = i;
+      }
+      if (best != kNoHost) break;
+    }
     return best;
   }
   // The k-th eligible host (k < eligible).
@@ -66,7 +97,7 @@ bool HostSet::connect_failed(std::size_t host, std::uint32_t epoch, Clock::time_
 
 bool HostSet::all_ejected(Clock::time_point now) const {
   for (const auto& h : hosts_)
-    if (h.ejected_until <= now) return false;
+    if (h.present && h.ejected_until <= now) return false;
   return true;
 }
 

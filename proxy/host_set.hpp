@@ -17,6 +17,14 @@
 // ejected and fail too are not counted again: each connect carries the host's
 // ejection count from when it began (its epoch).
 //
+// Hosts come and go (an upstream name's addresses, asked again within their
+// TTL): a host that goes is out of the choice at once and its slot is reused
+// once nothing is bound to it any more. A host whose active health checks
+// failed is out of the choice too, until they pass again (either the checks or
+// an ejection takes a host out; both must let it back). When no host is
+// eligible, the one whose ejection ends first among those the checks pass is
+// chosen, else among all (the connect decides); with no host at all, none.
+//
 // Plain C++: no sockets and no clock read (the time comes in), randomness from
 // the caller's Rng. Threading: one per upstream per Worker, touched only by its
 // thread.
@@ -38,14 +46,24 @@ class HostSet {
     std::uint32_t failures = 0;   // consecutive failed connects
     std::uint32_t ejections = 0;  // ejections so far: the epoch of a connect begun now
     Clock::time_point ejected_until{};  // ejected while now < ejected_until
+    bool present = true;  // false: gone from the upstream's addresses (a free slot once unbound)
+    bool healthy = true;  // the active health checks pass (or there are none)
   };
 
   HostSet(std::size_t hosts, std::chrono::milliseconds eject_base,
           std::chrono::milliseconds eject_max);
-  std::size_t size() const { return hosts_.size(); }
+  std::size_t size() const { return hosts_.size(); }  // slots, present or not
+  std::size_t present() const;                        // hosts present
   const Host& operator[](std::size_t host) const { return hosts_[host]; }
 
-  // The host for a new request, `avoid` left out while another is eligible.
+  // A host that came: a free slot (gone, nothing bound), else a new one.
+  std::size_t add(bool healthy);
+  // A host that went: out of the choice; its slot is free once nothing is bound.
+  void remove(std::size_t host) { hosts_[host].present = false; }
+  void set_healthy(std::size_t host, bool healthy) { hosts_[host].healthy = healthy; }
+
+  // The host for a new request, `avoid` left out while another is eligible;
+  // kNoHost when no host is present.
   std::size_t choose(Clock::time_point now, admission::Rng& rng, std::size_t avoid = kNoHost) const;
 
   // A request is bound to the host (connecting or holding a connection), or no longer.
@@ -64,7 +82,7 @@ class HostSet {
   bool ejected(std::size_t host, Clock::time_point now) const {
     return now < hosts_[host].ejected_until;
   }
-  // True when no host is eligible for a new connection at `now`.
+  // True when every present host is ejected at `now` (or none is present).
   bool all_ejected(Clock::time_point now) const;
 
  private:

@@ -68,6 +68,7 @@ struct Published {
 };
 
 struct Runtime;
+class Directory;
 
 class Worker {
  public:
@@ -147,7 +148,9 @@ struct Runtime {
   explicit Runtime(const config::Config& c);
   ~Runtime();
   const config::Config& config;
-  std::vector<std::vector<tcp::endpoint>> upstream_hosts;  // resolved once at start
+  // Every upstream's hosts: names resolved again within their TTL, health
+  // checks; it posts each change to the pools (the admin thread's).
+  Directory* directory = nullptr;
   std::vector<std::unique_ptr<Worker>> workers;
   std::atomic<bool> draining{false};
   std::atomic<std::int64_t> connections{0};  // open client connections, all workers

@@ -15,6 +15,7 @@
 #include <system_error>
 
 #include "proxy/admin.hpp"
+#include "proxy/directory.hpp"
 #include "proxy/runtime.hpp"
 #include "proxy/serve.hpp"
 #include "proxy/ticker.hpp"
@@ -173,19 +174,11 @@ int start_and_serve(const config::Config& cfg) {
   Runtime rt(cfg);
 
   net::io_context admin_ioc{1};
-  for (const auto& u : cfg.upstreams) {
-    std::vector<tcp::endpoint> eps;
-    for (const auto& h : u.hosts) {
-      error_code ec;
-      tcp::resolver resolver(admin_ioc);
-      auto r = resolver.resolve(h.host, std::to_string(h.port), tcp::resolver::numeric_service, ec);
-      if (ec || r.empty())
-        throw config::ConfigError("SLUICE_UPSTREAMS", "cannot resolve " + h.str() + ": " +
-                                                          (ec ? ec.message() : "no address"));
-      eps.push_back(r.begin()->endpoint());
-    }
-    rt.upstream_hosts.push_back(std::move(eps));
-  }
+  // The upstreams' names: asked before anything is served (a name that does
+  // not answer within a few seconds is served 503 unresolved until it does).
+  Directory directory(rt, admin_ioc);
+  rt.directory = &directory;
+  directory.start(std::chrono::seconds(5));
 
   int log_fd = open_log(cfg);
   for (int i = 0; i < cfg.threads; ++i)

@@ -538,6 +538,15 @@ class Session : public Tracked,
   // relaxed load of the published level and one draw), then placement.
   void admit() {
     ex_.level = published_level();
+    if (w_.pool(ex_.upstream).unresolved()) {
+      // No address to send it to, whatever the mode: refused until a lookup
+      // finds one, and told when the next one is.
+      ex_.decision = {admission::Outcome::shed, admission::Reason::unresolved};
+      count_decision();
+      auto wait = w_.pool(ex_.upstream).retry_at() - Clock::now();
+      refuse(std::chrono::ceil<admission::Millis>(std::max(wait, Clock::duration{0})));
+      return;
+    }
     if (ex_.live->gate.mode() == admission::Mode::off) {
       count_decision();
       forward();

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "proxy/directory.hpp"
+
 namespace sluice::proxy {
 
 using admission::Level;
@@ -318,30 +320,40 @@ std::string Ticker::state_json() const {
                             {"waiting_for_s", age_s(lv.waiting_since)},
                             {"pinned", lv.pinned_starving}});
     }
-    // Hosts (several per upstream): in flight summed over the threads, ejected
-    // when any thread has it out of its choice.
+    // Hosts: every address of the upstream's names; in flight summed over the
+    // threads, ejected when any thread has it out of its choice.
+    const auto& dir = *rt_.directory;
     Json hosts = Json::array();
-    for (auto& w : rt_.workers) {
-      auto hv = w->host_views();
-      if (u >= hv.size()) continue;
-      for (std::size_t h = 0; h < hv[u].size(); ++h) {
-        const auto& x = hv[u][h];
-        if (hosts.size() <= h)
-          hosts.push_back({{"address", x.address},
-                           {"in_flight", 0},
-                           {"ejected", false},
-                           {"ejected_for_s", 0.0},
-                           {"failures", 0}});
-        auto& host = hosts[h];
-        host["in_flight"] = host["in_flight"].get<int>() + x.in_flight;
-        host["ejected"] = host["ejected"].get<bool>() || x.ejected;
-        host["ejected_for_s"] = std::max(host["ejected_for_s"].get<double>(), x.ejected_for_s);
-        host["failures"] = std::max(host["failures"].get<std::uint32_t>(), x.failures);
-      }
+    for (const auto& h : dir.host_states(u)) {
+      Json host = {{"address", h.address},   {"name", h.name},
+                   {"healthy", h.healthy()}, {"in_flight", h.in_flight},
+                   {"ejected", h.ejected},   {"ejected_for_s", h.ejected_for_s},
+                   {"failures", h.failures}};
+      if (h.checked)
+        host["health_check"] = {{"passing", h.checks_pass},
+                                {"streak", h.streak},
+                                {"last", h.last_check},
+                                {"passed", h.checks_passed},
+                                {"failed", h.checks_failed}};
+      hosts.push_back(std::move(host));
+    }
+    Json names = Json::array();
+    for (const auto& n : dir.names(u, Clock::now())) {
+      if (n.literal) continue;
+      names.push_back({{"host", n.host},
+                       {"addresses", n.addresses},
+                       {"resolved", n.error.empty()},
+                       {"error", n.error.empty() ? Json(nullptr) : Json(n.error)},
+                       {"ttl_s", n.ttl_s},
+                       {"next_lookup_in_s", n.next_lookup_in_s},
+                       {"lookups_ok", n.lookups_ok},
+                       {"lookups_failed", n.lookups_failed}});
     }
     Json entry = {
         {"name", name},
         {"hosts", hosts},
+        {"names", names},
+        {"unresolved", hosts.empty()},
         {"connections", conns},
         {"waiting_for_connection", waiting},
         {"capacity", v.estimate},

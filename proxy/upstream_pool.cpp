@@ -29,6 +29,13 @@ const boost::system::error_category& upstream_tls_category() {
   return category;
 }
 
+std::string upstream_authority(const config::Upstream& u, const config::Endpoint& host) {
+  // https:// on 443: the name alone, as a client reaching it would send.
+  if (u.tls && host.port == 443)
+    return host.host.find(':') != std::string::npos ? "[" + host.host + "]" : host.host;
+  return host.str();
+}
+
 // ---- UpstreamConnection ----
 
 void UpstreamConnection::on_deadline() {
@@ -39,24 +46,51 @@ void UpstreamConnection::on_deadline() {
 
 // ---- UpstreamPool ----
 
-UpstreamPool::UpstreamPool(Worker& worker, std::size_t index, std::vector<tcp::endpoint> hosts,
-                           std::size_t max_connections, std::chrono::milliseconds eject_base,
+UpstreamPool::UpstreamPool(Worker& worker, std::size_t index, std::size_t max_connections,
+                           std::chrono::milliseconds eject_base,
                            std::chrono::milliseconds eject_max)
-    : worker_(worker),
-      index_(index),
-      endpoints_(std::move(hosts)),
-      hosts_(endpoints_.size(), eject_base, eject_max),
-      max_(max_connections) {
+    : worker_(worker), index_(index), hosts_(0, eject_base, eject_max), max_(max_connections) {
   idle_.reserve(max_);
   const auto& u = worker.config().upstreams[index];
-  for (const auto& h : u.hosts) {
-    // https:// on 443: the name alone, as a client reaching it would send.
-    if (u.tls && h.port == 443)
-      authority_.push_back(h.host.find(':') != std::string::npos ? "[" + h.host + "]" : h.host);
-    else
-      authority_.push_back(h.str());
+  for (const auto& h : u.hosts) authority_.push_back(upstream_authority(u, h));
+}
+
+std::size_t UpstreamPool::add_host(const HostEntry& e) {
+  std::size_t slot = hosts_.add(e.healthy);
+  if (slot == endpoints_.size()) {
+    endpoints_.push_back(e.endpoint);
+    target_.push_back(e.target);
+    sessions_.emplace_back();
+  } else {
+    endpoints_[slot] = e.endpoint;
+    target_[slot] = e.target;
+    sessions_[slot].set(nullptr);  // another address: its session would not resume
   }
-  sessions_.resize(endpoints_.size());
+  return slot;
+}
+
+void UpstreamPool::update(const std::vector<HostEntry>& hosts, Clock::time_point retry_at) {
+  retry_at_ = retry_at;
+  auto listed = [&](std::size_t slot) -> const HostEntry* {
+    for (const auto& e : hosts)
+      if (e.endpoint == endpoints_[slot] && e.target == target_[slot]) return &e;
+    return nullptr;
+  };
+  for (std::size_t slot = 0; slot < endpoints_.size(); ++slot) {
+    if (!hosts_[slot].present) continue;
+    if (const auto* e = listed(slot)) {
+      hosts_.set_healthy(slot, e->healthy);
+      continue;
+    }
+    hosts_.remove(slot);  // gone: no new request; its idle connections close now
+    close_idle(slot);
+  }
+  for (const auto& e : hosts) {
+    bool known = false;
+    for (std::size_t slot = 0; slot < endpoints_.size() && !known; ++slot)
+      known = hosts_[slot].present && endpoints_[slot] == e.endpoint && target_[slot] == e.target;
+    if (!known) add_host(e);
+  }
 }
 
 UpstreamPool::~UpstreamPool() { waiters_.clear(); }
@@ -78,6 +112,10 @@ void UpstreamPool::acquire(PoolWaiter& w) {
   auto now = Clock::now();
   w.wait_start = now;
   const std::size_t host = hosts_.choose(now, worker_.rng(), w.avoid_host);
+  if (host == HostSet::kNoHost) {
+    no_host(w);
+    return;
+  }
   // The chosen host's newest idle connection (with one host: the newest, at the back).
   for (std::size_t i = w.fresh ? 0 : idle_.size(); i-- > 0;) {
     if (idle_[i]->host != host) continue;
@@ -143,8 +181,12 @@ void UpstreamPool::hand(PoolWaiter& w, std::unique_ptr<UpstreamConnection> c,
 }
 
 void UpstreamPool::connect_for(PoolWaiter& w) {
-  connect_to(w, hosts_.choose(Clock::now(), worker_.rng()));
+  auto host = hosts_.choose(Clock::now(), worker_.rng());
+  if (host == HostSet::kNoHost) return no_host(w);
+  connect_to(w, host);
 }
+
+void UpstreamPool::no_host(PoolWaiter& w) { hand(w, nullptr, net::error::host_not_found); }
 
 void UpstreamPool::connect_to(PoolWaiter& w, std::size_t host) {
   ++open_;
@@ -195,7 +237,8 @@ void UpstreamPool::failed(PoolWaiter& w, std::unique_ptr<UpstreamConnection> c,
 
 void UpstreamPool::handshake(PoolWaiter& w, std::unique_ptr<UpstreamConnection> c) {
   c->stream.start_tls(*worker_.runtime().upstream_tls);
-  tls::prepare_client(c->stream.ssl(), worker_.config().upstreams[index_].hosts[c->host].host,
+  tls::prepare_client(c->stream.ssl(),
+                      worker_.config().upstreams[index_].hosts[target_[c->host]].host,
                       sessions_[c->host]);
   c->deadline = Clock::now() + worker_.config().connect_timeout;
   worker_.track(*c);
@@ -229,13 +272,17 @@ void UpstreamPool::note_tls_failure(std::size_t host, const std::string& detail)
   auto now = Clock::now();
   if (now - last_tls_log_ < std::chrono::seconds(1)) return;
   last_tls_log_ = now;
-  std::fprintf(stderr, "sluice: upstream %s host %s: TLS handshake failed: %s\n",
+  const auto& ep = endpoints_[host];
+  std::fprintf(stderr, "sluice: upstream %s host %s (%s:%u): TLS handshake failed: %s\n",
                worker_.config().upstreams[index_].name.c_str(),
-               worker_.config().upstreams[index_].hosts[host].str().c_str(), detail.c_str());
+               worker_.config().upstreams[index_].hosts[target_[host]].str().c_str(),
+               ep.address().to_string().c_str(), static_cast<unsigned>(ep.port()), detail.c_str());
 }
 
 void UpstreamPool::release(std::unique_ptr<UpstreamConnection> c, bool reusable) {
-  if (reusable && !worker_.runtime().draining.load(std::memory_order_relaxed)) {
+  // A connection to a host that went is not kept or handed on: it closes.
+  if (reusable && hosts_[c->host].present &&
+      !worker_.runtime().draining.load(std::memory_order_relaxed)) {
     ++c->uses;
     if (!waiters_.empty() && !waiters_.front().fresh) {
       // Handed on at once: the host keeps this request's place in flight.
@@ -268,13 +315,14 @@ std::vector<UpstreamPool::HostView> UpstreamPool::hosts_view(Clock::time_point n
   for (std::size_t i = 0; i < endpoints_.size(); ++i) {
     const auto& endpoint = endpoints_[i];
     const auto& h = hosts_[i];
+    if (!h.present) continue;
     const auto& addr = endpoint.address();
     std::string address = addr.is_v6() ? "[" + addr.to_string() + "]" : addr.to_string();
     address += ':';
     address += std::to_string(endpoint.port());
     const bool ejected = hosts_.ejected(i, now);
     out.push_back(HostView{
-        std::move(address), static_cast<int>(h.in_flight), ejected,
+        std::move(address), static_cast<int>(h.in_flight), ejected, h.healthy,
         ejected ? std::chrono::duration<double>(h.ejected_until - now).count() : 0.0, h.failures});
   }
   return out;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "config/config.hpp"
 #include "proxy/deadlines.hpp"
 #include "proxy/host_set.hpp"
 #include "proxy/net.hpp"
@@ -41,6 +42,21 @@ struct UpstreamConnection : Tracked {
 // value is a TlsResult (verify, timeout, ...). Never retried without TLS.
 const boost::system::error_category& upstream_tls_category();
 
+// One address of an upstream, as the directory (proxy/directory.hpp) gives it
+// to each thread's pool: the name and port it came from (the index of the
+// upstream's host in SLUICE_UPSTREAMS), and whether its health checks pass.
+struct HostEntry {
+  tcp::endpoint endpoint;
+  std::size_t target = 0;
+  bool healthy = true;
+  bool operator==(const HostEntry&) const = default;
+};
+
+// The Host a request to this upstream host states when the client's is not
+// passed: its name and port as configured (the port left out when it is the
+// scheme's).
+std::string upstream_authority(const config::Upstream& u, const config::Endpoint& host);
+
 // Someone waiting for a connection from an UpstreamPool.
 struct PoolWaiter {
   boost::intrusive::list_member_hook<boost::intrusive::link_mode<boost::intrusive::auto_unlink>>
@@ -71,13 +87,18 @@ struct PoolWaiter {
 // whatever its host. A connect that is refused or times out (any connect
 // error) tells the HostSet, which may eject the host.
 //
+// The hosts change when the directory says so (update()): a new address is in
+// the choice at once; one that went gets no new request, its idle connections
+// close, and the connections of requests still on it close when they end.
+//
 // Everything here is per Worker and touched only by its thread.
 class UpstreamPool {
  public:
   static constexpr std::chrono::milliseconds kEjectBase{1000};
   static constexpr std::chrono::milliseconds kEjectMax{30000};
-  UpstreamPool(Worker& worker, std::size_t index, std::vector<tcp::endpoint> hosts,
-               std::size_t max_connections, std::chrono::milliseconds eject_base = kEjectBase,
+  // No host until the first update().
+  UpstreamPool(Worker& worker, std::size_t index, std::size_t max_connections,
+               std::chrono::milliseconds eject_base = kEjectBase,
                std::chrono::milliseconds eject_max = kEjectMax);
   ~UpstreamPool();
   // Hands a connection to w: at once (inside this call) when one is idle, else
@@ -94,16 +115,22 @@ class UpstreamPool {
   // likely as dead (an upstream going down), are closed rather than tried.
   void close_idle(std::size_t host);
   std::size_t index() const { return index_; }
-  std::size_t host_count() const { return endpoints_.size(); }
+  std::size_t host_count() const { return hosts_.present(); }
+  // The upstream's addresses now, and when its names are asked again (what
+  // a request that finds no address is told to wait for).
+  void update(const std::vector<HostEntry>& hosts, Clock::time_point retry_at);
+  bool unresolved() const { return hosts_.present() == 0; }
+  Clock::time_point retry_at() const { return retry_at_; }
   // The Host a request to `host` states when the client's is not passed: its
   // name and port as configured (the port left out when it is the scheme's).
-  const std::string& authority(std::size_t host) const { return authority_[host]; }
+  const std::string& authority(std::size_t host) const { return authority_[target_[host]]; }
 
   // One host as the admin view shows it (worker thread only).
   struct HostView {
     std::string address;  // host:port ([v6]:port)
     int in_flight;        // requests bound to the host: connecting or holding a connection
     bool ejected;
+    bool checks_pass;        // the active health checks pass (or there are none)
     double ejected_for_s;    // seconds of ejection left (0 when not ejected)
     std::uint32_t failures;  // consecutive failed connects
   };
@@ -114,6 +141,8 @@ class UpstreamPool {
  private:
   void connect_for(PoolWaiter& w);  // chooses a host and connects to it
   void connect_to(PoolWaiter& w, std::size_t host);
+  void no_host(PoolWaiter& w);  // no address at all: w gets host_not_found
+  std::size_t add_host(const HostEntry& e);
   void note_oldest();          // publishes when the oldest queued request started waiting
   void closed(std::size_t n);  // n of this pool's connections are gone
   void serve_next();           // a slot is free: connect for the oldest waiter, if any
@@ -126,11 +155,13 @@ class UpstreamPool {
   Clock::time_point last_tls_log_{};
   Worker& worker_;
   std::size_t index_;
-  std::vector<tcp::endpoint> endpoints_;  // by host
-  std::vector<std::string> authority_;    // by host
-  // https://: per host, the last TLS session it gave, resumed by the next connect.
+  std::vector<tcp::endpoint> endpoints_;  // by host slot
+  std::vector<std::size_t> target_;       // by host slot: its SLUICE_UPSTREAMS host
+  std::vector<std::string> authority_;    // by SLUICE_UPSTREAMS host
+  // https://: per host slot, the last TLS session it gave, resumed by the next connect.
   std::vector<tls::SessionSlot> sessions_;
   HostSet hosts_;
+  Clock::time_point retry_at_{};
   std::size_t max_;
   std::size_t open_ = 0;                                   // idle + busy + connecting
   std::vector<std::unique_ptr<UpstreamConnection>> idle_;  // back = most recently used

@@ -4,6 +4,7 @@
 #include <random>
 #include <string>
 
+#include "proxy/directory.hpp"
 #include "proxy/run_loop.hpp"
 #include "proxy/runtime.hpp"
 
@@ -30,8 +31,9 @@ Worker::Worker(Runtime& rt, std::size_t index, int log_fd)
     std::size_t share =
         std::max<std::size_t>(1, cfg.upstream_max_connections / threads +
                                      (index < cfg.upstream_max_connections % threads ? 1 : 0));
-    pools_.push_back(std::make_unique<UpstreamPool>(*this, u, rt.upstream_hosts[u], share,
-                                                    cfg.host_eject_base, cfg.host_eject_max));
+    pools_.push_back(
+        std::make_unique<UpstreamPool>(*this, u, share, cfg.host_eject_base, cfg.host_eject_max));
+    pools_.back()->update(rt.directory->hosts(u), rt.directory->retry_at(u));
   }
   host_views_.resize(cfg.upstreams.size());
   std::random_device rd;
@@ -124,8 +126,7 @@ void Worker::on_heartbeat() {
   }
   {
     std::lock_guard lock(views_mutex_);
-    for (std::size_t u = 0; u < pools_.size(); ++u)
-      if (pools_[u]->host_count() > 1) host_views_[u] = pools_[u]->hosts_view(now);
+    for (std::size_t u = 0; u < pools_.size(); ++u) host_views_[u] = pools_[u]->hosts_view(now);
   }
   log_.flush();
 

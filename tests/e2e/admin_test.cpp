@@ -203,6 +203,7 @@ TEST_CASE(
       for (auto reason :
            {"level", "queue_timeout", "pool_closed", "heavy_cap", "budget", "reserved"})
         decisions.insert(prefix + outcome + "\",reason=\"" + reason + "\"");
+    decisions.insert(prefix + R"(shed",reason="unresolved")");  // never would_shed
   }
 
   for (const auto& [family, expected] : std::vector<std::pair<std::string, std::set<std::string>>>{

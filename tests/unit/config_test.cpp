@@ -94,7 +94,7 @@ TEST_CASE("the variable table names each variable once, with a default and a mea
     CHECK_FALSE(v.meaning.empty());
     CHECK(names.insert(v.name).second);
   }
-  CHECK(names.size() == 69);
+  CHECK(names.size() == 73);
 }
 
 TEST_CASE("every variable in the table is read by load and shown by to_json", "[config]") {
@@ -541,6 +541,10 @@ TEST_CASE("every config error starts with the variable it is about", "[config]")
       {"SLUICE_UPSTREAM_CA", "/nonexistent/ca.pem"},
       {"SLUICE_UPSTREAM_CLIENT_CERT", "/nonexistent/client.pem"},
       {"SLUICE_UPSTREAM_CLIENT_KEY", "/nonexistent/client.key"},
+      {"SLUICE_RESOLVER", "dns.example:53"},
+      {"SLUICE_DNS_MIN_TTL", "0s"},
+      {"SLUICE_DNS_MAX_TTL", "2d"},
+      {"SLUICE_HEALTH_CHECKS", R"({"api":{"path":"healthz"}})"},
   };
   REQUIRE(bad.size() == variables().size());
   for (const auto& [name, value] : bad) {
