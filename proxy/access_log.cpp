@@ -123,6 +123,7 @@ void AccessLog::write(const AccessRecord& r) {
   field("lane", r.lane);
   field("route", r.route);
   field("upstream", r.upstream);
+  if (!r.upstream_addr.empty()) field("upstream_addr", r.upstream_addr);
   if (!r.fallback_from.empty()) {
     field("fallback_from", r.fallback_from);
     field("fallback_why", r.fallback_why);

@@ -16,6 +16,7 @@ struct AccessRecord {
   // When the request moved off its route's upstream: that upstream and why
   // (closed, full, connect_failed); empty otherwise.
   std::string_view fallback_from, fallback_why;
+  std::string_view upstream_addr;  // address:port of the host that carried it; empty: none
   std::string_view tls;  // the client connection's TLS version ("TLSv1.3"); empty: plain HTTP
   int status = 0;
   int level = 0;

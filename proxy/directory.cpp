@@ -15,11 +15,6 @@ using boost::system::error_code;
 
 namespace {
 
-std::string show(const tcp::endpoint& ep) {
-  auto a = ep.address();
-  return (a.is_v6() ? "[" + a.to_string() + "]" : a.to_string()) + ":" + std::to_string(ep.port());
-}
-
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // One health check of one host: connect, TLS for an https:// upstream, GET the

@@ -44,6 +44,7 @@ AccessRecord access_record(const Exchange& ex, int status, std::string_view meth
     r.lane = admission::to_string(ex.lane);
     r.route = ex.route->name;
     r.upstream = cfg.upstreams[ex.upstream].name;
+    r.upstream_addr = std::string_view(ex.upstream_addr.data(), ex.upstream_addr_len);
     r.decision = admission::to_string(ex.decision.outcome);
   }
   if (ex.fallback_from >= 0) {

@@ -133,6 +133,9 @@ struct Exchange {
   Clock::duration queue_wait{0}, upstream_wait{-1}, ttfb{-1};
   // A new upstream connection carried it: its connect and TLS handshake (-1: none).
   Clock::duration connect_time{-1}, tls_time{-1};
+  // The host that carried it last, address:port (the access log's upstream_addr).
+  std::array<char, 48> upstream_addr{};
+  std::uint8_t upstream_addr_len = 0;
   bool slow_start_wait = false;  // it queued on a growing estimate (slow start)
   admission::Micros up_ttfb{0};  // request sent to response head: what the estimate learns from
   admission::Signal signal = admission::Signal::none;

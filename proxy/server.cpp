@@ -75,11 +75,6 @@ bool listen_on(tcp::acceptor& a, const tcp::endpoint& ep, std::string_view what,
   return !ec;
 }
 
-std::string show(const tcp::endpoint& ep) {
-  auto a = ep.address();
-  return (a.is_v6() ? "[" + a.to_string() + "]" : a.to_string()) + ":" + std::to_string(ep.port());
-}
-
 // Every worker accepts: each has its own descriptor of the one listening
 // socket (a dup), in its own io_context, and serves what it accepts. A
 // connection waits in the one kernel queue until a worker that runs takes it,

@@ -193,6 +193,7 @@ void UpstreamPool::connect_to(PoolWaiter& w, std::size_t host) {
   bump(worker_.stats().upstream[index_].connections, std::int64_t{1});
   hosts_.bind(host);  // the request is bound to the host from now on
   auto c = std::make_unique<UpstreamConnection>(worker_.ioc(), host);
+  c->address = show(endpoints_[host]);
   c->eject_epoch = hosts_.epoch(host);
   c->deadline = Clock::now() + worker_.config().connect_timeout;
   worker_.track(*c);
@@ -313,13 +314,9 @@ std::vector<UpstreamPool::HostView> UpstreamPool::hosts_view(Clock::time_point n
   std::vector<HostView> out;
   out.reserve(hosts_.size());
   for (std::size_t i = 0; i < endpoints_.size(); ++i) {
-    const auto& endpoint = endpoints_[i];
     const auto& h = hosts_[i];
     if (!h.present) continue;
-    const auto& addr = endpoint.address();
-    std::string address = addr.is_v6() ? "[" + addr.to_string() + "]" : addr.to_string();
-    address += ':';
-    address += std::to_string(endpoint.port());
+    std::string address = show(endpoints_[i]);
     const bool ejected = hosts_.ejected(i, now);
     out.push_back(HostView{
         std::move(address), static_cast<int>(h.in_flight), ejected, h.healthy,

@@ -27,6 +27,7 @@ struct UpstreamConnection : Tracked {
   Stream stream;                     // TCP, or TLS to an https:// upstream
   boost::beast::flat_buffer buffer;  // bytes read from this connection, not yet parsed
   std::size_t host;
+  std::string address;  // the host's address:port, for the access log
   Clock::time_point idle_since{};
   std::uint32_t uses = 0;  // requests served; > 0 means a reused connection
   // How long its TCP connect and its TLS handshake took (the first request's
