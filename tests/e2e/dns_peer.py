@@ -7,13 +7,15 @@ dns ZONE: a DNS server on 127.0.0.1 (a free UDP port, announced on stderr as
   does not hold is NXDOMAIN; a held name has no AAAA records. Each query is
   counted into ZONE.queries (one line per query: the name and type).
 
-http HOST:PORT SICK_PATH: an HTTP/1.1 server that answers 503 to SICK_PATH and
-  200 "ok" to anything else: a host that accepts connections and serves, and
-  whose health check fails. Announces "listening on HOST:PORT" on stderr.
+http HOST:PORT SICK_PATH SICK_FILE: an HTTP/1.1 server that answers 503 to
+  SICK_PATH while the file SICK_FILE exists, and 200 "ok" to anything else: a
+  host that accepts connections and serves, and whose health check fails.
+  Announces "listening on HOST:PORT" on stderr.
 """
 
 import http.server
 import json
+import os
 import socketserver
 import sys
 import threading
@@ -58,14 +60,14 @@ def dns(zone):
     threading.Event().wait()
 
 
-def http_server(listen, sick_path):
+def http_server(listen, sick_path, sick_file):
     host, port = listen.rsplit(":", 1)
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
         def do_GET(self):
-            status = 503 if self.path == sick_path else 200
+            status = 503 if self.path == sick_path and os.path.exists(sick_file) else 200
             body = b"sick\n" if status == 503 else b"ok\n"
             self.send_response(status)
             self.send_header("Content-Length", str(len(body)))
@@ -89,6 +91,6 @@ if __name__ == "__main__":
     if sys.argv[1] == "dns":
         dns(sys.argv[2])
     elif sys.argv[1] == "http":
-        http_server(sys.argv[2], sys.argv[3])
+        http_server(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
-        sys.exit("usage: dns_peer.py dns ZONE | http HOST:PORT SICK_PATH")
+        sys.exit("usage: dns_peer.py dns ZONE | http HOST:PORT SICK_PATH SICK_FILE")
