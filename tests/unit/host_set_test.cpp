@@ -153,3 +153,63 @@ TEST_CASE("with one host there is no choice: it is chosen ejected or avoided, dr
   CHECK(hosts.choose(t0, rng, 0) == 0);
   CHECK(rng.next() == untouched.next());
 }
+
+TEST_CASE("a host that went is out of the choice at once, and its slot is reused once unbound",
+          "[proxy][host_set]") {
+  HostSet hosts(3, 1s, 30s);
+  hosts.bind(1);  // a request still on host 1
+  hosts.remove(1);
+  CHECK(hosts.present() == 2);
+  auto count = picks<3>(hosts, t0, 300);
+  CHECK(count[1] == 0);
+  CHECK(count[0] + count[2] == 300);
+  // A new host does not take a slot a request is still bound to ...
+  CHECK(hosts.add(true) == 3);
+  hosts.remove(3);
+  CHECK(hosts.add(true) == 3);  // ... but takes a free one, in a new epoch
+  hosts.unbind(1);
+  const auto old_epoch = hosts.epoch(1);
+  CHECK(hosts.add(true) == 1);
+  CHECK(hosts.epoch(1) != old_epoch);
+  CHECK_FALSE(hosts.connect_failed(1, old_epoch, t0));  // its last host's connect counts for nothing
+  CHECK_FALSE(hosts.ejected(1, t0));
+}
+
+TEST_CASE("a host whose checks fail is out of the choice; with none passing, the connect decides",
+          "[proxy][host_set]") {
+  HostSet hosts(3, 1s, 30s);
+  hosts.set_healthy(0, false);
+  auto count = picks<3>(hosts, t0, 300);
+  CHECK(count[0] == 0);
+  // Checks failing and ejections: the one the checks pass is tried first.
+  REQUIRE(fail(hosts, 1, t0));
+  REQUIRE(fail(hosts, 2, t0));
+  REQUIRE(fail(hosts, 2, t0 + 1s));
+  CHECK(picks<3>(hosts, t0 + 10ms, 10) == std::array<int, 3>{0, 10, 0});
+  // Every present host failing its checks: the one back soonest, checks or not.
+  hosts.set_healthy(1, false);
+  hosts.set_healthy(2, false);
+  CHECK(picks<3>(hosts, t0 + 10ms, 10) == std::array<int, 3>{10, 0, 0});
+  // Passing again: back in the choice.
+  hosts.set_healthy(0, true);
+  hosts.set_healthy(1, true);
+  hosts.set_healthy(2, true);
+  count = picks<3>(hosts, t0 + 1h, 300);
+  CHECK(count[0] > 0);
+  CHECK(count[1] > 0);
+  CHECK(count[2] > 0);
+}
+
+TEST_CASE("with no host present there is none to choose, and none is counted ejected",
+          "[proxy][host_set]") {
+  HostSet hosts(1, 1s, 30s);
+  hosts.remove(0);
+  Rng rng(1);
+  CHECK(hosts.choose(t0, rng) == HostSet::kNoHost);
+  CHECK(hosts.all_ejected(t0));
+  HostSet none(0, 1s, 30s);
+  CHECK(none.choose(t0, rng) == HostSet::kNoHost);
+  CHECK(none.add(true) == 0);
+  CHECK(none.choose(t0, rng) == 0);
+  CHECK_FALSE(none.all_ejected(t0));
+}
