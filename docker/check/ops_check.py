@@ -372,7 +372,15 @@ def cmd_k8s_consistency(paths):
             f.fail(f"{what} selector {sel} does not select the Deployment's pods {labels}")
 
     selects(dep["spec"]["selector"].get("matchLabels"), "Deployment")
+    upstream_hosts = [h.split("://")[-1] for entry in env.get("SLUICE_UPSTREAMS", "").split(";")
+                      for h in entry.split("=", 1)[-1].split("|")]
     for s in by_kind(docs, "Service"):
+        if s["spec"].get("clusterIP") == "None":
+            # A headless Service is the upstream's pods: SLUICE_UPSTREAMS must name it.
+            name = s["metadata"]["name"]
+            if not any(h == name or h.startswith(name + ".") for h in upstream_hosts):
+                f.fail(f"headless Service {name} is not named in SLUICE_UPSTREAMS {upstream_hosts}")
+            continue
         selects(s["spec"].get("selector"), f"Service {s['metadata']['name']}")
         names = {p.get("name") for p in c.get("ports") or []} | {p["containerPort"] for p in c.get("ports") or []}
         for p in s["spec"]["ports"]:
