@@ -759,11 +759,15 @@ std::map<std::string, hosts::HealthCheck> parse_health_checks(const std::string&
   auto j = Json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object())
     invalid("is not a JSON object of upstream names, or none" + std::string(kHint));
-  for (const auto& [name, v] : j.items()) {
+  for (const auto& upstream : j.items()) {
+    const std::string& name = upstream.key();
+    const auto& v = upstream.value();
     const std::string where = "upstream " + in_quotes(name) + ": ";
     if (!v.is_object()) invalid(where + "not an object" + std::string(kHint));
     hosts::HealthCheck hc;
-    for (const auto& [key, x] : v.items()) {
+    for (const auto& item : v.items()) {
+      const std::string& key = item.key();
+      const auto& x = item.value();
       auto duration = [&] {
         if (!x.is_string()) invalid(where + key + " is not a duration string, e.g. \"5s\"");
         Duration d = parse_duration(x.get<std::string>());
@@ -1776,11 +1780,11 @@ void apply_rules(const Env& env, Config& c, bool admission_only) {
     throw ConfigError("SLUICE_DNS_MAX_TTL", format_duration(c.dns_ttl.max) +
                                                 " is below SLUICE_DNS_MIN_TTL (" +
                                                 format_duration(c.dns_ttl.min) + ")");
-  for (const auto& [name, hc] : c.health_checks)
+  for (const auto& check : c.health_checks)
     if (std::none_of(c.upstreams.begin(), c.upstreams.end(),
-                     [&](const Upstream& u) { return u.name == name; }))
+                     [&](const Upstream& u) { return u.name == check.first; }))
       throw ConfigError("SLUICE_HEALTH_CHECKS",
-                        "upstream " + in_quotes(name) + " is not in SLUICE_UPSTREAMS");
+                        "upstream " + in_quotes(check.first) + " is not in SLUICE_UPSTREAMS");
 
   load_tls(c);
 

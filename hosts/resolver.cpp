@@ -5,10 +5,10 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <cstring>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <cstring>
 #include <map>
 #include <stdexcept>
 

@@ -41,7 +41,7 @@ Millis retry_after(std::uint32_t failures, TtlBounds bounds);
 struct HealthCheck {
   std::string path = "/healthz";  // GET path; a 2xx or 3xx passes
   Millis interval{5000};
-  Millis timeout{1000};      // connect, send and the response head, together
+  Millis timeout{1000};         // connect, send and the response head, together
   std::uint32_t healthy = 2;    // passes in a row that bring a host back
   std::uint32_t unhealthy = 3;  // failures in a row that take it out
   bool operator==(const HealthCheck&) const = default;

@@ -32,19 +32,19 @@ class Probe : public std::enable_shared_from_this<Probe> {
     timer_.async_wait([self = shared_from_this()](error_code ec) {
       if (!ec) self->finish(false, "timed out");
     });
-    stream_.socket().async_connect(ep, [self = shared_from_this(), tls, sni,
-                                        session](error_code ec) {
-      if (self->finished_) return;
-      if (ec) return self->finish(false, "connect: " + ec.message());
-      if (!tls) return self->send();
-      self->stream_.start_tls(*tls);
-      tls::prepare_client(self->stream_.ssl(), sni, *session);
-      self->stream_.async_handshake(false, [self](error_code e) {
-        if (self->finished_) return;
-        if (e) return self->finish(false, "TLS handshake: " + e.message());
-        self->send();
-      });
-    });
+    stream_.socket().async_connect(
+        ep, [self = shared_from_this(), tls, sni, session](error_code ec) {
+          if (self->finished_) return;
+          if (ec) return self->finish(false, "connect: " + ec.message());
+          if (!tls) return self->send();
+          self->stream_.start_tls(*tls);
+          tls::prepare_client(self->stream_.ssl(), sni, *session);
+          self->stream_.async_handshake(false, [self](error_code e) {
+            if (self->finished_) return;
+            if (e) return self->finish(false, "TLS handshake: " + e.message());
+            self->send();
+          });
+        });
   }
 
  private:
@@ -155,15 +155,19 @@ void Directory::answered(std::size_t u, std::size_t t, hosts::Answer a) {
   auto& up = ups_[u];
   auto& target = up.targets[t];
   const auto& cfg = rt_.config;
-  const std::string where = "sluice: upstream " + cfg.upstreams[u].name + " host " +
-                            cfg.upstreams[u].hosts[t].str();
+  const std::string where =
+      "sluice: upstream " + cfg.upstreams[u].name + " host " + cfg.upstreams[u].hosts[t].str();
   hosts::Millis wait{};
   if (a.ok) {
     ++target.ok;
     ++up.counts.lookups_ok;
-    if (target.failures > 0 || !target.answered || a.addresses != target.addresses)
-      std::fprintf(stderr, "%s: %zu address%s (ttl %llds)\n", where.c_str(), a.addresses.size(),
-                   a.addresses.size() == 1 ? "" : "es", static_cast<long long>(a.ttl.count()));
+    if (target.failures > 0 || !target.answered || a.addresses != target.addresses) {
+      std::string list;
+      for (const auto& addr : a.addresses) list += (list.empty() ? "" : ", ") + addr.to_string();
+      std::fprintf(stderr, "%s: %zu address%s (%s), ttl %llds\n", where.c_str(), a.addresses.size(),
+                   a.addresses.size() == 1 ? "" : "es", list.c_str(),
+                   static_cast<long long>(a.ttl.count()));
+    }
     target.addresses = std::move(a.addresses);
     target.failures = 0;
     target.error.clear();
@@ -175,13 +179,13 @@ void Directory::answered(std::size_t u, std::size_t t, hosts::Answer a) {
     ++target.failures;
     wait = hosts::retry_after(target.failures, cfg.dns_ttl);
     if (target.failures == 1 || a.error != target.error)
-      std::fprintf(stderr, "%s: cannot resolve: %s; %s, asked again in %llds\n", where.c_str(),
-                   a.error.c_str(),
-                   target.addresses.empty()
-                       ? "no address: its requests get 503 unresolved"
-                       : ("keeping its " + std::to_string(target.addresses.size()) + " addresses")
-                             .c_str(),
-                   static_cast<long long>(std::chrono::ceil<std::chrono::seconds>(wait).count()));
+      std::fprintf(
+          stderr, "%s: cannot resolve: %s; %s, asked again in %llds\n", where.c_str(),
+          a.error.c_str(),
+          target.addresses.empty()
+              ? "no address: its requests get 503 unresolved"
+              : ("keeping its " + std::to_string(target.addresses.size()) + " addresses").c_str(),
+          static_cast<long long>(std::chrono::ceil<std::chrono::seconds>(wait).count()));
     target.error = std::move(a.error);
   }
   std::fflush(stderr);
@@ -212,8 +216,7 @@ void Directory::rebuild(std::size_t u, bool force_post) {
           c->target = t;
           it = up.checks.emplace(ep, std::move(c)).first;
           // The first check at once, spread over a tenth of the interval.
-          schedule_check(u, ep,
-                         hosts::next_check(*up.check, rng_()) - up.check->interval);
+          schedule_check(u, ep, hosts::next_check(*up.check, rng_()) - up.check->interval);
         }
         e.healthy = it->second->state.healthy();
       }
@@ -230,7 +233,8 @@ void Directory::rebuild(std::size_t u, bool force_post) {
   up.hosts = hosts;
   auto retry = retry_at(u);
   for (auto& w : rt_.workers)
-    net::post(w->ioc(), [worker = w.get(), u, hosts, retry] { worker->pool(u).update(hosts, retry); });
+    net::post(w->ioc(),
+              [worker = w.get(), u, hosts, retry] { worker->pool(u).update(hosts, retry); });
 }
 
 Clock::time_point Directory::retry_at(std::size_t u) const {
@@ -263,15 +267,15 @@ void Directory::run_check(std::size_t u, const tcp::endpoint& ep) {
   c.generation = ++generation_;
   const auto& cu = rt_.config.upstreams[u];
   const auto& configured = cu.hosts[c.target];
-  std::string request = "GET " + up.check->path + " HTTP/1.1\r\nHost: " +
-                        upstream_authority(cu, configured) +
+  std::string request = "GET " + up.check->path +
+                        " HTTP/1.1\r\nHost: " + upstream_authority(cu, configured) +
                         "\r\nUser-Agent: sluice-health-check\r\nConnection: close\r\n\r\n";
   auto probe = std::make_shared<Probe>(
       ioc_, [this, u, ep, generation = c.generation](bool passed, std::string why) {
         checked(u, ep, generation, passed, std::move(why));
       });
-  probe->start(ep, up.check->timeout, std::move(request),
-               cu.tls ? rt_.upstream_tls.get() : nullptr, configured.host, &c.session);
+  probe->start(ep, up.check->timeout, std::move(request), cu.tls ? rt_.upstream_tls.get() : nullptr,
+               configured.host, &c.session);
 }
 
 void Directory::checked(std::size_t u, const tcp::endpoint& ep, std::uint64_t generation,
@@ -284,7 +288,8 @@ void Directory::checked(std::size_t u, const tcp::endpoint& ep, std::uint64_t ge
   ++(passed ? up.counts.checks_passed : up.counts.checks_failed);
   c.last = why;
   if (c.state.record(passed, *up.check)) {
-    std::fprintf(stderr, "sluice: upstream %s host %s: health check %s %u times in a row (%s): %s\n",
+    std::fprintf(stderr,
+                 "sluice: upstream %s host %s: health check %s %u times in a row (%s): %s\n",
                  rt_.config.upstreams[u].name.c_str(), show(ep).c_str(),
                  passed ? "passed" : "failed", passed ? up.check->healthy : up.check->unhealthy,
                  why.c_str(), passed ? "back in the balancing" : "out of the balancing");
@@ -299,8 +304,8 @@ std::vector<Directory::NameView> Directory::names(std::size_t u, Clock::time_poi
   const auto& cu = rt_.config.upstreams[u];
   for (std::size_t t = 0; t < ups_[u].targets.size(); ++t) {
     const auto& target = ups_[u].targets[t];
-    NameView v{cu.hosts[t].str(), target.literal, {}, target.error, 0.0, 0.0, target.ok,
-               target.failed};
+    NameView v{cu.hosts[t].str(), target.literal, {}, target.error, 0.0, 0.0,
+               target.ok,         target.failed};
     for (const auto& a : target.addresses) v.addresses.push_back(a.to_string());
     if (!target.literal) {
       v.ttl_s = static_cast<double>(target.ttl.count());
@@ -316,8 +321,18 @@ std::vector<Directory::HostState> Directory::host_states(std::size_t u) const {
   const auto& cu = rt_.config.upstreams[u];
   std::vector<HostState> out;
   for (const auto& h : up.hosts) {
-    HostState s{show(h.endpoint), cu.hosts[h.target].str(), up.check != nullptr, h.healthy, 0, {},
-                0, 0, 0, false, 0.0, 0};
+    HostState s{show(h.endpoint),
+                cu.hosts[h.target].str(),
+                up.check != nullptr,
+                h.healthy,
+                0,
+                {},
+                0,
+                0,
+                0,
+                false,
+                0.0,
+                0};
     if (auto it = up.checks.find(h.endpoint); it != up.checks.end()) {
       s.streak = it->second->state.streak();
       s.last_check = it->second->last;

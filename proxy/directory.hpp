@@ -66,7 +66,7 @@ class Directory {
     std::string name;     // the configured host it came from
     bool checked;         // the upstream has a health check
     bool checks_pass;
-    std::uint32_t streak;  // check results in a row against its state
+    std::uint32_t streak;    // check results in a row against its state
     std::string last_check;  // the last check's result (status 200, connect: ..., timed out)
     std::uint64_t checks_passed, checks_failed;
     // From the I/O threads' pools: in flight summed, ejected by any of them.

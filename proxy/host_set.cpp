@@ -6,15 +6,13 @@ namespace sluice::proxy {
 
 HostSet::HostSet(std::size_t hosts, std::chrono::milliseconds eject_base,
                  std::chrono::milliseconds eject_max)
-    : hosts_(hosts), eject_base_(eject_base), eject_max_(std::max(eject_base, eject_max)) {}
-
-std::size_t HostSet::present() const {
-  std::size_t n = 0;
-  for (const auto& h : hosts_) n += h.present;
-  return n;
-}
+    : hosts_(hosts),
+      present_(hosts),
+      eject_base_(eject_base),
+      eject_max_(std::max(eject_base, eject_max)) {}
 
 std::size_t HostSet::add(bool healthy) {
+  ++present_;
   Host fresh;
   fresh.healthy = healthy;
   for (std::size_t i = 0; i < hosts_.size(); ++i) {

@@ -53,13 +53,16 @@ class HostSet {
   HostSet(std::size_t hosts, std::chrono::milliseconds eject_base,
           std::chrono::milliseconds eject_max);
   std::size_t size() const { return hosts_.size(); }  // slots, present or not
-  std::size_t present() const;                        // hosts present
+  std::size_t present() const { return present_; }    // hosts present
   const Host& operator[](std::size_t host) const { return hosts_[host]; }
 
   // A host that came: a free slot (gone, nothing bound), else a new one.
   std::size_t add(bool healthy);
   // A host that went: out of the choice; its slot is free once nothing is bound.
-  void remove(std::size_t host) { hosts_[host].present = false; }
+  void remove(std::size_t host) {
+    present_ -= hosts_[host].present;
+    hosts_[host].present = false;
+  }
   void set_healthy(std::size_t host, bool healthy) { hosts_[host].healthy = healthy; }
 
   // The host for a new request, `avoid` left out while another is eligible;
@@ -87,6 +90,7 @@ class HostSet {
 
  private:
   std::vector<Host> hosts_;
+  std::size_t present_ = 0;
   std::chrono::milliseconds eject_base_;
   std::chrono::milliseconds eject_max_;
 };

@@ -252,8 +252,8 @@ class Session : public Tracked,
       ex_.connect_time = c->connect_time;
       ex_.tls_time = c->tls_time;
     }
-    ex_.upstream_addr_len = static_cast<std::uint8_t>(
-        std::min(c->address.size(), ex_.upstream_addr.size()));
+    ex_.upstream_addr_len =
+        static_cast<std::uint8_t>(std::min(c->address.size(), ex_.upstream_addr.size()));
     std::memcpy(ex_.upstream_addr.data(), c->address.data(), ex_.upstream_addr_len);
     ex_.up = checkout(w_.pool(ex_.upstream), std::move(c));
     ex_.up->buffer.clear();

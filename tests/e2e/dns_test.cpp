@@ -48,8 +48,9 @@ struct Dns {
            ("sluice-zone-" + std::to_string(::getpid()) + "-" + std::to_string(n++) + ".json");
   }
   explicit Dns(const json& answers)
-      : zone(zone_path()), process((write(zone, answers), std::vector<std::string>{
-                                                              kPython, kPeer, "dns", zone.string()})) {
+      : zone(zone_path()),
+        process((write(zone, answers),
+                 std::vector<std::string>{kPython, kPeer, "dns", zone.string()})) {
     auto p = process.port_from_err("dns on ", 10s);
     if (!p) throw std::runtime_error("the DNS peer did not start: " + process.err());
     port = static_cast<std::uint16_t>(*p);
@@ -79,9 +80,9 @@ std::vector<Upstream> hosts_on_one_port(int n) {
       std::vector<Upstream> out;
       out.emplace_back(kUpstream, std::vector<std::string>{"--listen", "127.0.0.2:0"});
       for (int i = 1; i < n; ++i)
-        out.emplace_back(kUpstream,
-                         std::vector<std::string>{"--listen", "127.0.0." + std::to_string(i + 2) +
-                                                                  ":" + std::to_string(out[0].port)});
+        out.emplace_back(
+            kUpstream, std::vector<std::string>{"--listen", "127.0.0." + std::to_string(i + 2) +
+                                                                ":" + std::to_string(out[0].port)});
       return out;
     } catch (const std::runtime_error&) {
       // the port was taken on another address: try another
@@ -117,7 +118,7 @@ std::set<std::string> addresses_known(Sluice& s) {
 }  // namespace
 
 TEST_CASE(
-    "every address of a name is a host; a new one gets traffic within TTL + 1 s, one that went "
+    "every address of a name is a host, a new one gets traffic within TTL + 1 s, one that went "
     "gets no new request while its open stream finishes",
     "[e2e][hosts]") {
   auto up = hosts_on_one_port(3);
@@ -200,9 +201,15 @@ TEST_CASE(
   CHECK(state["unresolved"] == true);
   CHECK(state["names"][0]["resolved"] == false);
   CHECK(s.metric(R"(sluice_upstream_addresses{upstream="api"})") == 0);
-  CHECK(s.metric(R"(sluice_admission_decisions_total{lane="standard",outcome="shed",reason="unresolved"})") == 1);
+  CHECK(
+      s.metric(
+          R"(sluice_admission_decisions_total{lane="standard",outcome="shed",reason="unresolved"})") ==
+      1);
   REQUIRE(eventually(
-      [&] { return s.metric(R"(sluice_upstream_dns_lookups_total{upstream="api",result="failed"})") >= 2; },
+      [&] {
+        return s.metric(R"(sluice_upstream_dns_lookups_total{upstream="api",result="failed"})") >=
+               2;
+      },
       5s));  // and it is asked again
 
   dns.answer(a_records({"127.0.0.2"}));
@@ -211,8 +218,10 @@ TEST_CASE(
   CHECK(s.metric(R"(sluice_upstream_addresses{upstream="api"})") == 1);
 }
 
-TEST_CASE("a health check that fails takes out a host that still accepts connections, and one that passes brings it back",
-          "[e2e][hosts]") {
+TEST_CASE(
+    "a health check that fails takes out a host that still accepts connections, and one that "
+    "passes brings it back",
+    "[e2e][hosts]") {
   auto up = hosts_on_one_port(1);
   const auto port = up[0].port;
   const std::string good = on("127.0.0.2", port), sick = on("127.0.0.3", port);
@@ -222,11 +231,12 @@ TEST_CASE("a health check that fails takes out a host that still accepts connect
   std::ofstream(sick_file) << "sick\n";
   Process peer({kPython, kPeer, "http", sick, "/healthz", sick_file});
   REQUIRE(peer.port_from_err("listening on ", 10s));
-  Sluice s(kSluice,
-           {{"SLUICE_UPSTREAMS", "api=" + good + "|" + sick},
-            {"SLUICE_ADMISSION_MODE", "off"},
-            {"SLUICE_HEALTH_CHECKS",
-             R"({"api":{"path":"/healthz","interval":"300ms","timeout":"300ms","healthy":2,"unhealthy":2}})"}});
+  Sluice s(
+      kSluice,
+      {{"SLUICE_UPSTREAMS", "api=" + good + "|" + sick},
+       {"SLUICE_ADMISSION_MODE", "off"},
+       {"SLUICE_HEALTH_CHECKS",
+        R"({"api":{"path":"/healthz","interval":"300ms","timeout":"300ms","healthy":2,"unhealthy":2}})"}});
   const std::string sick_series =
       R"(sluice_upstream_host_healthy{upstream="api",host=")" + sick + "\"}";
   REQUIRE(eventually([&] { return s.metric(sick_series) == 0; }, 5s));

@@ -171,12 +171,14 @@ TEST_CASE("a host that went is out of the choice at once, and its slot is reused
   const auto old_epoch = hosts.epoch(1);
   CHECK(hosts.add(true) == 1);
   CHECK(hosts.epoch(1) != old_epoch);
-  CHECK_FALSE(hosts.connect_failed(1, old_epoch, t0));  // its last host's connect counts for nothing
+  CHECK_FALSE(
+      hosts.connect_failed(1, old_epoch, t0));  // its last host's connect counts for nothing
   CHECK_FALSE(hosts.ejected(1, t0));
 }
 
-TEST_CASE("a host whose checks fail is out of the choice; with none passing, the connect decides",
-          "[proxy][host_set]") {
+TEST_CASE(
+    "a host whose checks fail is out of the choice, and with none passing the connect decides",
+    "[proxy][host_set]") {
   HostSet hosts(3, 1s, 30s);
   hosts.set_healthy(0, false);
   auto count = picks<3>(hosts, t0, 300);

@@ -1,8 +1,8 @@
 // When upstream names are asked again, and how active health checks move a
 // host, on test time (hosts/schedule.hpp).
-#include "hosts/schedule.hpp"
-
 #include <catch2/catch.hpp>
+
+#include "hosts/schedule.hpp"
 
 using namespace std::chrono_literals;
 using sluice::hosts::HealthCheck;
