@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -104,6 +105,25 @@ std::map<std::string, int> hosts_served(Sluice& s, std::size_t from) {
   return out;
 }
 
+// Established TCP connections to address:port (any process), from /proc/net/tcp.
+int connections_to(const std::string& address, std::uint16_t port) {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (std::sscanf(address.c_str(), "%u.%u.%u.%u", &a, &b, &c, &d) != 4) return -1;
+  char want[32];
+  std::snprintf(want, sizeof want, "%02X%02X%02X%02X:%04X", d, c, b, a, port);
+  std::ifstream in("/proc/net/tcp");
+  std::string line;
+  std::getline(in, line);  // the heading
+  int n = 0;
+  while (std::getline(in, line)) {
+    char local[64], remote[64], state[8];
+    if (std::sscanf(line.c_str(), "%*d: %63s %63s %7s", local, remote, state) == 3 &&
+        std::string(remote) == want && std::string(state) == "01")
+      ++n;
+  }
+  return n;
+}
+
 json upstream_state(Sluice& s) {
   return json::parse(request(s.admin, "GET", "/admin/state").body)["upstreams"][0];
 }
@@ -158,9 +178,12 @@ TEST_CASE(
   CHECK(took4 >= 0ms);
   CHECK(took4 <= 2s + 500ms);
 
-  // 127.0.0.2 goes: once Sluice has the new answer, no new request reaches it.
+  // 127.0.0.2 goes: once Sluice has the new answer, no new request reaches it,
+  // and its idle pooled connections close; the stream's stays open.
+  REQUIRE(connections_to("127.0.0.2", port) >= 2);  // the stream's and pooled ones
   dns.answer(a_records({"127.0.0.3", "127.0.0.4"}));
   REQUIRE(eventually([&] { return addresses_known(s) == std::set<std::string>{h3, h4}; }, 3s));
+  CHECK(eventually([&] { return connections_to("127.0.0.2", port) == 1; }, 2s));
   auto from = s.log_lines().size();
   for (int i = 0; i < 40; ++i) REQUIRE(request(s.port, "GET", "/hello").status == 200);
   REQUIRE(s.wait_log_lines(from + 40).size() >= from + 40);
@@ -170,6 +193,7 @@ TEST_CASE(
 
   // The stream through it was not cut: every event arrived.
   REQUIRE(stream.wait_exit(30s) == 0);
+  CHECK(eventually([&] { return connections_to("127.0.0.2", port) == 0; }, 2s));
   const auto body = stream.out();
   CHECK(body.find("id: 60\ndata: event 60\n\n") != std::string::npos);
   // ... and it was carried by the host that went.
