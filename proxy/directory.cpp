@@ -98,11 +98,14 @@ class Probe : public std::enable_shared_from_this<Probe> {
 
 }  // namespace
 
-Directory::Directory(Runtime& rt, net::io_context& ioc)
-    : rt_(rt),
-      ioc_(ioc),
-      resolver_(ioc, rt.config.resolver ? rt.config.resolver->str() : std::string()) {
+Directory::Directory(Runtime& rt, net::io_context& ioc) : rt_(rt), ioc_(ioc) {
   const auto& cfg = rt.config;
+  try {
+    resolver_ =
+        std::make_unique<hosts::Resolver>(ioc, cfg.resolver ? cfg.resolver->str() : std::string());
+  } catch (const std::runtime_error& e) {
+    throw config::ConfigError("SLUICE_RESOLVER", e.what());
+  }
   ups_.resize(cfg.upstreams.size());
   for (std::size_t u = 0; u < cfg.upstreams.size(); ++u) {
     auto& up = ups_[u];
@@ -147,8 +150,8 @@ bool Directory::settled() const {
 }
 
 void Directory::lookup(std::size_t u, std::size_t t) {
-  resolver_.resolve(ups_[u].targets[t].name,
-                    [this, u, t](hosts::Answer a) { answered(u, t, std::move(a)); });
+  resolver_->resolve(ups_[u].targets[t].name,
+                     [this, u, t](hosts::Answer a) { answered(u, t, std::move(a)); });
 }
 
 void Directory::answered(std::size_t u, std::size_t t, hosts::Answer a) {

@@ -127,7 +127,7 @@ class Directory {
 
   Runtime& rt_;
   net::io_context& ioc_;
-  hosts::Resolver resolver_;
+  std::unique_ptr<hosts::Resolver> resolver_;
   std::vector<Upstream> ups_;
   std::mt19937_64 rng_{std::random_device{}()};
   std::uint64_t generation_ = 0;

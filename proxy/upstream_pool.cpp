@@ -273,11 +273,10 @@ void UpstreamPool::note_tls_failure(std::size_t host, const std::string& detail)
   auto now = Clock::now();
   if (now - last_tls_log_ < std::chrono::seconds(1)) return;
   last_tls_log_ = now;
-  const auto& ep = endpoints_[host];
-  std::fprintf(stderr, "sluice: upstream %s host %s (%s:%u): TLS handshake failed: %s\n",
+  std::fprintf(stderr, "sluice: upstream %s host %s (%s): TLS handshake failed: %s\n",
                worker_.config().upstreams[index_].name.c_str(),
                worker_.config().upstreams[index_].hosts[target_[host]].str().c_str(),
-               ep.address().to_string().c_str(), static_cast<unsigned>(ep.port()), detail.c_str());
+               show(endpoints_[host]).c_str(), detail.c_str());
 }
 
 void UpstreamPool::release(std::unique_ptr<UpstreamConnection> c, bool reusable) {
