@@ -101,26 +101,23 @@ struct Resolver::Impl {
   }
 
   void arm(ares_socket_t fd, const std::shared_ptr<Watch>& w) {
-    if (w->want_read && !w->reading) {
-      w->reading = true;
-      w->d.async_wait(net::posix::descriptor_base::wait_read, [this, fd, w](error_code ec) {
-        w->reading = false;
-        if (ec || w->gone) return;
-        ares_process_fd(channel, fd, ARES_SOCKET_BAD);
-        after_call();
-        if (!w->gone) arm(fd, w);
-      });
-    }
-    if (w->want_write && !w->writing) {
-      w->writing = true;
-      w->d.async_wait(net::posix::descriptor_base::wait_write, [this, fd, w](error_code ec) {
-        w->writing = false;
-        if (ec || w->gone) return;
-        ares_process_fd(channel, ARES_SOCKET_BAD, fd);
-        after_call();
-        if (!w->gone) arm(fd, w);
-      });
-    }
+    if (w->want_read && !w->reading) wait(fd, w, net::posix::descriptor_base::wait_read);
+    if (w->want_write && !w->writing) wait(fd, w, net::posix::descriptor_base::wait_write);
+  }
+
+  // One wait for the socket to be readable (or writable), then c-ares reads
+  // (or writes) it, and the socket is armed again for what it still wants.
+  void wait(ares_socket_t fd, const std::shared_ptr<Watch>& w,
+            net::posix::descriptor_base::wait_type type) {
+    const bool read = type == net::posix::descriptor_base::wait_read;
+    (read ? w->reading : w->writing) = true;
+    w->d.async_wait(type, [this, fd, w, read](error_code ec) {
+      (read ? w->reading : w->writing) = false;
+      if (ec || w->gone) return;
+      ares_process_fd(channel, read ? fd : ARES_SOCKET_BAD, read ? ARES_SOCKET_BAD : fd);
+      after_call();
+      if (!w->gone) arm(fd, w);
+    });
   }
 
   // c-ares' next timeout (a retry, a query given up) after anything it did.

@@ -105,6 +105,14 @@ std::map<std::string, int> hosts_served(Sluice& s, std::size_t from) {
   return out;
 }
 
+// Sends n requests one after another, each answered 200: the hosts that served them.
+std::map<std::string, int> serve(Sluice& s, int n) {
+  const auto from = s.log_lines().size();
+  for (int i = 0; i < n; ++i) REQUIRE(request(s.port, "GET", "/hello").status == 200);
+  REQUIRE(s.wait_log_lines(from + static_cast<std::size_t>(n)).size() >= from + n);
+  return hosts_served(s, from);
+}
+
 // Established TCP connections to address:port (any process), from /proc/net/tcp.
 int connections_to(const std::string& address, std::uint16_t port) {
   unsigned a = 0, b = 0, c = 0, d = 0;
@@ -184,10 +192,8 @@ TEST_CASE(
   dns.answer(a_records({"127.0.0.3", "127.0.0.4"}));
   REQUIRE(eventually([&] { return addresses_known(s) == std::set<std::string>{h3, h4}; }, 3s));
   CHECK(eventually([&] { return connections_to("127.0.0.2", port) == 1; }, 2s));
-  auto from = s.log_lines().size();
-  for (int i = 0; i < 40; ++i) REQUIRE(request(s.port, "GET", "/hello").status == 200);
-  REQUIRE(s.wait_log_lines(from + 40).size() >= from + 40);
-  auto served = hosts_served(s, from);
+  const auto from = s.log_lines().size();
+  auto served = serve(s, 40);
   CHECK_FALSE(served.contains(h2));
   CHECK(served[h3] + served[h4] == 40);
 
@@ -208,14 +214,22 @@ TEST_CASE(
     "Retry-After, then served once it resolves",
     "[e2e][hosts]") {
   auto up = hosts_on_one_port(1);
+  Upstream other(kUpstream);
   Dns dns(json::object());  // NXDOMAIN
-  Sluice s(kSluice, {{"SLUICE_UPSTREAMS", "api=api.test:" + std::to_string(up[0].port)},
-                     {"SLUICE_RESOLVER", dns.resolver()}});
+  // Two upstreams, two threads, a cold start: the one that resolves is served throughout.
+  Sluice s(kSluice,
+           {{"SLUICE_UPSTREAMS", "api=api.test:" + std::to_string(up[0].port) +
+                                     ";other=127.0.0.1:" + std::to_string(other.port)},
+            {"SLUICE_ROUTES",
+             R"([{"prefix":"/other","upstream":"other"},{"prefix":"/","upstream":"api"}])"},
+            {"SLUICE_RESOLVER", dns.resolver()}});
+  CHECK(request(s.port, "GET", "/other/hello").status == 200);
   CHECK(s.process.err().find("cannot resolve") != std::string::npos);
 
   auto ready = request(s.admin, "GET", "/readyz");
   CHECK(ready.status == 503);
   CHECK(ready.body.find("upstream api") != std::string::npos);
+  CHECK(ready.body.find("other") == std::string::npos);
   auto refused = request(s.port, "GET", "/hello");
   CHECK(refused.status == 503);
   CHECK(refused.header("X-Sluice-Reject") == "unresolved");
@@ -274,18 +288,12 @@ TEST_CASE(
   CHECK(sick_state["health_check"]["last"] == "status 503");
   CHECK(s.metric(R"(sluice_upstream_health_checks_total{upstream="api",result="failed"})") >= 2);
 
-  auto from = s.log_lines().size();
-  for (int i = 0; i < 40; ++i) REQUIRE(request(s.port, "GET", "/hello").status == 200);
-  REQUIRE(s.wait_log_lines(from + 40).size() >= from + 40);
-  auto served = hosts_served(s, from);
+  auto served = serve(s, 40);
   CHECK(served[good] == 40);
   CHECK_FALSE(served.contains(sick));
 
   // Its checks pass again: back in the balancing.
   std::filesystem::remove(sick_file);
   REQUIRE(eventually([&] { return s.metric(sick_series) == 1; }, 5s));
-  from = s.log_lines().size();
-  for (int i = 0; i < 40; ++i) REQUIRE(request(s.port, "GET", "/hello").status == 200);
-  REQUIRE(s.wait_log_lines(from + 40).size() >= from + 40);
-  CHECK(hosts_served(s, from)[sick] > 0);
+  CHECK(serve(s, 40)[sick] > 0);
 }
