@@ -150,9 +150,12 @@ bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, 
   }
   if (seq <= burst_seq_) return false;  // admitted before the last decrease: the same burst
   const double carrying = std::max(1.0, static_cast<double>(load));
-  // A refusal at the load the last one met confirms a sharp capacity: no margin under it.
+  // A refusal within one of the load the last one met confirms a sharp
+  // capacity: no margin under it. Within one, not at it: an upstream frees a
+  // slot only once its answer is written, so a request sent the moment the
+  // answer arrived can meet a slot still held (on two cores, often).
   const bool confirmed =
-      signal == Signal::refused && why_ == Signal::refused && std::abs(carrying - k_) < 0.5;
+      signal == Signal::refused && why_ == Signal::refused && std::abs(carrying - k_) < 1.5;
   decrease(carrying, confirmed ? 1.0 : p_.decrease, signal, now);
   return true;
 }
@@ -161,7 +164,11 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   if (p_.queue_factor <= 0 || seq <= burst_seq_) return false;
   window_us_ += us;
   window_load_ += load + 1;  // the request itself was in flight too
-  if (++window_n_ < EstimatePolicy::kQueueSamples) return false;
+  // The first window is short: it is the one taken before slow start can
+  // have overshot the upstream's capacity (a floor taken in a queue hides it).
+  const int samples =
+      floor_us_ > 0 ? EstimatePolicy::kQueueSamples : EstimatePolicy::kFirstQueueSamples;
+  if (++window_n_ < samples) return false;
   const double mean = window_us_ / window_n_;
   const double concurrency = window_load_ / window_n_;
   window_us_ = window_load_ = 0.0;
@@ -177,6 +184,18 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
     floor_us_ = mean;
     floor_at_ = now;
     return false;
+  }
+  // A probe past K is judged at its own load: an upstream that still serves
+  // about K at a time answers n in flight in about n/K of the floor's time
+  // (Little's law), far under the 1.5x line, while every request waits in its
+  // queue. Not all n served at once (and the window measurably slower): the
+  // probe failed, and K̂ goes back to K, no lower (noise in one window says
+  // nothing below K); the next probe waits probe_after again.
+  if (k_ > 0 && concurrency > k_ + 0.5 &&
+      concurrency * floor_us_ / mean < concurrency - 0.5 &&
+      mean > (1.0 + EstimatePolicy::kProbeTolerance) * floor_us_) {
+    decrease(k_, 1.0, Signal::slow, now);
+    return true;
   }
   if (mean <= p_.queue_factor * floor_us_ ||
       mean - floor_us_ < static_cast<double>(EstimatePolicy::kQueueMinGap.count()))
@@ -366,6 +385,11 @@ void Bulkhead::note_head(Signal signal, Micros ttfb, Micros now) {
 bool Bulkhead::growing() const {
   Lock lock(mutex_);
   return estimate_.growing();
+}
+
+bool Bulkhead::pool_bound() const {
+  Lock lock(mutex_);
+  return estimate_.pool_bound();
 }
 
 bool Bulkhead::waits_on(const Seat& s) const {

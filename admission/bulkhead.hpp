@@ -22,14 +22,17 @@
 //                response head slower than slow_factor x the baseline. It sets
 //                K = the load the refused request met when it was admitted (slow
 //                and timeout: or at its end, if larger: they build up), and
-//                K̂ = max(1, decrease x min(K̂, K)); a refusal at the K the last
-//                refusal set confirms a sharp capacity (an upstream that refuses
-//                exactly above it): K̂ = min(K̂, K), no margin.
+//                K̂ = max(1, decrease x min(K̂, K)); a refusal within one of the
+//                K the last refusal set confirms a sharp capacity (an upstream
+//                that refuses exactly above it, and frees a slot only once its
+//                answer is written): K̂ = min(K̂, K), no margin.
 //                Once per burst: signals from requests admitted before the
 //                decrease are the same burst and change nothing.
 //   a queue      an upstream that queues above its capacity refuses nothing: its
 //                answers come later. Per window of kQueueSamples clean answers
-//                (admitted since the last decrease): mean head time m at mean
+//                (admitted since the last decrease; the first, before any
+//                floor, of kFirstQueueSamples: taken before slow start can have
+//                overshot into a queue that it would hide): mean head time m at mean
 //                concurrency n (the load met, plus the request). The floor is a
 //                window's mean: a lower one replaces it at once, and once it is
 //                kQueueFloorAge old the next window's mean at a concurrency
@@ -39,6 +42,11 @@
 //                much: by Little's law the upstream serves n x floor / m at a
 //                time; K = that, rounded to the nearest whole request, and K̂ = K.
 //                Means of windows, not single heads, so one slow request is no queue.
+//                A probe past K is judged at its own load: a window at n > K
+//                in flight whose mean says fewer than n - 0.5 were served at
+//                once (n x floor / m, and m at least 1.05 x the floor) ends
+//                the probe: K̂ = K again, no lower, and the next probe waits
+//                probe_after (the 1.5x line let a probe climb 5 past K).
 //   K̂ never exceeds `max` (the connection pool's share).
 //
 // Lanes, in one bulkhead, for a request of lane l (slots S = floor(K̂), free F = S - running):
@@ -111,8 +119,12 @@ struct EstimatePolicy {
   static constexpr double kMinStep = 0.25;
   static constexpr int kBaselineSamples = 16;  // before slowness is judged
   static constexpr int kQueueSamples = 32;     // clean answers per queue window
+  static constexpr int kFirstQueueSamples = 8;  // the first window, before any floor
   static constexpr Micros kQueueFloorAge{10'000'000};
   static constexpr Micros kQueueMinGap{10'000};
+  // A probe past K fails on a window this much slower than the floor (and
+  // slower than n/(n - 0.5) of it: not every request in flight served at once).
+  static constexpr double kProbeTolerance = 0.05;
   static constexpr double kTargetFactor = 2.0;
   static constexpr Micros kTargetMin{10'000};
   static constexpr Micros kTargetMax{100'000};  // under level 1's upstream wait (150 ms)
@@ -132,6 +144,9 @@ class Estimate {
   // Never measured exhausted and below `max`: it still grows, and what it
   // holds back waits for that growth rather than for a measured limit.
   bool growing() const { return slow_start_ && khat_ < std::max(1.0, p_.max); }
+  // Held at `max`, the connection pool's share: what it holds back waits for a
+  // connection, not for the upstream's measured capacity.
+  bool pool_bound() const { return khat_ >= std::max(1.0, p_.max) - 1e-9; }
   Micros baseline() const { return Micros(static_cast<std::int64_t>(baseline_us_)); }
   std::optional<Micros> exhausted_at() const { return exhausted_at_; }
   Signal why() const { return why_; }
@@ -351,6 +366,11 @@ class Bulkhead {
   bool waits_on(const Seat& s) const;
   // Estimate::growing(): a wait for a seat now is slow start, not pressure.
   bool growing() const;
+  // Estimate::pool_bound(): a wait for a seat now is a wait for a connection,
+  // upstream wait for the level. Below the pool's share the bulkhead holds
+  // requests for the capacity it measured (or is still growing toward) and
+  // bounds that wait itself (patience, then its own refusal): not pressure.
+  bool pool_bound() const;
   // Never measured exhausted (no lock): an estimate that is a start, not a limit.
   bool unmeasured() const { return unmeasured_.load(std::memory_order_relaxed); }
 

@@ -136,7 +136,7 @@ struct Exchange {
   // The host that carried it last, address:port (the access log's upstream_addr).
   std::array<char, 48> upstream_addr{};
   std::uint8_t upstream_addr_len = 0;
-  bool slow_start_wait = false;  // it queued on a growing estimate (slow start)
+  bool seat_wait_pressure = false;  // it queued on a bulkhead held at the pool's share
   admission::Micros up_ttfb{0};  // request sent to response head: what the estimate learns from
   admission::Signal signal = admission::Signal::none;
   bool closing_status = false;  // the upstream answered a status that closes it

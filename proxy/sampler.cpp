@@ -111,10 +111,13 @@ Sample Sampler::sample(admission::Millis t, std::chrono::milliseconds tick) {
       double ms = static_cast<double>(to_ns(now) - since) / 1e6;
       raise(upstreams_[u].oldest_wait_ms, ms);
     }
-  // The same for requests queued for a bulkhead slot, but in slow start (a
-  // growing estimate is a start, not a sign of too much).
+  // The same for requests queued for a bulkhead slot while the bulkhead is
+  // held at the pool's share: they wait for a connection. A wait for the
+  // capacity the bulkhead measured (or is still growing toward) is its own,
+  // bounded by its patience and refusals: counted as the level's too, it shed
+  // bulk for the level's hold after a halved capacity came back.
   for (std::size_t u = 0; u < upstreams && u < rt_.bulkheads.size(); ++u)
-    if (!rt_.bulkhead(u).growing())
+    if (rt_.bulkhead(u).pool_bound())
       for (auto lane : admission::kLanes)
         if (auto since = rt_.bulkhead(u).oldest_waiting(lane)) {
           double ms = static_cast<double>((rt_.micros(now) - *since).count()) / 1e3;

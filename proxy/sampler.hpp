@@ -17,7 +17,9 @@
 //   (wait_window_start; seed 000: a wait is read on at most two ticks, fewer
 //   than the rise gate needs), or the age of the oldest request still queued
 //   for one of its connections or a seat in its bulkhead, if larger. A wait
-//   for a seat on a growing estimate (slow start, Estimate::growing) is none.
+//   for a seat counts only while the bulkhead is held at the connection pool's
+//   share (Bulkhead::pool_bound: it waits for a connection); a wait for the
+//   capacity measured, or in slow start, is the bulkhead's own, bounded by it.
 // - Timeouts: its response timeouts grew since the last tick (an SSE stream
 //   cut for idling is not one).
 // Arrivals per lane in the tick, for the tick log.

@@ -613,7 +613,7 @@ class Session : public Tracked,
       case Placed::queued:
         phase_ = Phase::queued;
         ex_.queue_start = now;
-        ex_.slow_start_wait = w_.runtime().bulkhead(p.upstream).growing();
+        ex_.seat_wait_pressure = w_.runtime().bulkhead(p.upstream).pool_bound();
         deadline = now + std::chrono::duration_cast<Clock::duration>(p.wait_for);
         self_ = shared_from_this();
         return false;
@@ -647,10 +647,11 @@ class Session : public Tracked,
         ex_.decision.outcome)][static_cast<std::size_t>(ex_.decision.reason)]);
   }
 
-  // The part of its wait for a seat that is pressure: none when it queued on
-  // a growing estimate (slow start is a start, not a sign of too much).
+  // The part of its wait for a seat that is pressure: all of it when the
+  // bulkhead held it at the connection pool's share (a wait for a connection),
+  // none when it held it for the capacity measured or in slow start.
   Clock::duration seat_wait() const {
-    return ex_.slow_start_wait ? Clock::duration{0} : ex_.queue_wait;
+    return ex_.seat_wait_pressure ? ex_.queue_wait : Clock::duration{0};
   }
 
   // The upstream wait the controller reads: for a bulkhead slot, then for a

@@ -252,7 +252,7 @@ TEST_CASE("too much decreases the estimate once per burst and remembers the load
   CHECK(e.decreases() == 2);
 }
 
-TEST_CASE("a refusal at the load the last refusal met confirms a sharp capacity: K̂ = K, no margin",
+TEST_CASE("a refusal within one of the load the last refusal met confirms a sharp capacity: no margin",
           "[admission][bulkhead]") {
   EstimatePolicy p;
   p.seed = 16;
@@ -272,11 +272,17 @@ TEST_CASE("a refusal at the load the last refusal met confirms a sharp capacity:
   REQUIRE(e.observe(Signal::refused, e.next_seq(), 8, 1ms, 20s));
   CHECK(e.value() == 8);  // again at 8: an upstream that refuses exactly above 8
   regrow(8, 20s);
+  // One under it: the upstream had not yet freed the slot of an answer that
+  // had arrived (it frees it once the answer is written). Still sharp: K̂ = 7.
   REQUIRE(e.observe(Signal::refused, e.next_seq(), 7, 1ms, 40s));
-  CHECK(e.value() == Approx(0.85 * 7));  // at another load: the margin again
-  regrow(7, 40s);
-  REQUIRE(e.observe(Signal::slow, e.next_seq(), 7, 1ms, 60s));
-  CHECK(e.value() == Approx(0.85 * 7));  // slowness at that load confirms nothing
+  CHECK(e.value() == 7);
+  CHECK(e.carrying() == 7);
+  regrow(8, 40s);
+  REQUIRE(e.observe(Signal::refused, e.next_seq(), 5, 1ms, 60s));
+  CHECK(e.value() == Approx(0.85 * 5));  // two under it: the margin again
+  regrow(5, 60s);
+  REQUIRE(e.observe(Signal::slow, e.next_seq(), 5, 1ms, 80s));
+  CHECK(e.value() == Approx(0.85 * 5));  // slowness at that load confirms nothing
 }
 
 TEST_CASE(
@@ -325,7 +331,7 @@ TEST_CASE(
   p.seed = 16;
   Estimate e(p);
   // A first window at low load sets the floor: 50 ms with 4 in flight.
-  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
+  for (int i = 0; i < EstimatePolicy::kFirstQueueSamples; ++i)
     CHECK_FALSE(e.observe(Signal::clean, e.next_seq(), 3, 50ms, 1s));
   CHECK(e.queue_floor() == 50ms);
   // 16 in flight, each answered after 100 ms: the upstream serves 8 at a time and queues the rest.
@@ -345,7 +351,7 @@ TEST_CASE(
   // Off with queue_factor 0.
   p.queue_factor = 0;
   Estimate off(p);
-  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
+  for (int i = 0; i < EstimatePolicy::kFirstQueueSamples; ++i)
     off.observe(Signal::clean, off.next_seq(), 3, 50ms, 1s);
   for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
     off.observe(Signal::clean, off.next_seq(), 15, 100ms, 2s);
@@ -353,10 +359,27 @@ TEST_CASE(
   CHECK(off.value() == 16);
 }
 
+TEST_CASE("the first queue window is short: a slow start that overshot does not set the floor",
+          "[admission][bulkhead]") {
+  EstimatePolicy p;
+  p.seed = 4;
+  Estimate e(p);
+  // The first answers met an idle upstream; slow start then overshot to 25 in
+  // flight on an upstream that serves 8 at a time (each answered in 3x the time).
+  for (int i = 0; i < EstimatePolicy::kFirstQueueSamples; ++i)
+    e.observe(Signal::clean, e.next_seq(), 3, 50ms, 100ms);
+  CHECK(e.queue_floor() == 50ms);
+  int decreased = 0;
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
+    decreased += e.observe(Signal::clean, e.next_seq(), 24, 150ms, 300ms) ? 1 : 0;
+  CHECK(decreased == 1);
+  CHECK(e.carrying() == Approx(8));  // 25 x 50 / 150, not a floor taken in the queue
+}
+
 TEST_CASE("no queue: a window under queue_factor x the floor, one slow head, an aged floor",
           "[admission][bulkhead]") {
   Estimate e;
-  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
+  for (int i = 0; i < EstimatePolicy::kFirstQueueSamples; ++i)
     e.observe(Signal::clean, e.next_seq(), 3, 50ms, 1s);
   // 1.4 x the floor.
   for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
@@ -383,7 +406,7 @@ TEST_CASE("no queue: a window under queue_factor x the floor, one slow head, an 
 TEST_CASE("an aged floor gives way only to a window within the capacity measured",
           "[admission][bulkhead]") {
   Estimate e(EstimatePolicy{}, 8, 8);  // K = 8
-  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
+  for (int i = 0; i < EstimatePolicy::kFirstQueueSamples; ++i)
     e.observe(Signal::clean, e.next_seq(), 7, 50ms, 1s);
   REQUIRE(e.queue_floor() == 50ms);
   // Later, a probe's window at 10 in flight (1.25 x the floor: under queue_factor).
@@ -394,6 +417,40 @@ TEST_CASE("an aged floor gives way only to a window within the capacity measured
   for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
     e.observe(Signal::clean, e.next_seq(), 7, 60ms, later);
   CHECK(e.queue_floor() == 60ms);  // within K: what the upstream does now
+}
+
+TEST_CASE("a probe past K that the upstream does not serve at once ends at its window: K̂ = K",
+          "[admission][bulkhead]") {
+  auto floor_at_k = [](Estimate& e, int k) {
+    for (int i = 0; i < EstimatePolicy::kFirstQueueSamples; ++i)
+      e.observe(Signal::clean, e.next_seq(), k - 1, 50ms, 1s);
+    REQUIRE(e.queue_floor() == 50ms);
+  };
+  // K = 8, probing at 9: the upstream still serves 8 at a time, so 9 in
+  // flight are answered in 9/8 of the floor (56.25 ms), under the 1.5x line.
+  Estimate e(EstimatePolicy{}, 9, 8);
+  floor_at_k(e, 8);
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
+    e.observe(Signal::clean, e.next_seq(), 8, 56250us, 2s);
+  CHECK(e.decreases() == 1);
+  CHECK(e.value() == Approx(8));  // back to K, no lower
+  CHECK(e.carrying() == Approx(8));
+  CHECK(e.exhausted_at() == 2s);  // the next probe waits probe_after from here
+
+  // The upstream serves all 9 at once (no slower): the probe holds.
+  Estimate served(EstimatePolicy{}, 9, 8);
+  floor_at_k(served, 8);
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
+    served.observe(Signal::clean, served.next_seq(), 8, 50500us, 2s);
+  CHECK(served.decreases() == 0);
+  CHECK(served.value() == Approx(9));
+
+  // A large K: 65 in flight 1 % slower than the floor is noise, not a queue.
+  Estimate large(EstimatePolicy{}, 65, 64);
+  floor_at_k(large, 64);
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
+    large.observe(Signal::clean, large.next_seq(), 64, 50500us, 2s);
+  CHECK(large.decreases() == 0);
 }
 
 TEST_CASE("429 and 503 are refusals, a head much slower than the baseline is too much",
@@ -759,11 +816,15 @@ TEST_CASE("an estimate grows while never measured exhausted and below the pool's
   ep.max = 8;
   Estimate e(ep);
   CHECK(e.growing());
+  CHECK_FALSE(e.pool_bound());
   e.demand();
   REQUIRE(e.maybe_grow(1s));  // 8: the pool's share
   CHECK_FALSE(e.growing());   // a wait now is for the pool, not for slow start
+  CHECK(e.pool_bound());      // and it is upstream wait for the level
   Estimate measured_one(ep, 4, 4);
   CHECK_FALSE(measured_one.growing());
+  // Held at a capacity it measured: its queue is its own, not the level's.
+  CHECK_FALSE(measured_one.pool_bound());
   // A request waiting on an estimate at the pool's share does not wait on.
   Bulkhead b(LanePolicy{}, e);
   Rng rng(1);
@@ -772,4 +833,5 @@ TEST_CASE("an estimate grows while never measured exhausted and below the pool's
   REQUIRE(seats[8].queued);
   CHECK_FALSE(b.waits_on(seats[8]));
   CHECK_FALSE(b.growing());
+  CHECK(b.pool_bound());
 }
