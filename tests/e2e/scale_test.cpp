@@ -331,3 +331,51 @@ TEST_CASE("waiting for slow start raises no level, at production shape",
   CHECK(refused == 0);
   CHECK(ok > 12);
 }
+
+// A queue for the capacity the bulkhead measured is the bulkhead's own: it
+// bounds that wait itself (patience, then queue_timeout), so the wait is not
+// upstream-wait evidence. Counted, it raised the upstream's level when a
+// capacity halved, and the level's hold shed bulk after the capacity came back.
+TEST_CASE("waiting for a measured capacity raises no level, at production shape",
+          "[e2e][scale][concurrency]") {
+  Upstream api(kUpstream, {"--capacity", "2", "--service-ms", "300"}), search(kUpstream);
+  Sluice s(kSluice,
+           {{"SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(api.port) +
+                                     ";search=127.0.0.1:" + std::to_string(search.port)},
+            {"SLUICE_THREADS", "2"},
+            {"SLUICE_ACCESS_LOG", "off"},
+            {"SLUICE_TICK", "100ms"},
+            {"SLUICE_ROUTES", R"([{"prefix":"/search","upstream":"search"},{"prefix":"/"}])"}});
+  // Ten standard clients at a time to an upstream that serves 2, each in 300 ms:
+  // once K is measured, requests wait for seats up to standard's 500 ms window
+  // (level 2's upstream wait is 200 ms). Two more keep the other upstream busy.
+  std::atomic<bool> stop{false};
+  std::atomic<int> search_ok{0};
+  std::vector<std::jthread> clients;
+  for (int i = 0; i < 12; ++i)
+    clients.emplace_back([&, i] {
+      while (!stop) {
+        auto res = request(s.port, "GET", i < 10 ? "/" : "/search/x", {}, {}, 20s);
+        if (i >= 10 && res.status == 200) ++search_ok;
+      }
+    });
+  std::this_thread::sleep_for(4s);
+  stop = true;
+  clients.clear();
+  REQUIRE(s.metric(R"(sluice_upstream_carrying_capacity{upstream="api"})") > 0);  // measured
+  REQUIRE(decisions(s, "standard", "shed", "queue_timeout") > 0);  // waited out whole windows
+  const std::string metrics = s.metrics();
+  const std::string family = R"(sluice_upstream_level_changes_total{upstream="api")";
+  int series = 0;
+  double changes = 0;
+  for (std::size_t at = metrics.find(family); at != std::string::npos;
+       at = metrics.find(family, at + 1)) {
+    ++series;
+    changes += std::stod(metrics.substr(metrics.find(' ', at) + 1));
+  }
+  INFO(metrics);
+  CHECK(series > 0);
+  CHECK(changes == 0);
+  CHECK(s.metric(R"(sluice_upstream_level{upstream="api"})") == 0);
+  CHECK(search_ok > 0);
+}

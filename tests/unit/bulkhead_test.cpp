@@ -364,9 +364,10 @@ TEST_CASE("the first queue window is short: a slow start that overshot does not 
   EstimatePolicy p;
   p.seed = 4;
   Estimate e(p);
-  // The first answers met an idle upstream; slow start then overshot to 25 in
-  // flight on an upstream that serves 8 at a time (each answered in 3x the time).
-  for (int i = 0; i < EstimatePolicy::kFirstQueueSamples; ++i)
+  // Eight answers met an idle upstream (slow start from 4: the seed, then one
+  // more per clean head); slow start then overshot to 25 in flight on an
+  // upstream that serves 8 at a time (each answered in 3x the time).
+  for (int i = 0; i < 8; ++i)
     e.observe(Signal::clean, e.next_seq(), 3, 50ms, 100ms);
   CHECK(e.queue_floor() == 50ms);
   int decreased = 0;
