@@ -336,6 +336,13 @@ void Bulkhead::List::push_back(Seat& s) {
   tail = &s;
 }
 
+void Bulkhead::List::push_front(Seat& s) {
+  s.prev = nullptr;
+  s.next = head;
+  (head ? head->prev : tail) = &s;
+  head = &s;
+}
+
 void Bulkhead::List::erase(Seat& s) {
   (s.prev ? s.prev->next : head) = s.next;
   (s.next ? s.next->prev : tail) = s.prev;
@@ -456,7 +463,9 @@ bool Bulkhead::ask(Seat& s, Micros now, Rng& rng, Hold* hold, bool may_queue, bo
   if (queued) *queued = false;
   s.queued = s.seated = s.delegated = false;
   const auto l = index(s.lane);
-  Hold h = waiting_[l] > 0 ? Hold::behind : try_seat(s, now, rng.uniform());
+  // A newcomer queues behind its lane's waiting requests and draws rule 4's
+  // chance; one asking again (s.front) is the oldest of its lane: no draw.
+  Hold h = waiting_[l] > 0 && !s.front ? Hold::behind : try_seat(s, now, s.front ? 0.0 : rng.uniform());
   s.hold = h;
   if (hold) *hold = h;
   if (h == Hold::none) return true;
@@ -468,7 +477,10 @@ bool Bulkhead::ask(Seat& s, Micros now, Rng& rng, Hold* hold, bool may_queue, bo
   if (waits) {
     s.queued = true;
     s.since = now;
-    queue_[l].push_back(s);
+    if (s.front)
+      queue_[l].push_front(s);
+    else
+      queue_[l].push_back(s);
     if (waiting_[l]++ == 0) waiting_since_[l] = now;
     if (s.pinned && pinned_waiting_[l]++ == 0) pinned_since_[l] = now;
   }

@@ -264,6 +264,10 @@ struct Seat {
   bool delegated = false;
   bool pinned = false;  // its route is hard-pinned to this upstream
   bool capped = false;  // holds one unit of the heavy cap
+  // Asks as the oldest of its lane: it was seated before and its upstream
+  // refused it (placement's ask_again): no chance draw, and when not seated it
+  // queues at the front of its lane, not behind the requests that came later.
+  bool front = false;
   std::uint64_t seq = 0;
   int load = 0;            // running requests when it was seated
   Micros since{0};         // queued or seated at
@@ -397,6 +401,7 @@ class Bulkhead {
     Seat* head = nullptr;
     Seat* tail = nullptr;
     void push_back(Seat& s);
+    void push_front(Seat& s);
     void erase(Seat& s);
   };
   using Lock = std::lock_guard<std::mutex>;

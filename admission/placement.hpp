@@ -36,6 +36,15 @@
 // goes to an alternative that admits it now; else it waits on an open one (a
 // delegated request is seated there at once); else it stays where it was,
 // seated outside the lane rules so that it ends there.
+// ask_again(), for a request its upstream refused (429, 503) before doing any
+// of its work, that can be sent again, once: its lease ends where it was with
+// that refusal (the estimate learns it, once per burst as ever), then it is
+// placed as place() places a newcomer, but as the oldest of its lane
+// (Seat::front: no chance draw, queued at its lane's front): seated within the
+// lowered estimate, waiting its patience for the next release, or on an
+// alternative. An upstream that refuses only above a capacity sharp to the
+// request (a probe past K, or a slot it frees only once its answer is
+// written) costs the client a wait of a release or two, not a refusal.
 //
 // Threading: any thread; the bulkheads lock themselves, one call at a time
 // (a placement is several calls: each sees the bulkhead as it is then).
@@ -104,5 +113,9 @@ Millis queue_retry_after(Upstreams& ups, Lane lane, std::size_t upstream, Micros
 // `lease` ends here with `signal` and `ttfb`; ask.upstream is where it was.
 Placement relocate(const Ask& ask, Seat& seat, Lease& lease, Signal signal, Micros ttfb,
                    Fallback why, Upstreams& ups, Micros now, Rng& rng);
+
+// `lease` (seated) ends with its upstream's refusal `signal`; the request asks again.
+Placement ask_again(const Ask& ask, Seat& seat, Lease& lease, Signal signal, Micros ttfb,
+                    Upstreams& ups, Micros now, Rng& rng);
 
 }  // namespace sluice::admission

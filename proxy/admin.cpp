@@ -553,6 +553,16 @@ const FamilySpec kFamilies[] = {
              s.rt, [&](Shard & sh) -> auto& { return sh.upstream[u].retries; });
        });
      }},
+    {"sluice_upstream_asked_again_total",
+     "Requests the upstream refused (429, 503) that asked for a seat again, once, instead of "
+     "passing the refusal on.",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       per_upstream(s, out, [&](std::size_t u) {
+         return sum_workers(
+             s.rt, [&](Shard & sh) -> auto& { return sh.upstream[u].asked_again; });
+       });
+     }},
     {"sluice_upstream_host_ejections_total",
      "Upstream hosts ejected from the choice for a backoff after a refused or timed-out connect "
      "(each I/O thread ejects on its own).",

@@ -112,6 +112,7 @@ struct Exchange {
   admission::Fallback fallback_why = admission::Fallback::closed;
   int moves = 0;
   bool retried = false;
+  bool asked_again = false;  // its upstream refused it once and it asked for a seat again
   bool delegated = false;  // seated on a live parent lease's lane
   bool forwarded = false;  // counted in flight and on its way upstream
 

@@ -936,6 +936,10 @@ class Session : public Tracked,
       bulkhead().note_head(ex_.signal, ex_.up_ttfb, micros(now));
     }
     read_quota(m, status, now);
+    if (ex_.signal == admission::Signal::refused && may_ask_again()) {
+      ask_again(now);
+      return;
+    }
     if (status == 101) {
       if (!ex_.upgrade) {
         upstream_failed(http::error::bad_status, "upstream_bad_response");
@@ -960,6 +964,33 @@ class Session : public Tracked,
   }
 
   admission::Bulkhead& bulkhead() { return w_.runtime().bulkhead(ex_.upstream); }
+
+  // The upstream refused it (429, 503) before doing any of its work. Once, a
+  // request Sluice can send again as it was (idempotent and body-less: the
+  // replay rule) asks for a seat again under enforce, unless the refusal
+  // closed the upstream (its close statuses) or it was a closed upstream's
+  // probe or a delegated call (admission::ask_again).
+  bool may_ask_again() const {
+    return !ex_.asked_again && !ex_.closing_status && !ex_.delegated && !ex_.lease.probe() &&
+           ex_.live->gate.mode() == admission::Mode::enforce && is_idempotent(ex_.method) &&
+           ex_.bytes_in == 0 && req_->is_done();
+  }
+
+  // Its seat goes back with the refusal (the estimate learns it) and it is
+  // placed again as the oldest of its lane: on now, waiting for the next
+  // release, or refused (503) at the end of its patience. The refusal's body
+  // is not read: its connection closes.
+  void ask_again(Clock::time_point now) {
+    ex_.asked_again = true;
+    bump(st_.upstream[ex_.upstream].asked_again);
+    give_back(ex_.up, false);
+    const auto from = ex_.upstream;
+    auto p = admission::ask_again(ask(), *this, ex_.lease, ex_.signal, ex_.up_ttfb, ups_,
+                                  micros(now), w_.rng());
+    if (p.decreased) count_exhausted(from);
+    ex_.signal = admission::Signal::none;
+    if (apply(std::move(p), now)) acquire();
+  }
 
   // What the upstream's head says of its quota and whether it closes it
   // (heads.hpp's read_quota): a budget reading for its bulkhead, a closure.

@@ -229,7 +229,8 @@ class Proxy {
   virtual ~Proxy() = default;
   virtual Admit arrive(std::size_t id, Lane lane, double now) = 0;
   // The upstream's response head reached the proxy, `ttfb` after the request was sent.
-  virtual void head(std::size_t, int /*status*/, double /*ttfb*/, double /*now*/) {}
+  // True when the proxy keeps the request (it asked again): the head goes no further.
+  virtual bool head(std::size_t, int /*status*/, double /*ttfb*/, double /*now*/) { return false; }
   // The exchange is over (a stream's at its end, any other's at its head).
   virtual void ended(std::size_t id, double now) = 0;
   virtual double next_timer() const { return kNever; }
@@ -276,14 +277,31 @@ class SluiceProxy final : public Proxy {
     return apply(id, adm::place(ask(x), x.seat, ups_, micros(now), rng_), now);
   }
 
-  // As on_response_head(): the signal is taken when the head arrives.
-  void head(std::size_t id, int status, double ttfb, double now) override {
+  // As on_response_head(): the signal is taken when the head arrives, and a
+  // refusal asks again, once (the bench's requests are body-less GETs).
+  bool head(std::size_t id, int status, double ttfb, double now) override {
     Exchange& x = ex_[id];
     x.ttfb = ttfb;
-    if (x.lease.seated()) {
-      x.signal = bulkhead_.classify(status, micros(ttfb));
-      bulkhead_.note_head(x.signal, micros(ttfb), micros(now));
+    if (!x.lease.seated()) return false;
+    x.signal = bulkhead_.classify(status, micros(ttfb));
+    bulkhead_.note_head(x.signal, micros(ttfb), micros(now));
+    if (x.signal != adm::Signal::refused || x.asked_again) return false;
+    x.asked_again = true;
+    auto p = adm::ask_again(ask(x), x.seat, x.lease, x.signal, micros(ttfb), ups_, micros(now),
+                            rng_);
+    x.signal = adm::Signal::none;
+    switch (apply(id, std::move(p), now)) {
+      case Admit::forward:
+        driver_.forward(id, now);
+        break;
+      case Admit::refuse:
+        driver_.refuse(id, now);
+        break;
+      case Admit::wait:
+        break;
     }
+    carry_on(now);
+    return true;
   }
 
   // As complete_lease(), when the exchange is logged.
@@ -342,6 +360,7 @@ class SluiceProxy final : public Proxy {
     adm::Signal signal = adm::Signal::none;
     double ttfb = 0, queued_at = 0, deadline = 0;
     bool queued = false;
+    bool asked_again = false;
   };
 
   // The proxy's ask(): one upstream, no alternatives, enforce; `waited` in its queue.
@@ -541,7 +560,7 @@ class Run final : public Driver {
   };
   struct State {
     double sent = 0, reached = -1, done = 0;
-    bool upstream_refused = false;
+    int reaches = 0, refusals = 0;  // at the upstream (a request that asked again: twice)
     Outcome outcome = Outcome::pending;
   };
 
@@ -575,13 +594,14 @@ class Run final : public Driver {
         }
         return;
       case Ev::at_upstream:
-        s.reached = e.at;
-        s.upstream_refused = up_.arrive(e.id, stream(e.id) ? o_.load.stream_life : 0, e.at) ==
-                             Upstream::Arrival::refused;
+        if (s.reaches++ == 0) s.reached = e.at;
+        if (up_.arrive(e.id, stream(e.id) ? o_.load.stream_life : 0, e.at) ==
+            Upstream::Arrival::refused)
+          ++s.refusals;
         max_offered_ = std::max(max_offered_, up_.offered());
         return;
       case Ev::proxy_head:
-        proxy_->head(e.id, e.status, e.at - s.sent, e.at);
+        if (proxy_->head(e.id, e.status, e.at - s.sent, e.at)) return;  // it asked again
         push(e.at + o_.hop, Ev::client, e.id, e.status);
         if (e.end) proxy_->ended(e.id, e.at);
         return;
@@ -617,8 +637,8 @@ class Run final : public Driver {
       for (std::size_t i = 0; i < reqs_.size(); ++i) {
         const State& s = state_[i];
         if (s.reached >= w.from && s.reached < w.to) {
-          ++m.upstream_requests;
-          if (s.upstream_refused) ++m.upstream_refused;
+          m.upstream_requests += s.reaches;
+          m.upstream_refused += s.refusals;
         }
         if (reqs_[i].at < w.from || reqs_[i].at >= w.to) continue;
         LaneCounts& l = m.lanes[adm::index(reqs_[i].lane)];

@@ -357,13 +357,19 @@ stop_run() {
 
 # run_load SHAPE SYSTEM LOAD: one run; appends its rows to results.tsv.
 run_load() {
-  local shape=$1 system=$2 load=$3 name gen s0 s1 other
+  local shape=$1 system=$2 load=$3 name gen s0 s1 other poller=""
   name="$shape-$system-$load"
   wait_quiet
   start_upstream "$shape" "$name"
   start_system "$system" "$name"
   classes "$load" ""
   cpu_mark
+  if [ -n "$SYS_ADMIN" ]; then  # Sluice's K̂, queues and levels through the run (KEEP_TMP=1 keeps them)
+    start_bg "$TMP/runs/$name-poll.err" python3 "$HERE/poll_state.py" \
+      --url "http://127.0.0.1:$SYS_ADMIN/admin/state" --out "$TMP/runs/$name-state.tsv" \
+      --t0 "$(date +%s.%N)" --seconds $((WARMUP + DURATION + 3))
+    poller=$LAST_PID
+  fi
   start_bg "$TMP/runs/$name-loadgen.err" "$LOADGEN" --target "127.0.0.1:$SYS_PORT" \
     --warmup "$WARMUP" --duration "$DURATION" --seed "$SEED" "${CLASS_ARGS[@]}"
   gen=$LAST_PID
@@ -374,6 +380,7 @@ run_load() {
   other=$(cpu_other_pct)
   wait "$gen" || { cat "$TMP/runs/$name-loadgen.err" >&2; die "sluice_loadgen failed ($name)"; }
   stop_pid "$gen"
+  [ -z "$poller" ] || stop_pid "$poller"
   [ -z "$SYS_ADMIN" ] || curl -sf --max-time 2 "http://127.0.0.1:$SYS_ADMIN/metrics" >"$TMP/runs/$name-metrics.txt" || true
   stop_run "$system"
   mv "$TMP/runs/$name-loadgen.err" "$TMP/runs/$name-loadgen.tsv"

@@ -379,3 +379,63 @@ TEST_CASE("waiting for a measured capacity raises no level, at production shape"
   CHECK(s.metric(R"(sluice_upstream_level{upstream="api"})") == 0);
   CHECK(search_ok > 0);
 }
+
+// An upstream that refuses above a capacity the estimate has not yet found:
+// its 429s are the estimate's to learn, not the client's to receive. A GET
+// asks for a seat again (at the front of its lane) and is served; a POST,
+// which Sluice may not send twice, gets the upstream's 429.
+TEST_CASE("an upstream's refusal of a request that can be sent again is asked again, once",
+          "[e2e][scale][concurrency]") {
+  Upstream api(kUpstream, {"--capacity", "2", "--service-ms", "200"}), search(kUpstream);
+  Sluice s(kSluice,
+           {{"SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(api.port) +
+                                     ";search=127.0.0.1:" + std::to_string(search.port)},
+            {"SLUICE_THREADS", "2"},
+            {"SLUICE_QUEUE_WINDOW", "standard=10s"},
+            {"SLUICE_ROUTES", R"([{"prefix":"/search","upstream":"search"},{"prefix":"/"}])"}});
+  // Cold: K̂ starts at 4, so the first wave puts 4 in flight on an upstream of 2.
+  auto burst = [&](const std::string& method) {
+    std::map<int, int> statuses;
+    std::mutex m;
+    {
+      std::vector<std::jthread> clients;
+      for (int i = 0; i < 8; ++i)
+        clients.emplace_back([&, i] {
+          auto res = request(s.port, i < 6 ? method : "GET", i < 6 ? "/" : "/search/x", {}, {},
+                             20s);
+          std::lock_guard lock(m);
+          ++statuses[i < 6 ? res.status : -res.status];
+        });
+    }
+    return statuses;
+  };
+  auto gets = burst("GET");
+  INFO("GET statuses: " << gets[200] << " 200, " << gets[429] << " 429, " << gets[503] << " 503");
+  const double asked = s.metric(R"(sluice_upstream_asked_again_total{upstream="api"})");
+  const auto refused_by_api = upstream_stats(api)["rejected"].get<int>();
+  REQUIRE(refused_by_api >= 1);   // the upstream did refuse some
+  CHECK(asked == refused_by_api);  // and each of those asked again
+  CHECK(gets[200] == 6);           // every GET served
+  CHECK(gets[-200] == 2);          // the other upstream's, untouched
+  CHECK(s.metric(R"(sluice_upstream_asked_again_total{upstream="search"})") == 0);
+
+  // POSTs are not sent twice: once the estimate probes past 2 again, the
+  // upstream's 429 goes to the client as it came.
+  Upstream narrow(kUpstream, {"--capacity", "1", "--service-ms", "200"});
+  Sluice t(kSluice, sluice::test::upstream_env(narrow, {{"SLUICE_THREADS", "2"},
+                                                        {"SLUICE_QUEUE_WINDOW", "standard=10s"}}));
+  std::map<int, int> posts;
+  {
+    std::mutex m;
+    std::vector<std::jthread> clients;
+    for (int i = 0; i < 4; ++i)
+      clients.emplace_back([&] {
+        auto res = request(t.port, "POST", "/", {}, {}, 20s);
+        std::lock_guard lock(m);
+        ++posts[res.status];
+      });
+  }
+  INFO("POST statuses: " << posts[200] << " 200, " << posts[429] << " 429");
+  CHECK(posts[429] >= 1);
+  CHECK(t.metric(R"(sluice_upstream_asked_again_total{upstream="api"})") == 0);
+}

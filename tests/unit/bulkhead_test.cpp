@@ -836,3 +836,40 @@ TEST_CASE("an estimate grows while never measured exhausted and below the pool's
   CHECK_FALSE(b.growing());
   CHECK(b.pool_bound());
 }
+
+TEST_CASE("a request asking again queues at its lane's front, without a draw",
+          "[admission][bulkhead]") {
+  Bulkhead b(LanePolicy{}, measured(2));
+  Rng rng(1);
+  std::vector<TestSeat> running(2, TestSeat(Lane::bulk));
+  for (auto& s : running) REQUIRE(b.ask(s, 0us, rng));
+  TestSeat newcomer(Lane::bulk), again(Lane::bulk);
+  REQUIRE_FALSE(b.ask(newcomer, 1ms, rng));
+  REQUIRE(newcomer.queued);
+  again.front = true;  // its upstream refused it: it was seated before the newcomer came
+  REQUIRE_FALSE(b.ask(again, 2ms, rng));
+  REQUIRE(again.queued);
+  CHECK(b.oldest_waiting(Lane::bulk) == 2ms);  // at the front
+  b.release(running[0], Signal::clean, 50ms, 50ms);
+  CHECK(again.seated);
+  CHECK_FALSE(newcomer.seated);
+  // A free slot at its ask: seated at once, whatever rule 4 would have drawn
+  // (a newcomer at 3 of 4 running borrows with p = 0.73).
+  Bulkhead c(LanePolicy{}, measured(4));
+  std::vector<TestSeat> three(3, TestSeat(Lane::bulk));
+  fill(c, three, 3, rng);
+  REQUIRE(c.census().running[index(Lane::bulk)] == 3);
+  REQUIRE(marginal_probability(LanePolicy{}, c.census(), Lane::bulk) < 0.8);
+  int seated = 0;
+  for (int i = 0; i < 50; ++i) {
+    TestSeat s(Lane::bulk);
+    s.front = true;
+    if (c.ask(s, 1ms, rng)) {
+      ++seated;
+      c.release(s, Signal::none, 0us, 1ms);
+    } else {
+      c.cancel(s, 1ms);
+    }
+  }
+  CHECK(seated == 50);
+}
