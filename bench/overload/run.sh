@@ -63,7 +63,8 @@
 # clock). For Sluice: how long after each change K-hat came within 20 % of the new capacity
 # and stayed there until the next change (or the end of the load).
 #
-# Retry-After honesty (Sluice, HONESTY_SHAPE): 0.5x, 2x from 5 s to 15 s, 0.5x to 25 s;
+# Retry-After honesty (Sluice, HONESTY_SHAPE): 0.5x, HONESTY_STEP x from 5 s to 15 s (and
+# HONESTY_STREAM_STEP times as many streams, so that every lane is refused), 0.5x to 25 s;
 # every refused request with a Retry-After retries once, half of them after exactly the
 # told wait ("obey"), half after a random share of it ("probe"); retries due more than
 # HONESTY_HORIZON s after the arrivals end are not sent. bench/overload/analyze.py derives
@@ -76,7 +77,8 @@
 # nginx-limit-conn nginx-max-conns haproxy"; direct is added on its own), STANDARD_SHARE
 # (0.2), STREAM_RATE (0.25 per second), STREAM_SECONDS (2), QUEUE_MS (HAProxy's timeout queue, 500), THREADS (1),
 # STEP (1; 0 skips), STEP_SYSTEMS (as SYSTEMS), STEP_SHAPE (queue), STEP_BEFORE (5),
-# STEP_AFTER (15), HONESTY (1; 0 skips), HONESTY_SHAPE (queue), HONESTY_HORIZON (20),
+# STEP_AFTER (15), HONESTY (1; 0 skips), HONESTY_SHAPE (queue), HONESTY_STEP (6),
+# HONESTY_STREAM_STEP (12), HONESTY_HORIZON (20),
 # CHARTS (docs/images: the SVGs are written there; "" skips them), SEED (1),
 # QUIET_MAX / QUIET_WAIT (before each run, wait up to QUIET_WAIT s, default 20, for the
 # machine's busy CPU to drop to QUIET_MAX percent, default 15; 100 turns it off),
@@ -119,6 +121,8 @@ STEP_AFTER=${STEP_AFTER:-15}
 HONESTY=${HONESTY:-1}
 HONESTY_SHAPE=${HONESTY_SHAPE:-queue}
 HONESTY_HORIZON=${HONESTY_HORIZON:-20}
+HONESTY_STEP=${HONESTY_STEP:-6}
+HONESTY_STREAM_STEP=${HONESTY_STREAM_STEP:-12}
 CHARTS=${CHARTS-docs/images}
 SEED=${SEED:-1}
 QUIET_MAX=${QUIET_MAX:-15}
@@ -139,6 +143,9 @@ need_positive CAPACITY SERVICE_MS TIMEOUT_MS DURATION THREADS HALVE_PHASE
 [[ $STANDARD_SHARE =~ ^0?\.[0-9]+$|^1$ ]] || die "STANDARD_SHARE must be in 0..1, not '$STANDARD_SHARE'"
 need_decimal STREAM_RATE
 for l in $LOADS; do [[ $l =~ ^[0-9]+(\.[0-9]+)?p?$ ]] || die "LOADS: '$l' is not a load (1.5, 0.9p)"; done
+for v in HONESTY_STEP HONESTY_STREAM_STEP; do
+  [[ ${!v} =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "$v: '${!v}' is not a multiple (6, 2.5)"
+done
 for l in $HALVE_LOADS; do
   [[ $l =~ ^[0-9]+(\.[0-9]+)?p?$ ]] || die "HALVE_LOADS: '$l' is not a load (2, 0.9p)"
 done
@@ -478,7 +485,16 @@ run_honesty() {  # SHAPE
   wait_quiet
   start_upstream "$shape" "$name"
   start_system sluice "$name"
-  classes 0.5 "5:2 15:0.5"
+  classes 0.5 "5:$HONESTY_STEP 15:0.5"
+  # The streams step too (HONESTY_STREAM_STEP times as many), so that heavy is refused as
+  # well, and their clients wait 5 s for a head: longer than heavy's 2 s queue window, so
+  # that Sluice's refusal (with its Retry-After) reaches them before they give up.
+  local i
+  for i in "${!CLASS_ARGS[@]}"; do
+    [[ ${CLASS_ARGS[$i]} == name=heavy,* ]] || continue
+    CLASS_ARGS[$i]=${CLASS_ARGS[$i]/rate=$STREAM_RATE,/rate=$STREAM_RATE,step=5:$(awk -v r="$STREAM_RATE" -v x="$HONESTY_STREAM_STEP" 'BEGIN { printf "%.4f", r * x }'),step=15:$STREAM_RATE,}
+    CLASS_ARGS[$i]=${CLASS_ARGS[$i]/timeout_ms=$TIMEOUT_MS/timeout_ms=5000}
+  done
   cpu_mark
   start_bg "$TMP/runs/$name-loadgen.tsv" "$LOADGEN" --target "127.0.0.1:$SYS_PORT" \
     --warmup 0 --duration 25 --seed "$SEED" --obey-retry-after --probe-share 0.5 \
@@ -489,7 +505,7 @@ run_honesty() {  # SHAPE
   stop_pid "$gen"
   other=$(cpu_other_pct)
   stop_run sluice
-  printf '%s\t%s\n' "$shape" "$other" >"$TMP/honesty.tsv"
+  printf '%s\t%s\t%s\n' "$shape" "$other" "$HONESTY_STEP" >"$TMP/honesty.tsv"
   log "$(printf '%-32s done, other CPU %s%%' "$name" "$other")"
 }
 
