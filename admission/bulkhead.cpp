@@ -191,8 +191,7 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   // queue. Not all n served at once (and the window measurably slower): the
   // probe failed, and K̂ goes back to K, no lower (noise in one window says
   // nothing below K); the next probe waits probe_after again.
-  if (k_ > 0 && concurrency > k_ + 0.5 &&
-      concurrency * floor_us_ / mean < concurrency - 0.5 &&
+  if (k_ > 0 && concurrency > k_ + 0.5 && concurrency * floor_us_ / mean < concurrency - 0.5 &&
       mean > (1.0 + EstimatePolicy::kProbeTolerance) * floor_us_) {
     decrease(k_, 1.0, Signal::slow, now);
     return true;
@@ -389,11 +388,6 @@ void Bulkhead::note_head(Signal signal, Micros ttfb, Micros now) {
   if (estimate_.on_head(signal, ttfb, waiting_[0] + waiting_[1] + waiting_[2] > 0)) serve(now);
 }
 
-bool Bulkhead::growing() const {
-  Lock lock(mutex_);
-  return estimate_.growing();
-}
-
 bool Bulkhead::pool_bound() const {
   Lock lock(mutex_);
   return estimate_.pool_bound();
@@ -465,7 +459,8 @@ bool Bulkhead::ask(Seat& s, Micros now, Rng& rng, Hold* hold, bool may_queue, bo
   const auto l = index(s.lane);
   // A newcomer queues behind its lane's waiting requests and draws rule 4's
   // chance; one asking again (s.front) is the oldest of its lane: no draw.
-  Hold h = waiting_[l] > 0 && !s.front ? Hold::behind : try_seat(s, now, s.front ? 0.0 : rng.uniform());
+  Hold h =
+      waiting_[l] > 0 && !s.front ? Hold::behind : try_seat(s, now, s.front ? 0.0 : rng.uniform());
   s.hold = h;
   if (hold) *hold = h;
   if (h == Hold::none) return true;
@@ -655,12 +650,22 @@ std::array<bool, kLaneCount> Bulkhead::tick(Micros now) {
 Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
   Lock lock(mutex_);
   const auto l = index(lane);
-  if (!refusing_since_[l] || now - refused_at_[l] > kRefusalGap) refusing_since_[l] = now;
+  if (!refusing_since_[l] || now - refused_at_[l] > kRefusalGap) {
+    if (refusing_since_[l]) {  // the last episode ended: what it lasted joins the memory
+      const Micros lasted = refused_at_[l] - *refusing_since_[l];
+      episodes_[l] = episodes_[l] == Micros{0} ? lasted : (episodes_[l] + lasted) / 2;
+    }
+    refusing_since_[l] = now;
+    refusals_[l] = 0;
+  }
   refused_at_[l] = now;
-  const int waiting = waiting_[0] + waiting_[1] + waiting_[2];
-  auto drain = Micros(static_cast<std::int64_t>(static_cast<double>(waiting + 1) *
-                                                estimate_.baseline().count() / estimate_.slots()));
-  return std::max(drain, now - *refusing_since_[l]);
+  // Every client refused in this episode comes back once: the queues and they
+  // drain, at the capacity measured, one after another, after the overload
+  // (as long as it has lasted, or as the earlier ones lasted).
+  const double backlog = waiting_[0] + waiting_[1] + waiting_[2] + ++refusals_[l];
+  auto drain = Micros(static_cast<std::int64_t>(
+      backlog * static_cast<double>(estimate_.baseline().count()) / estimate_.slots()));
+  return std::max(now - *refusing_since_[l], episodes_[l]) + drain;
 }
 
 std::optional<Micros> Bulkhead::youngest(Lane lane) const {

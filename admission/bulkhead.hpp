@@ -117,8 +117,8 @@ struct EstimatePolicy {
   double queue_factor = 1.5;  // 0: a queue at the upstream is never "too much"
   static constexpr double kRate = 0.5;
   static constexpr double kMinStep = 0.25;
-  static constexpr int kBaselineSamples = 16;  // before slowness is judged
-  static constexpr int kQueueSamples = 32;     // clean answers per queue window
+  static constexpr int kBaselineSamples = 16;   // before slowness is judged
+  static constexpr int kQueueSamples = 32;      // clean answers per queue window
   static constexpr int kFirstQueueSamples = 8;  // the first window, before any floor
   static constexpr Micros kQueueFloorAge{10'000'000};
   static constexpr Micros kQueueMinGap{10'000};
@@ -368,8 +368,6 @@ class Bulkhead {
   // estimate holds it and the estimate is still growing (Estimate::growing:
   // not the heavy cap, not the budget, not the connection pool's share).
   bool waits_on(const Seat& s) const;
-  // Estimate::growing(): a wait for a seat now is slow start, not pressure.
-  bool growing() const;
   // Estimate::pool_bound(): a wait for a seat now is a wait for a connection,
   // upstream wait for the level. Below the pool's share the bulkhead holds
   // requests for the capacity it measured (or is still growing toward) and
@@ -386,10 +384,15 @@ class Bulkhead {
   LanePolicy lanes() const;
   void set_lanes(const LanePolicy& lanes);
   // A refusal of `lane` at `now` (noted: it extends the lane's refusals): the
-  // wait it derives, the larger of how long the queues take to drain at the
-  // capacity measured ((waiting + 1) x baseline / slots) and how long the
-  // lane's refusals have gone on without a gap of kRefusalGap (an overload
-  // that has lasted T is told T).
+  // wait it derives. The overload first: the larger of how long the lane's
+  // refusals have gone on without a gap of kRefusalGap (an overload that has
+  // lasted T is told T) and how long its earlier episodes of refusals lasted
+  // (the last one's length averaged with the memory before it: a client
+  // refused early in an overload like the last one is told to come back after
+  // it, not into it). Then the drain, at the capacity measured, of what is
+  // ahead of it: the requests waiting and every client of the lane refused in
+  // this episode, this one included, each coming back once ((waiting +
+  // refused) x baseline / slots): told one time, they would come back together.
   Micros refusal_wait(Lane lane, Micros now);
   static constexpr Micros kRefusalGap{2'000'000};
   // The youngest live seat of `lane` (seed 004: when capacity last turned over).
@@ -433,6 +436,8 @@ class Bulkhead {
   std::array<bool, kLaneCount> was_starving_{};
   std::array<std::optional<Micros>, kLaneCount> refusing_since_{};
   std::array<Micros, kLaneCount> refused_at_{};
+  std::array<Micros, kLaneCount> episodes_{};        // what the lane's episodes of refusals lasted
+  std::array<std::int64_t, kLaneCount> refusals_{};  // in the lane's current episode
   std::uint64_t successes_ = 0, failures_ = 0;
   double latency_sum_us_ = 0;
   std::optional<BudgetReading> budget_;

@@ -290,8 +290,8 @@ Placement relocate(const Ask& a, Seat& s, Lease& lease, Signal signal, Micros tt
   return p;
 }
 
-Placement ask_again(const Ask& a, Seat& s, Lease& lease, Signal signal, Micros ttfb,
-                    Upstreams& ups, Micros now, Rng& rng) {
+Placement ask_again(const Ask& a, Seat& s, Lease& lease, Signal signal, Micros ttfb, Upstreams& ups,
+                    Micros now, Rng& rng) {
   const bool decreased = lease.complete(signal, ttfb, now);
   s.front = true;
   Placement p = place(a, s, ups, now, rng);

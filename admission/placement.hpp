@@ -106,7 +106,8 @@ Placement timed_out(const Ask& ask, Seat& seat, Lease& lease, Upstreams& ups, Mi
 
 // A refusal's Retry-After before the lane's band: the largest of the time it
 // waited, the age of the lane's youngest live lease (seed 004) and the
-// bulkhead's refusal_wait (the queues' drain, the refusals' duration).
+// bulkhead's refusal_wait (the queues' drain, the refusals' duration, and
+// what the lane's earlier episodes of refusals lasted).
 Millis queue_retry_after(Upstreams& ups, Lane lane, std::size_t upstream, Micros waited,
                          Micros now);
 

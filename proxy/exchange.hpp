@@ -113,8 +113,8 @@ struct Exchange {
   int moves = 0;
   bool retried = false;
   bool asked_again = false;  // its upstream refused it once and it asked for a seat again
-  bool delegated = false;  // seated on a live parent lease's lane
-  bool forwarded = false;  // counted in flight and on its way upstream
+  bool delegated = false;    // seated on a live parent lease's lane
+  bool forwarded = false;    // counted in flight and on its way upstream
 
   // What it holds.
   admission::Lease lease;
@@ -138,7 +138,7 @@ struct Exchange {
   std::array<char, 48> upstream_addr{};
   std::uint8_t upstream_addr_len = 0;
   bool seat_wait_pressure = false;  // it queued on a bulkhead held at the pool's share
-  admission::Micros up_ttfb{0};  // request sent to response head: what the estimate learns from
+  admission::Micros up_ttfb{0};     // request sent to response head: what the estimate learns from
   admission::Signal signal = admission::Signal::none;
   bool closing_status = false;  // the upstream answered a status that closes it
   bool upstream_keep_alive = false;

@@ -85,7 +85,7 @@ struct UpstreamStats {
   std::array<std::atomic<std::uint64_t>, kTlsResults> tls_handshakes{};  // by TlsResult
   std::atomic<std::uint64_t> timeouts{0};                                // response-head timeouts
   std::atomic<std::uint64_t> connect_failures{0};                        // refused or timed out
-  std::atomic<std::uint64_t> retries{0};  // idempotent replays on a fresh connection
+  std::atomic<std::uint64_t> retries{0};      // idempotent replays on a fresh connection
   std::atomic<std::uint64_t> asked_again{0};  // refused by it (429, 503), then seated again
   std::atomic<std::uint64_t> host_ejections{
       0};                                    // hosts left out of the choice after a failed connect

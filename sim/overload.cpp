@@ -287,8 +287,8 @@ class SluiceProxy final : public Proxy {
     bulkhead_.note_head(x.signal, micros(ttfb), micros(now));
     if (x.signal != adm::Signal::refused || x.asked_again) return false;
     x.asked_again = true;
-    auto p = adm::ask_again(ask(x), x.seat, x.lease, x.signal, micros(ttfb), ups_, micros(now),
-                            rng_);
+    auto p =
+        adm::ask_again(ask(x), x.seat, x.lease, x.signal, micros(ttfb), ups_, micros(now), rng_);
     x.signal = adm::Signal::none;
     switch (apply(id, std::move(p), now)) {
       case Admit::forward:

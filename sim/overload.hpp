@@ -34,9 +34,9 @@
 //               deadline, then ticks the bulkhead; a response head is classified when
 //               it arrives, and the seat goes back with that signal when the exchange
 //               ends (a stream's at its end); an upstream's 429 asks again, once
-//               (admission::ask_again), as the proxy does for body-less GETs. The proxy does not watch a queued client: a request
-//               whose client left still waits out its deadline, and is forwarded if
-//               seated before it.
+//               (admission::ask_again), as the proxy does for body-less GETs. The proxy does not
+//               watch a queued client: a request whose client left still waits out its deadline,
+//               and is forwarded if seated before it.
 //   limit_conn  nginx `limit_conn` C: at most C exchanges at once, 503 at once above.
 //   haproxy     `maxconn C`, `timeout queue`: at most C at the upstream, the rest in a
 //               FIFO queue for up to haproxy_queue (500 ms), then 503.

@@ -401,8 +401,8 @@ TEST_CASE("an upstream's refusal of a request that can be sent again is asked ag
       std::vector<std::jthread> clients;
       for (int i = 0; i < 8; ++i)
         clients.emplace_back([&, i] {
-          auto res = request(s.port, i < 6 ? method : "GET", i < 6 ? "/" : "/search/x", {}, {},
-                             20s);
+          auto res =
+              request(s.port, i < 6 ? method : "GET", i < 6 ? "/" : "/search/x", {}, {}, 20s);
           std::lock_guard lock(m);
           ++statuses[i < 6 ? res.status : -res.status];
         });
@@ -413,7 +413,7 @@ TEST_CASE("an upstream's refusal of a request that can be sent again is asked ag
   INFO("GET statuses: " << gets[200] << " 200, " << gets[429] << " 429, " << gets[503] << " 503");
   const double asked = s.metric(R"(sluice_upstream_asked_again_total{upstream="api"})");
   const auto refused_by_api = upstream_stats(api)["rejected"].get<int>();
-  REQUIRE(refused_by_api >= 1);   // the upstream did refuse some
+  REQUIRE(refused_by_api >= 1);    // the upstream did refuse some
   CHECK(asked == refused_by_api);  // and each of those asked again
   CHECK(gets[200] == 6);           // every GET served
   CHECK(gets[-200] == 2);          // the other upstream's, untouched

@@ -205,8 +205,8 @@ TEST_CASE("past K, the first probe waits probe_after from the decrease, the next
 }
 
 TEST_CASE(
-    "a refusal's wait is the larger of the queues' drain and how long the lane's refusals have "
-    "lasted",
+    "a refusal's wait: the overload so far or as the earlier ones lasted, then the drain of the "
+    "queues and of every client refused in it",
     "[admission][bulkhead]") {
   Estimate e(EstimatePolicy{}, 4, 4);
   for (int i = 0; i < 4; ++i) e.observe(Signal::clean, e.next_seq(), 0, 100ms, 1s);
@@ -221,14 +221,22 @@ TEST_CASE(
     seats.emplace_back(Lane::standard);
     REQUIRE_FALSE(b.ask(seats.back(), 1s, rng));
   }
+  constexpr auto kEach = 25ms;  // 100 ms over 4 slots
   // 7 waiting, and this one: 8 x 100 ms over 4 slots.
-  CHECK(b.refusal_wait(Lane::standard, 10s) == 200ms);
-  // Refusals every second since 10 s: at 15 s they have lasted 5 s.
+  CHECK(b.refusal_wait(Lane::standard, 10s) == 8 * kEach);
+  // Refusals every second since 10 s: at 15 s they have lasted 5 s, and the
+  // six refused come back after the 7 waiting.
   for (int t = 11; t <= 14; ++t) b.refusal_wait(Lane::standard, Micros(std::chrono::seconds(t)));
-  CHECK(b.refusal_wait(Lane::standard, 15s) == 5s);
-  CHECK(b.refusal_wait(Lane::bulk, 15s) == 200ms);  // per lane
-  // A gap longer than kRefusalGap ends them: the next one starts over.
-  CHECK(b.refusal_wait(Lane::standard, 15s + Bulkhead::kRefusalGap + 1ms) == 200ms);
+  CHECK(b.refusal_wait(Lane::standard, 15s) == 5s + 13 * kEach);
+  CHECK(b.refusal_wait(Lane::bulk, 15s) == 8 * kEach);  // per lane
+  // A gap longer than kRefusalGap ends them: the next one starts over, but it
+  // is told at least what the last one lasted (5 s): an overload like it.
+  const auto next = 15s + Bulkhead::kRefusalGap + 1ms;
+  CHECK(b.refusal_wait(Lane::standard, next) == 5s + 8 * kEach);
+  CHECK(b.refusal_wait(Lane::bulk, 20s) == 8 * kEach);  // bulk's last episode: one refusal
+  CHECK(b.refusal_wait(Lane::standard, 18s) == 5s + 9 * kEach);
+  // The memory is the mean of the last episode and those before, halved each time.
+  CHECK(b.refusal_wait(Lane::standard, 30s) == (5s + (18s - next)) / 2 + 8 * kEach);
 }
 
 TEST_CASE("too much decreases the estimate once per burst and remembers the load as K",
@@ -252,8 +260,9 @@ TEST_CASE("too much decreases the estimate once per burst and remembers the load
   CHECK(e.decreases() == 2);
 }
 
-TEST_CASE("a refusal within one of the load the last refusal met confirms a sharp capacity: no margin",
-          "[admission][bulkhead]") {
+TEST_CASE(
+    "a refusal within one of the load the last refusal met confirms a sharp capacity: no margin",
+    "[admission][bulkhead]") {
   EstimatePolicy p;
   p.seed = 16;
   Estimate e(p);
@@ -367,8 +376,7 @@ TEST_CASE("the first queue window is short: a slow start that overshot does not 
   // Eight answers met an idle upstream (slow start from 4: the seed, then one
   // more per clean head); slow start then overshot to 25 in flight on an
   // upstream that serves 8 at a time (each answered in 3x the time).
-  for (int i = 0; i < 8; ++i)
-    e.observe(Signal::clean, e.next_seq(), 3, 50ms, 100ms);
+  for (int i = 0; i < 8; ++i) e.observe(Signal::clean, e.next_seq(), 3, 50ms, 100ms);
   CHECK(e.queue_floor() == 50ms);
   int decreased = 0;
   for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
@@ -833,7 +841,7 @@ TEST_CASE("an estimate grows while never measured exhausted and below the pool's
   for (auto& s : seats) b.ask(s, 2s, rng);
   REQUIRE(seats[8].queued);
   CHECK_FALSE(b.waits_on(seats[8]));
-  CHECK_FALSE(b.growing());
+  CHECK_FALSE(b.estimate().growing());
   CHECK(b.pool_bound());
 }
 
