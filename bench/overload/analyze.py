@@ -386,15 +386,15 @@ def honesty(a, p):
         if len(fields) >= 4:
             bursts = int(fields[3])
     p("#### Retry-After honesty (Sluice; 0.5x, %sx from 5 s to 15 s%s, streams too, 0.5x around)" % (
-        step, "".join(", again from %d s to %d s" % (5 + 30 * k, 15 + 30 * k) for k in range(1, bursts))))
+        step, "".join(", again from %d s to %d s" % (5 + 60 * k, 15 + 60 * k) for k in range(1, bursts))))
     p("")
     p("| overload | lane | refusals with Retry-After | median told wait | obeying first retries admitted | "
       "probes (admitted / sent) by wait | shortest wait that worked | median told / shortest |")
     p("|---|---|---:|---:|---:|---|---:|---:|")
     result = {}
-    # Overload k's refusals: from its start to the next one's (30 s apart).
+    # Overload k's refusals: from its start to the next one's (60 s apart).
     for k in range(bursts):
-        lo_t, hi_t = (0 if k == 0 else 30 * k), (30 * (k + 1) if k + 1 < bursts else math.inf)
+        lo_t, hi_t = (0 if k == 0 else 60 * k), (60 * (k + 1) if k + 1 < bursts else math.inf)
         label = ["first", "second", "third"][k] if k < 3 else str(k + 1)
         for lane in LANES:
             told = [num(r["retry_after"]) for r in log

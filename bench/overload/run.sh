@@ -65,7 +65,7 @@
 #
 # Retry-After honesty (Sluice, HONESTY_SHAPE): 0.5x, HONESTY_STEP x from 5 s to 15 s (and
 # HONESTY_STREAM_STEP times as many streams, so that every lane is refused), 0.5x to 25 s;
-# with HONESTY_BURSTS 2, the same overload again from 35 s to 45 s, then 0.5x to 55 s
+# with HONESTY_BURSTS 2, the same overload again from 65 s to 75 s, then 0.5x to 85 s
 # (the first overload a lane meets has no earlier one to go by; the second has);
 # every refused request with a Retry-After retries once, half of them after exactly the
 # told wait ("obey"), half after a random share of it ("probe"); retries due more than
@@ -489,11 +489,12 @@ run_honesty() {  # SHAPE
   wait_quiet
   start_upstream "$shape" "$name"
   start_system sluice "$name"
-  # Overload k (of HONESTY_BURSTS) from 5 + 30 (k - 1) s for 10 s, 0.5x around them.
+  # Overload k (of HONESTY_BURSTS) from 5 + 60 (k - 1) s for 10 s, 0.5x around them: 60 s
+  # apart, so that the first one's retries (told up to about 45 s) are over before the next.
   local k at steps="" stream_steps="" streams
   streams=$(awk -v r="$STREAM_RATE" -v x="$HONESTY_STREAM_STEP" 'BEGIN { printf "%.4f", r * x }')
   for ((k = 0; k < HONESTY_BURSTS; k++)); do
-    at=$((5 + 30 * k))
+    at=$((5 + 60 * k))
     steps+=" $at:$HONESTY_STEP $((at + 10)):0.5"
     stream_steps+="step=$at:$streams,step=$((at + 10)):$STREAM_RATE,"
   done
@@ -509,7 +510,7 @@ run_honesty() {  # SHAPE
   done
   cpu_mark
   start_bg "$TMP/runs/$name-loadgen.tsv" "$LOADGEN" --target "127.0.0.1:$SYS_PORT" \
-    --warmup 0 --duration $((25 + 30 * (HONESTY_BURSTS - 1))) --seed "$SEED" \
+    --warmup 0 --duration $((25 + 60 * (HONESTY_BURSTS - 1))) --seed "$SEED" \
     --obey-retry-after --probe-share 0.5 \
     --retry-horizon "$HONESTY_HORIZON" --retries "$TMP/runs/$name-retries.tsv" \
     --log "$TMP/runs/$name-log.tsv" "${CLASS_ARGS[@]}"
