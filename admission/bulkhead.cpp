@@ -153,9 +153,11 @@ bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, 
   // A refusal within one of the load the last one met confirms a sharp
   // capacity: no margin under it. Within one, not at it: an upstream frees a
   // slot only once its answer is written, so a request sent the moment the
-  // answer arrived can meet a slot still held (on two cores, often).
-  const bool confirmed =
-      signal == Signal::refused && why_ == Signal::refused && std::abs(carrying - k_) < 1.5;
+  // answer arrived can meet a slot still held (on two cores, often). A refusal
+  // above that load ends a climb past it: the capacity grew, and this is where
+  // it ends now, no margin either.
+  const bool confirmed = signal == Signal::refused && why_ == Signal::refused &&
+                         (std::abs(carrying - k_) < 1.5 || carrying > k_);
   decrease(carrying, confirmed ? 1.0 : p_.decrease, signal, now);
   return true;
 }

@@ -289,7 +289,13 @@ TEST_CASE(
   regrow(8, 40s);
   REQUIRE(e.observe(Signal::refused, e.next_seq(), 5, 1ms, 60s));
   CHECK(e.value() == Approx(0.85 * 5));  // two under it: the margin again
-  regrow(5, 60s);
+  // The capacity grew: the estimate climbs past 5 and is refused at 8, which
+  // ends the climb where the upstream refuses now: K̂ = 8, no margin.
+  regrow(7.5, 60s);
+  REQUIRE(e.observe(Signal::refused, e.next_seq(), 8, 1ms, 70s));
+  CHECK(e.carrying() == 8);
+  CHECK(e.value() >= 7.5);  // as high as it had climbed (at most 8), not 0.85 x 8
+  regrow(5, 70s);
   REQUIRE(e.observe(Signal::slow, e.next_seq(), 5, 1ms, 80s));
   CHECK(e.value() == Approx(0.85 * 5));  // slowness at that load confirms nothing
 }
