@@ -664,7 +664,8 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
   // Every client refused in this episode comes back once: the queues and they
   // drain, at the capacity measured, one after another, after the overload
   // (as long as it has lasted, or as the earlier ones lasted).
-  const double backlog = waiting_[0] + waiting_[1] + waiting_[2] + ++refusals_[l];
+  ++refusals_[l];
+  const auto backlog = static_cast<double>(waiting_[0] + waiting_[1] + waiting_[2] + refusals_[l]);
   auto drain = Micros(static_cast<std::int64_t>(
       backlog * static_cast<double>(estimate_.baseline().count()) / estimate_.slots()));
   return std::max(now - *refusing_since_[l], episodes_[l]) + drain;

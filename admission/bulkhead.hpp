@@ -25,7 +25,8 @@
 //                K̂ = max(1, decrease x min(K̂, K)); a refusal within one of the
 //                K the last refusal set confirms a sharp capacity (an upstream
 //                that refuses exactly above it, and frees a slot only once its
-//                answer is written): K̂ = min(K̂, K), no margin.
+//                answer is written), and one above it ends a climb past it (the
+//                capacity grew): K̂ = min(K̂, K), no margin.
 //                Once per burst: signals from requests admitted before the
 //                decrease are the same burst and change nothing.
 //   a queue      an upstream that queues above its capacity refuses nothing: its

@@ -984,10 +984,9 @@ class Session : public Tracked,
     ex_.asked_again = true;
     bump(st_.upstream[ex_.upstream].asked_again);
     give_back(ex_.up, false);
-    const auto from = ex_.upstream;
     auto p = admission::ask_again(ask(), *this, ex_.lease, ex_.signal, ex_.up_ttfb, ups_,
                                   micros(now), w_.rng());
-    if (p.decreased) count_exhausted(from);
+    if (p.decreased) count_exhausted(ex_.upstream);  // where it was refused (apply moves it)
     ex_.signal = admission::Signal::none;
     if (apply(std::move(p), now)) acquire();
   }

@@ -290,16 +290,7 @@ class SluiceProxy final : public Proxy {
     auto p =
         adm::ask_again(ask(x), x.seat, x.lease, x.signal, micros(ttfb), ups_, micros(now), rng_);
     x.signal = adm::Signal::none;
-    switch (apply(id, std::move(p), now)) {
-      case Admit::forward:
-        driver_.forward(id, now);
-        break;
-      case Admit::refuse:
-        driver_.refuse(id, now);
-        break;
-      case Admit::wait:
-        break;
-    }
+    go(id, apply(id, std::move(p), now), now);
     carry_on(now);
     return true;
   }
@@ -332,10 +323,7 @@ class SluiceProxy final : public Proxy {
         continue;
       }
       leave_queue(x);
-      if (apply(id, std::move(p), now) == Admit::forward)
-        driver_.forward(id, now);
-      else
-        driver_.refuse(id, now);
+      go(id, apply(id, std::move(p), now), now);
     }
     waiting_.resize(kept);
     bulkhead_.tick(micros(now));
@@ -395,6 +383,15 @@ class SluiceProxy final : public Proxy {
         return Admit::refuse;
     }
     return Admit::refuse;
+  }
+
+  // What the proxy does with a placement it applied: on to the upstream, a
+  // 503, or nothing yet (it waits; carry_on() sends it when it is seated).
+  void go(std::size_t id, Admit admit, double now) {
+    if (admit == Admit::forward)
+      driver_.forward(id, now);
+    else if (admit == Admit::refuse)
+      driver_.refuse(id, now);
   }
 
   void leave_queue(Exchange& x) {

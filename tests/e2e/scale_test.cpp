@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tests/support/client.hpp"
@@ -41,6 +42,29 @@ double decisions(Sluice& s, const std::string& lane, const std::string& outcome,
                  const std::string& reason) {
   return s.metric(R"(sluice_admission_decisions_total{lane=")" + lane + R"(",outcome=")" + outcome +
                   R"(",reason=")" + reason + "\"}");
+}
+
+// Sluice in front of `api` and `search` (routes: /search to search, the rest to api),
+// with `extra` on top.
+std::map<std::string, std::string> two_upstreams(const Upstream& api, const Upstream& search,
+                                                 std::map<std::string, std::string> extra) {
+  extra.emplace("SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(api.port) +
+                                        ";search=127.0.0.1:" + std::to_string(search.port));
+  extra.emplace("SLUICE_ROUTES", R"([{"prefix":"/search","upstream":"search"},{"prefix":"/"}])");
+  return extra;
+}
+
+// The series of the metric family that `prefix` starts ("name{" or "name{label=..."), and
+// their sum.
+std::pair<int, double> family_sum(const std::string& metrics, const std::string& prefix) {
+  int series = 0;
+  double sum = 0;
+  for (std::size_t at = metrics.find(prefix); at != std::string::npos;
+       at = metrics.find(prefix, at + 1)) {
+    ++series;
+    sum += std::stod(metrics.substr(metrics.find(' ', at) + 1));
+  }
+  return {series, sum};
 }
 
 }  // namespace
@@ -291,15 +315,13 @@ TEST_CASE(
 TEST_CASE("waiting for slow start raises no level, at production shape",
           "[e2e][scale][concurrency]") {
   Upstream api(kUpstream), search(kUpstream);
-  Sluice s(kSluice,
-           {{"SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(api.port) +
-                                     ";search=127.0.0.1:" + std::to_string(search.port)},
-            {"SLUICE_THREADS", "2"},
-            {"SLUICE_ACCESS_LOG", "off"},
-            {"SLUICE_TICK", "100ms"},
-            {"SLUICE_BULKHEAD_SEED", "1"},
-            {"SLUICE_BULKHEAD_GROWTH_INTERVAL", "1h"},  // slow start by answers only
-            {"SLUICE_ROUTES", R"([{"prefix":"/search","upstream":"search"},{"prefix":"/"}])"}});
+  Sluice s(kSluice, two_upstreams(api, search,
+                                  {{"SLUICE_THREADS", "2"},
+                                   {"SLUICE_ACCESS_LOG", "off"},
+                                   {"SLUICE_TICK", "100ms"},
+                                   {"SLUICE_BULKHEAD_SEED", "1"},
+                                   // slow start by answers only
+                                   {"SLUICE_BULKHEAD_GROWTH_INTERVAL", "1h"}}));
   // Six at a time to each upstream, each answered after 400 ms: at one seat,
   // the others wait 400 ms and more (level 2's upstream wait is 200 ms).
   std::atomic<bool> stop{false};
@@ -317,14 +339,7 @@ TEST_CASE("waiting for slow start raises no level, at production shape",
   stop = true;
   clients.clear();
   const std::string metrics = s.metrics();
-  const std::string family = "sluice_upstream_level_changes_total{";
-  int series = 0;
-  double changes = 0;
-  for (std::size_t at = metrics.find(family); at != std::string::npos;
-       at = metrics.find(family, at + 1)) {
-    ++series;
-    changes += std::stod(metrics.substr(metrics.find(' ', at) + 1));
-  }
+  const auto [series, changes] = family_sum(metrics, "sluice_upstream_level_changes_total{");
   INFO(metrics);
   CHECK(series > 0);
   CHECK(changes == 0);
@@ -340,12 +355,9 @@ TEST_CASE("waiting for a measured capacity raises no level, at production shape"
           "[e2e][scale][concurrency]") {
   Upstream api(kUpstream, {"--capacity", "2", "--service-ms", "300"}), search(kUpstream);
   Sluice s(kSluice,
-           {{"SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(api.port) +
-                                     ";search=127.0.0.1:" + std::to_string(search.port)},
-            {"SLUICE_THREADS", "2"},
-            {"SLUICE_ACCESS_LOG", "off"},
-            {"SLUICE_TICK", "100ms"},
-            {"SLUICE_ROUTES", R"([{"prefix":"/search","upstream":"search"},{"prefix":"/"}])"}});
+           two_upstreams(
+               api, search,
+               {{"SLUICE_THREADS", "2"}, {"SLUICE_ACCESS_LOG", "off"}, {"SLUICE_TICK", "100ms"}}));
   // Ten standard clients at a time to an upstream that serves 2, each in 300 ms:
   // once K is measured, requests wait for seats up to standard's 500 ms window
   // (level 2's upstream wait is 200 ms). Two more keep the other upstream busy.
@@ -365,14 +377,8 @@ TEST_CASE("waiting for a measured capacity raises no level, at production shape"
   REQUIRE(s.metric(R"(sluice_upstream_carrying_capacity{upstream="api"})") > 0);  // measured
   REQUIRE(decisions(s, "standard", "shed", "queue_timeout") > 0);  // waited out whole windows
   const std::string metrics = s.metrics();
-  const std::string family = R"(sluice_upstream_level_changes_total{upstream="api")";
-  int series = 0;
-  double changes = 0;
-  for (std::size_t at = metrics.find(family); at != std::string::npos;
-       at = metrics.find(family, at + 1)) {
-    ++series;
-    changes += std::stod(metrics.substr(metrics.find(' ', at) + 1));
-  }
+  const auto [series, changes] =
+      family_sum(metrics, R"(sluice_upstream_level_changes_total{upstream="api")");
   INFO(metrics);
   CHECK(series > 0);
   CHECK(changes == 0);
@@ -388,11 +394,8 @@ TEST_CASE("an upstream's refusal of a request that can be sent again is asked ag
           "[e2e][scale][concurrency]") {
   Upstream api(kUpstream, {"--capacity", "2", "--service-ms", "200"}), search(kUpstream);
   Sluice s(kSluice,
-           {{"SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(api.port) +
-                                     ";search=127.0.0.1:" + std::to_string(search.port)},
-            {"SLUICE_THREADS", "2"},
-            {"SLUICE_QUEUE_WINDOW", "standard=10s"},
-            {"SLUICE_ROUTES", R"([{"prefix":"/search","upstream":"search"},{"prefix":"/"}])"}});
+           two_upstreams(api, search,
+                         {{"SLUICE_THREADS", "2"}, {"SLUICE_QUEUE_WINDOW", "standard=10s"}}));
   // Cold: K̂ starts at 4, so the first wave puts 4 in flight on an upstream of 2.
   auto burst = [&](const std::string& method) {
     std::map<int, int> statuses;
