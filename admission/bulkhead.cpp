@@ -337,13 +337,6 @@ void Bulkhead::List::push_back(Seat& s) {
   tail = &s;
 }
 
-void Bulkhead::List::push_front(Seat& s) {
-  s.prev = nullptr;
-  s.next = head;
-  (head ? head->prev : tail) = &s;
-  head = &s;
-}
-
 void Bulkhead::List::erase(Seat& s) {
   (s.prev ? s.prev->next : head) = s.next;
   (s.next ? s.next->prev : tail) = s.prev;
@@ -398,7 +391,7 @@ bool Bulkhead::pool_bound() const {
 bool Bulkhead::waits_on(const Seat& s) const {
   Lock lock(mutex_);
   if (!s.queued || !estimate_.growing()) return false;
-  const Seat* head = queue_[index(s.lane)].head;
+  const Seat* head = queue_[index(s.lane)].next();
   Hold h = head == &s || !head ? s.hold : head->hold;
   return h != Hold::heavy_cap && h != Hold::budget;
 }
@@ -474,10 +467,7 @@ bool Bulkhead::ask(Seat& s, Micros now, Rng& rng, Hold* hold, bool may_queue, bo
   if (waits) {
     s.queued = true;
     s.since = now;
-    if (s.front)
-      queue_[l].push_front(s);
-    else
-      queue_[l].push_back(s);
+    queue_[l].push(s, s.front);
     if (waiting_[l]++ == 0) waiting_since_[l] = now;
     if (s.pinned && pinned_waiting_[l]++ == 0) pinned_since_[l] = now;
   }
@@ -512,7 +502,7 @@ Hold Bulkhead::try_seat(Seat& s, Micros now, double u) {
 
 void Bulkhead::seat(Seat& s, Micros now) {
   const auto l = index(s.lane);
-  if (s.queued) unqueue(s);
+  if (s.queued) unqueue(s, true);
   s.seated = true;
   s.seq = estimate_.next_seq();
   s.load = running_[0] + running_[1] + running_[2];
@@ -571,7 +561,7 @@ Hold Bulkhead::cancel(Seat& s, Micros now) {
     // have left): held by what holds its lane's head, itself if it is there.
     serve(now);
     if (s.seated) return Hold::none;
-    const Seat* head = queue_[index(s.lane)].head;
+    const Seat* head = queue_[index(s.lane)].next();
     h = head == &s ? s.hold : head->hold;
   }
   cancel_locked(s);
@@ -579,16 +569,16 @@ Hold Bulkhead::cancel(Seat& s, Micros now) {
 }
 
 void Bulkhead::cancel_locked(Seat& s) {
-  if (s.queued) unqueue(s);
+  if (s.queued) unqueue(s, false);
   if (s.capped && !s.seated && heavy_cap_) {
     heavy_cap_->give_back();
     s.capped = false;
   }
 }
 
-void Bulkhead::unqueue(Seat& s) {
+void Bulkhead::unqueue(Seat& s, bool seated) {
   const auto l = index(s.lane);
-  queue_[l].erase(s);
+  queue_[l].erase(s, seated);
   if (--waiting_[l] == 0) waiting_since_[l].reset();
   if (s.pinned && --pinned_waiting_[l] == 0) pinned_since_[l].reset();
   s.queued = false;
@@ -617,7 +607,7 @@ void Bulkhead::serve(Micros now) {
     for (std::size_t i = 0; i < n && !seated; ++i) {
       // A waiting head draws no chance (rule 4 is for newcomers): it has
       // waited, and a slot it leaves stays empty until the next release.
-      Seat& head = *queue_[index(order[i])].head;
+      Seat& head = *queue_[index(order[i])].next();
       if (try_seat(head, now, 0.0) == Hold::none) {
         head.on_seated();
         seated = true;
@@ -687,7 +677,7 @@ std::optional<Micros> Bulkhead::youngest_locked(Lane lane) const {
 }
 
 std::optional<Micros> Bulkhead::oldest_waiting_locked(Lane lane) const {
-  const Seat* s = queue_[index(lane)].head;
+  const Seat* s = queue_[index(lane)].oldest();
   return s ? std::optional<Micros>(s->since) : std::nullopt;
 }
 

@@ -69,7 +69,9 @@
 //                30 % is free, 0 at K̂, flatter for lighter lanes. A newcomer
 //                draws; a waiting head does not (it has waited, and a slot it
 //                left would stay empty until the next release).
-//   Oldest first: a newcomer queues behind the waiting requests of its lane.
+//   Oldest first: a newcomer queues behind the waiting requests of its lane;
+//   between tenants, a lane's queue is served by deficit round robin (a
+//   release seats the front of the tenant whose turn it is: fair_queue.hpp).
 //   A request that is not admitted (but for the budget guard, refused at
 //   once) waits for patience(): its lane's queue window, and at least the
 //   delay target (2 x the uncongested service time, 10..100 ms), re-asking on
@@ -97,6 +99,7 @@
 #include <optional>
 #include <string_view>
 
+#include "admission/fair_queue.hpp"
 #include "admission/gate.hpp"
 #include "admission/lane.hpp"
 
@@ -269,12 +272,18 @@ struct Seat {
   // refused it (placement's ask_again): no chance draw, and when not seated it
   // queues at the front of its lane, not behind the requests that came later.
   bool front = false;
+  // Its tenant (0: none, the shared tenant) and weight: its lane's queue is
+  // shared between tenants by deficit round robin (admission/fair_queue.hpp).
+  std::uint64_t tenant = 0;
+  double weight = 1.0;
   std::uint64_t seq = 0;
   int load = 0;            // running requests when it was seated
   Micros since{0};         // queued or seated at
   Hold hold = Hold::none;  // why the last ask did not seat it (a refusal's reason)
-  Seat* prev = nullptr;    // in its lane's queue, or its lane's live list
+  Seat* prev = nullptr;  // in its lane's queue (arrival order), or its lane's live list
   Seat* next = nullptr;
+  Seat* flow_prev = nullptr;  // in its tenant's flow of its lane's queue
+  Seat* flow_next = nullptr;
   virtual ~Seat() = default;
   // A queued request got its slot (called from release() or tick()).
   virtual void on_seated() {}
@@ -405,7 +414,6 @@ class Bulkhead {
     Seat* head = nullptr;
     Seat* tail = nullptr;
     void push_back(Seat& s);
-    void push_front(Seat& s);
     void erase(Seat& s);
   };
   using Lock = std::lock_guard<std::mutex>;
@@ -417,7 +425,7 @@ class Bulkhead {
   void cancel_locked(Seat& s);
   void serve(Micros now);
   bool starving(Lane lane, const Seats& g, Micros now) const;
-  void unqueue(Seat& s);
+  void unqueue(Seat& s, bool seated);
   std::optional<Micros> youngest_locked(Lane lane) const;
   std::optional<Micros> oldest_waiting_locked(Lane lane) const;
   Micros mean_latency() const;
@@ -429,7 +437,7 @@ class Bulkhead {
   std::array<int, kLaneCount> running_{};
   std::array<int, kLaneCount> waiting_{};
   std::array<int, kLaneCount> delegated_{};
-  std::array<List, kLaneCount> queue_{};  // oldest first
+  std::array<FairQueue, kLaneCount> queue_{};  // oldest first within a tenant, DRR between
   std::array<List, kLaneCount> live_{};   // seated, in seating order
   std::array<std::optional<Micros>, kLaneCount> waiting_since_{};
   std::array<int, kLaneCount> pinned_waiting_{};
