@@ -833,6 +833,18 @@ std::string parse_lease_key(const std::string& v) {
 
 // The values of single variables, each as its row in the table below reads it.
 
+tenants::Key parse_tenant_key(const std::string& v) { return tenants::parse_key(v); }
+std::string tenant_key_text(const tenants::Key& k) { return k.str(); }
+
+// An HS256 secret. The value is a secret: no message repeats any of it.
+std::string parse_jwt_key(const std::string& v) {
+  if (v.size() < 16)
+    invalid("has " + std::to_string(v.size()) +
+            " characters; give the HS256 secret the tokens are signed with, at least 16 "
+            "characters, or unset it to read claims unverified");
+  return v;
+}
+
 std::string parse_admin_token(const std::string& v) {
   // An empty token usually means a secret that failed to expand; refusing beats running open.
   if (v.empty()) invalid("set but empty; give a token or unset it");
@@ -1585,6 +1597,22 @@ constexpr Row kRows[] = {
          "lasts the whole response, an SSE stream included); unset, heavy requests are limited "
          "only "
          "relative to the measured capacity."}),
+    field<parse_tenant_key, tenant_key_text, &Config::tenants, &Tenants::key>(
+        restart, "tenant_key",
+        {"SLUICE_TENANT_KEY", "none",
+         "Who a request belongs to: header:NAME (a request header, e.g. an API key), client_ip "
+         "(the connection's peer address) or jwt:CLAIM (a claim of the bearer JWT in "
+         "Authorization, e.g. jwt:sub); none: every request is one tenant. A key is hashed "
+         "(SHA-256) as soon as it is read and only its hash is kept or logged; requests without "
+         "one share one tenant. Each lane's queue is shared between tenants by round robin; a "
+         "route's tenant_key replaces this one."}),
+    secret<parse_jwt_key, &Config::tenants, &Tenants::jwt_key>(
+        restart, "tenant_jwt_key",
+        {"SLUICE_TENANT_JWT_KEY", "unset",
+         "The HS256 secret bearer JWTs are signed with (at least 16 characters): a jwt: tenant "
+         "key is then taken only from a token whose signature verifies, and any other request "
+         "is the shared tenant; unset, claims are read without verification (Sluice only "
+         "groups requests by them; authentication stays with the API). A secret."}),
     estimate<parse_seed, as_is, &EstimatePolicy::seed>(
         restart, "bulkhead_seed",
         {"SLUICE_BULKHEAD_SEED", "4",
@@ -2021,6 +2049,8 @@ std::string reference_markdown() {
       "| `retry_after` | `\"floor:cap\"` (ms, s or m; floor at least 1s) | the lane's band | the "
       "band of its refusals' Retry-After, in place of the lane's `SLUICE_RETRY_AFTER` (seed 000's "
       "`/logs` exception: `\"2s:4s\"`) |\n"
+      "| `tenant_key` | as `SLUICE_TENANT_KEY` (`\"header:X-Org-Id\"`, `\"client_ip\"`, "
+      "`\"jwt:sub\"`, `\"none\"`) | `SLUICE_TENANT_KEY` | who its requests belong to |\n"
       "\n"
       "Any other field is an error, and so is an empty array. Errors name the route's index and\n"
       "field, e.g. `SLUICE_ROUTES: route 1: field \"lane\": \"fast\" is not a lane; valid: bulk, "

@@ -19,6 +19,7 @@
 #include "admission/resilience.hpp"
 #include "hosts/schedule.hpp"
 #include "routes/routes.hpp"
+#include "tenants/key.hpp"
 #include "tls/tls.hpp"
 
 namespace sluice::config {
@@ -80,8 +81,16 @@ struct Admission {
   std::string tick_log;   // empty: unset
 };
 
+// Tenants (SLUICE_TENANT_*): who a request belongs to, fairness between them
+// inside each lane, and their optional limits.
+struct Tenants {
+  tenants::Key key;     // SLUICE_TENANT_KEY; a route's tenant_key replaces it
+  std::string jwt_key;  // SLUICE_TENANT_JWT_KEY: HS256 secret; empty: claims read unverified
+};
+
 struct Config {
   Admission admission;
+  Tenants tenants;
 
   // listeners
   Endpoint listen{"0.0.0.0", 8080};  // SLUICE_LISTEN=off: an empty host, no plain listener

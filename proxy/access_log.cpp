@@ -8,6 +8,8 @@
 #include <climits>
 #include <ctime>
 
+#include "tenants/key.hpp"
+
 namespace sluice::proxy {
 
 AccessLog::AccessLog(int fd) : fd_(fd) {
@@ -123,6 +125,10 @@ void AccessLog::write(const AccessRecord& r) {
   field("lane", r.lane);
   field("route", r.route);
   field("upstream", r.upstream);
+  if (r.tenant != 0) {
+    auto h = tenants::hex(r.tenant);
+    field("tenant", {h.data(), h.size()});
+  }
   if (!r.upstream_addr.empty()) field("upstream_addr", r.upstream_addr);
   if (!r.fallback_from.empty()) {
     field("fallback_from", r.fallback_from);

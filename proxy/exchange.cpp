@@ -46,6 +46,7 @@ AccessRecord access_record(const Exchange& ex, int status, std::string_view meth
     r.upstream = cfg.upstreams[ex.upstream].name;
     r.upstream_addr = std::string_view(ex.upstream_addr.data(), ex.upstream_addr_len);
     r.decision = admission::to_string(ex.decision.outcome);
+    r.tenant = ex.tenant;
   }
   if (ex.fallback_from >= 0) {
     r.fallback_from = cfg.upstreams[static_cast<std::size_t>(ex.fallback_from)].name;

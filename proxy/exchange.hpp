@@ -24,6 +24,7 @@
 
 #include "admission/placement.hpp"
 #include "proxy/runtime.hpp"
+#include "tenants/key.hpp"
 
 namespace sluice::proxy {
 
@@ -104,6 +105,7 @@ struct Exchange {
   const Live* live = nullptr;
   const routes::Route* route = nullptr;
   admission::Lane lane = admission::Lane::standard;
+  tenants::Id tenant = 0;  // its tenant's hash (0: the shared tenant)
   admission::Level level = admission::Level::normal;  // published when its head was read
   admission::GateDecision decision{};
   int retry_after = -1;

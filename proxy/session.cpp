@@ -453,11 +453,35 @@ class Session : public Tracked,
     }
     ex_.lane = ex_.route->lane;
     ex_.upstream = ex_.route->upstream;
+    ex_.tenant = tenant_of(ex_.route->tenant_key ? *ex_.route->tenant_key : cfg_.tenants.key);
+    tenant = ex_.tenant;  // the seat's: its flow in its lane's queue
     if (!req_->is_done() && !ex_.upgrade && m.find(http::field::expect) == m.end()) {
       prebuffer_body();
       return;
     }
     admit();
+  }
+
+  // The request's tenant by `key`, hashed at once (0: none, the shared tenant).
+  tenants::Id tenant_of(const tenants::Key& key) const {
+    auto& m = req_->get();
+    switch (key.kind) {
+      case tenants::Key::Kind::none:
+        return 0;
+      case tenants::Key::Kind::header:
+        if (auto it = m.find(key.name); it != m.end()) return tenants::hash(it->value());
+        return 0;
+      case tenants::Key::Kind::client_ip:
+        return tenants::hash({client_, client_len_});
+      case tenants::Key::Kind::jwt:
+        if (auto it = m.find(http::field::authorization); it != m.end()) {
+          std::array<char, 4096> payload;  // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
+          return tenants::hash(
+              tenants::jwt_claim(it->value(), key.name, cfg_.tenants.jwt_key, payload));
+        }
+        return 0;
+    }
+    return 0;
   }
 
   // Request id: the client's when it sent a usable one, else a fresh one.

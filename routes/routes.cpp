@@ -13,7 +13,7 @@ using nlohmann::json;
 
 constexpr std::string_view kValidFields =
     "name, prefix, regex, methods, header, sse, min_body_bytes, lane, upstream, alternatives, pin, "
-    "retry_after";
+    "retry_after, tenant_key";
 constexpr std::string_view kExample = R"([{"prefix":"/","lane":"standard"}])";
 
 std::string in_quotes(std::string_view s) { return json(std::string(s)).dump(); }
@@ -206,6 +206,13 @@ Route parse_route(const json& obj, std::size_t index, const std::vector<std::str
       r.pin = bool_field(v, index, key);
     } else if (key == "retry_after") {
       r.retry_after = band_field(v, index, key);
+    } else if (key == "tenant_key") {
+      const auto& text = string_field(v, index, key, "\"header:X-Api-Key\"");
+      try {
+        r.tenant_key = tenants::parse_key(text);
+      } catch (const std::invalid_argument& e) {
+        fail(index, key, e.what());
+      }
     } else {
       fail(index,
            "unknown field " + in_quotes(key) + "; valid fields: " + std::string(kValidFields));

@@ -15,6 +15,7 @@
 
 #include "admission/gate.hpp"
 #include "admission/lane.hpp"
+#include "tenants/key.hpp"
 
 namespace re2 {
 class RE2;
@@ -58,6 +59,8 @@ struct Route {
   // Its refusals' Retry-After band, in place of the lane's (SLUICE_RETRY_AFTER):
   // "floor:cap", e.g. seed 000's "2s:4s" for /logs.
   std::optional<admission::RetryBand> retry_after;
+  // Who its requests belong to, in place of SLUICE_TENANT_KEY.
+  std::optional<tenants::Key> tenant_key;
 
   bool matches(const RequestView& req) const;
 };

@@ -40,15 +40,17 @@ struct Tally {
 
 // Closed-loop clients: each sends `target` back to back on a keep-alive
 // connection until stopped, pausing `after_refusal` after a 503 so a flood
-// refused at once does not spin the CPU the proxy needs. Stops by itself when
-// destroyed.
+// refused at once does not spin the CPU the proxy needs. Each request carries
+// `headers`. Stops by itself when destroyed.
 class Load {
  public:
   Load(std::uint16_t port, std::string target, int clients, Tally& tally,
-       std::chrono::milliseconds after_refusal = std::chrono::milliseconds(1)) {
+       std::chrono::milliseconds after_refusal = std::chrono::milliseconds(1),
+       Headers headers = {}) {
+    const auto raw = format_request("GET", target, port, headers);
     for (int i = 0; i < clients; ++i)
       threads_.emplace_back(
-          [this, port, target, &tally, after_refusal] { run(port, target, tally, after_refusal); });
+          [this, port, raw, &tally, after_refusal] { run(port, raw, tally, after_refusal); });
   }
   ~Load() { stop(); }
   Load(const Load&) = delete;
@@ -61,10 +63,9 @@ class Load {
   }
 
  private:
-  void run(std::uint16_t port, const std::string& target, Tally& tally,
+  void run(std::uint16_t port, const std::string& raw, Tally& tally,
            std::chrono::milliseconds after_refusal) {
     std::optional<Conn> conn;
-    const auto raw = format_request("GET", target, port);
     while (!stop_) {
       if (!conn) {
         conn = Conn::try_open(port);
