@@ -1,0 +1,226 @@
+#include "tenants/limits.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+namespace sluice::tenants {
+
+namespace {
+
+constexpr std::int32_t kNone = -1;
+
+std::uint64_t mix(std::uint64_t x) {  // splitmix64's finalizer
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+struct Table::Stripe {
+  struct Entry {
+    std::uint64_t key = 0;
+    std::uint32_t in_flight = 0;
+    double tokens = 0;
+    Micros refilled{0};
+    std::int32_t newer = kNone, older = kNone;  // the LRU list; free entries chain on `older`
+  };
+  mutable std::mutex mutex;
+  std::vector<Entry> entries;
+  std::vector<std::int32_t> index;  // open addressing: entry numbers, kNone when empty
+  std::size_t mask = 0;
+  std::int32_t newest = kNone, oldest = kNone, free = kNone;
+  std::size_t used = 0;
+  std::uint64_t evictions = 0, untracked = 0;
+
+  explicit Stripe(std::size_t n) : entries(n) {
+    index.assign(std::bit_ceil(2 * n), kNone);
+    mask = index.size() - 1;
+    for (std::size_t i = n; i-- > 0;) {
+      entries[i].older = free;
+      free = static_cast<std::int32_t>(i);
+    }
+  }
+  Entry& at(std::int32_t e) { return entries[static_cast<std::size_t>(e)]; }
+  std::size_t home(std::uint64_t key) const { return mix(key) & mask; }
+
+  // The index slot holding key, or the empty slot where it would go.
+  std::size_t slot(std::uint64_t key) const {
+    std::size_t i = home(key);
+    while (index[i] != kNone && entries[static_cast<std::size_t>(index[i])].key != key)
+      i = (i + 1) & mask;
+    return i;
+  }
+
+  // Removes index slot i, shifting back the entries after it that probed past it.
+  void unindex(std::size_t i) {
+    for (std::size_t j = (i + 1) & mask; index[j] != kNone; j = (j + 1) & mask) {
+      const std::size_t k = home(entries[static_cast<std::size_t>(index[j])].key);
+      // j's entry may move to i when its home is not in (i, j] (cyclically).
+      const bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+      if (stays) continue;
+      index[i] = index[j];
+      i = j;
+    }
+    index[i] = kNone;
+  }
+
+  void unlink(std::int32_t e) {
+    Entry& x = at(e);
+    (x.newer != kNone ? at(x.newer).older : newest) = x.older;
+    (x.older != kNone ? at(x.older).newer : oldest) = x.newer;
+    x.newer = x.older = kNone;
+  }
+
+  void make_newest(std::int32_t e) {
+    Entry& x = at(e);
+    x.older = newest;
+    x.newer = kNone;
+    (newest != kNone ? at(newest).newer : oldest) = e;
+    newest = e;
+  }
+
+  // A free entry: from the free list, else the least recently used entry with
+  // nothing in flight (of the kEvictionTries oldest), else none.
+  std::int32_t take_entry() {
+    if (free != kNone) {
+      std::int32_t e = free;
+      free = at(e).older;
+      at(e).older = kNone;
+      return e;
+    }
+    std::int32_t e = oldest;
+    for (int tries = 0; e != kNone && tries < kEvictionTries; ++tries, e = at(e).newer) {
+      if (at(e).in_flight > 0) continue;
+      unindex(slot(at(e).key));
+      unlink(e);
+      --used;
+      ++evictions;
+      return e;
+    }
+    return kNone;
+  }
+
+  // The entry of `key`, made the most recent; a new one (a full bucket) when
+  // absent; kNone when the stripe has no entry to give.
+  std::int32_t find_or_add(std::uint64_t key, const Limits& l, Micros now) {
+    std::size_t i = slot(key);
+    if (index[i] != kNone) {
+      std::int32_t e = index[i];
+      unlink(e);
+      make_newest(e);
+      return e;
+    }
+    std::int32_t e = take_entry();
+    if (e == kNone) return kNone;
+    i = slot(key);  // an eviction may have shifted the index
+    index[i] = e;
+    Entry& x = at(e);
+    x = Entry{};
+    x.key = key;
+    x.tokens = l.bucket();
+    x.refilled = now;
+    make_newest(e);
+    ++used;
+    return e;
+  }
+};
+
+Table::Table(std::size_t capacity) : capacity_(std::max(capacity, kStripes)) {
+  for (auto& s : stripes_) s = std::make_unique<Stripe>(capacity_ / kStripes);
+  capacity_ = capacity_ / kStripes * kStripes;
+}
+
+Table::~Table() = default;
+
+std::uint64_t Table::scoped(std::uint64_t tenant, std::uint64_t route) {
+  return mix(tenant ^ mix(route + 1));
+}
+
+std::size_t Table::stripe_of(std::uint64_t key) {
+  return mix(key) >> 60;  // the top 4 bits: kStripes == 16
+}
+
+Grant Table::acquire(std::uint64_t key, const Limits& l, Micros now) {
+  Grant g;
+  g.key = key;
+  g.stripe = static_cast<std::uint8_t>(stripe_of(key));
+  Stripe& s = *stripes_[g.stripe];
+  std::lock_guard lock(s.mutex);
+  std::int32_t e = s.find_or_add(key, l, now);
+  if (e == kNone) {
+    ++s.untracked;
+    g.limited = Limited::untracked;
+    return g;
+  }
+  auto& x = s.at(e);
+  g.entry = e;
+  if (l.concurrency > 0 && x.in_flight >= l.concurrency) {
+    g.limited = Limited::concurrency;
+    return g;
+  }
+  if (l.rate > 0) {
+    const double seconds = std::chrono::duration<double>(now - x.refilled).count();
+    x.tokens = std::min(l.bucket(), x.tokens + std::max(0.0, seconds) * l.rate);
+    x.refilled = std::max(now, x.refilled);
+    if (x.tokens < 1.0) {
+      g.limited = Limited::rate;
+      g.remaining = x.tokens;
+      g.retry_after = Micros(static_cast<std::int64_t>(std::ceil((1.0 - x.tokens) / l.rate * 1e6)));
+      return g;
+    }
+    x.tokens -= 1.0;
+    g.took_token = true;
+    g.remaining = x.tokens;
+  }
+  if (l.concurrency > 0) {
+    ++x.in_flight;
+    g.holds = true;
+  }
+  return g;
+}
+
+void Table::release(Grant& g, bool refund) {
+  if (g.entry == kNone || (!g.holds && !(refund && g.took_token))) return;
+  Stripe& s = *stripes_[g.stripe];
+  std::lock_guard lock(s.mutex);
+  auto& x = s.at(g.entry);
+  if (x.key == g.key) {  // an entry with nothing in flight may have gone to another tenant
+    if (g.holds) --x.in_flight;
+    if (refund && g.took_token) x.tokens += 1.0;
+  }
+  g.holds = g.took_token = false;
+  g.entry = kNone;
+}
+
+std::uint64_t Table::evictions() const {
+  std::uint64_t n = 0;
+  for (const auto& s : stripes_) {
+    std::lock_guard lock(s->mutex);
+    n += s->evictions;
+  }
+  return n;
+}
+
+std::uint64_t Table::untracked() const {
+  std::uint64_t n = 0;
+  for (const auto& s : stripes_) {
+    std::lock_guard lock(s->mutex);
+    n += s->untracked;
+  }
+  return n;
+}
+
+std::size_t Table::size() const {
+  std::size_t n = 0;
+  for (const auto& s : stripes_) {
+    std::lock_guard lock(s->mutex);
+    n += s->used;
+  }
+  return n;
+}
+
+}  // namespace sluice::tenants

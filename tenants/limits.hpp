@@ -1,0 +1,89 @@
+#pragma once
+// Per-tenant limits (SLUICE_TENANT_CONCURRENCY, SLUICE_TENANT_RATE, or a
+// route's own): requests in flight and a token bucket per tenant, in a table
+// of bounded size shared by every I/O thread.
+//
+//   concurrency  a tenant with `concurrency` requests in flight is refused
+//                (429 tenant_limit) until one ends.
+//   rate         a token bucket of `burst` tokens (one second of the rate by
+//                default), refilled at `rate` per second; a request takes one
+//                token, and without one it is refused, told when the next
+//                token comes. A request refused later (by the level or its
+//                lane) gets its token back: the rate counts what is admitted.
+//   the table    at most `capacity` tenants, in 16 stripes, each a fixed
+//                array with an open-addressed index (linear probing, backward
+//                shift on removal) and a least-recently-used list: O(1) per
+//                request, no allocation after construction. A new tenant in a
+//                full stripe evicts the least recently used tenant with
+//                nothing in flight (of the 8 least recent; counted), forgetting
+//                its bucket; when all 8 have requests in flight the newcomer
+//                is not tracked this once (counted) rather than refused.
+//
+// Threading: any thread; each call locks one stripe for a few dozen
+// instructions. Time comes in as Micros since an epoch the caller picks.
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace sluice::tenants {
+
+using Micros = std::chrono::microseconds;
+
+struct Limits {
+  std::uint32_t concurrency = 0;  // 0: none
+  double rate = 0;                // requests per second; 0: none
+  double burst = 0;               // the bucket's size; 0: one second of the rate (at least 1)
+  bool on() const { return concurrency > 0 || rate > 0; }
+  double bucket() const { return burst > 0 ? burst : std::max(1.0, rate); }
+  bool operator==(const Limits&) const = default;
+};
+
+enum class Limited : std::uint8_t { no, concurrency, rate, untracked };
+
+// What acquire() gave: give it back with release().
+struct Grant {
+  Limited limited = Limited::no;  // no or untracked: admitted
+  std::uint64_t key = 0;
+  std::int32_t entry = -1;  // its stripe's entry (-1: none)
+  std::uint8_t stripe = 0;
+  bool holds = false;        // a unit of the tenant's concurrency
+  bool took_token = false;   // a token of its bucket
+  Micros retry_after{0};     // limited: when it would be admitted
+  double remaining = 0;      // tokens left after it (rate limits)
+};
+
+class Table {
+ public:
+  static constexpr std::size_t kStripes = 16;
+  static constexpr int kEvictionTries = 8;
+  explicit Table(std::size_t capacity);
+  ~Table();
+  Table(const Table&) = delete;
+  Table& operator=(const Table&) = delete;
+
+  // A request of the tenant `key` (tenant hash, or mixed with a route's: see
+  // scoped()) asks under `limits` at `now`.
+  Grant acquire(std::uint64_t key, const Limits& limits, Micros now);
+  // The request ended (refund: refused after acquire(), its token back).
+  void release(Grant& g, bool refund = false);
+
+  std::uint64_t evictions() const;
+  std::uint64_t untracked() const;
+  std::size_t size() const;
+  std::size_t capacity() const { return capacity_; }
+
+  // The stripe a key lives in.
+  static std::size_t stripe_of(std::uint64_t key);
+  // A key of its own for a tenant under a route's own limits.
+  static std::uint64_t scoped(std::uint64_t tenant, std::uint64_t route);
+
+ private:
+  struct Stripe;
+  std::size_t capacity_;
+  std::array<std::unique_ptr<Stripe>, kStripes> stripes_;
+};
+
+}  // namespace sluice::tenants
