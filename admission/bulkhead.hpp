@@ -280,7 +280,7 @@ struct Seat {
   int load = 0;            // running requests when it was seated
   Micros since{0};         // queued or seated at
   Hold hold = Hold::none;  // why the last ask did not seat it (a refusal's reason)
-  Seat* prev = nullptr;  // in its lane's queue (arrival order), or its lane's live list
+  Seat* prev = nullptr;    // in its lane's queue (arrival order), or its lane's live list
   Seat* next = nullptr;
   Seat* flow_prev = nullptr;  // in its tenant's flow of its lane's queue
   Seat* flow_next = nullptr;
@@ -438,7 +438,7 @@ class Bulkhead {
   std::array<int, kLaneCount> waiting_{};
   std::array<int, kLaneCount> delegated_{};
   std::array<FairQueue, kLaneCount> queue_{};  // oldest first within a tenant, DRR between
-  std::array<List, kLaneCount> live_{};   // seated, in seating order
+  std::array<List, kLaneCount> live_{};        // seated, in seating order
   std::array<std::optional<Micros>, kLaneCount> waiting_since_{};
   std::array<int, kLaneCount> pinned_waiting_{};
   std::array<std::optional<Micros>, kLaneCount> pinned_since_{};

@@ -46,6 +46,8 @@ std::string_view to_string(Reason reason) {
       return "reserved";
     case Reason::unresolved:
       return "unresolved";
+    case Reason::tenant_limit:
+      return "tenant_limit";
   }
   return "none";
 }

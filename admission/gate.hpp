@@ -49,9 +49,10 @@ enum class Reason : std::uint8_t {
   heavy_cap,
   budget,
   reserved,
-  unresolved  // the upstream has no address: none of its names resolves
+  unresolved,   // the upstream has no address: none of its names resolves
+  tenant_limit  // its tenant is at its concurrency or out of its rate (429)
 };
-inline constexpr std::size_t kReasonCount = 8;
+inline constexpr std::size_t kReasonCount = 9;
 std::string_view to_string(Reason reason);
 
 // factor[lane][level] in [0, 1].

@@ -836,6 +836,23 @@ std::string parse_lease_key(const std::string& v) {
 tenants::Key parse_tenant_key(const std::string& v) { return tenants::parse_key(v); }
 std::string tenant_key_text(const tenants::Key& k) { return k.str(); }
 
+std::uint32_t parse_tenant_concurrency(const std::string& v) {
+  return count_in<std::uint32_t, 1, 1'000'000>(v);
+}
+Json concurrency_json(std::uint32_t n) { return n ? Json(n) : Json(nullptr); }
+
+// "R" or "R:B" into the rate's two fields (the concurrency is another row's).
+tenants::Limits parse_tenant_rate(const std::string& v, const tenants::Limits& current) {
+  tenants::Limits l = current;
+  auto r = tenants::parse_rate(v);
+  l.rate = r.rate;
+  l.burst = r.burst;
+  return l;
+}
+Json rate_json(const tenants::Limits& l) {
+  return l.rate > 0 ? Json(tenants::rate_text(l)) : Json(nullptr);
+}
+
 // An HS256 secret. The value is a secret: no message repeats any of it.
 std::string parse_jwt_key(const std::string& v) {
   if (v.size() < 16)
@@ -1613,6 +1630,26 @@ constexpr Row kRows[] = {
          "key is then taken only from a token whose signature verifies, and any other request "
          "is the shared tenant; unset, claims are read without verification (Sluice only "
          "groups requests by them; authentication stays with the API). A secret."}),
+    field<parse_tenant_concurrency, concurrency_json, &Config::tenants, &Tenants::limits,
+          &tenants::Limits::concurrency>(
+        restart, "tenant_concurrency",
+        {"SLUICE_TENANT_CONCURRENCY", "unset",
+         "Optional: the requests one tenant (SLUICE_TENANT_KEY) may have in flight (1..1000000); "
+         "one more is answered 429 tenant_limit until one of its requests ends."}),
+    field<parse_tenant_rate, rate_json, &Config::tenants, &Tenants::limits>(
+        restart, "tenant_rate",
+        {"SLUICE_TENANT_RATE", "unset",
+         "Optional: requests per second per tenant, as a token bucket: R or R:B (e.g. 50 or "
+         "50:100; the bucket B is one second of R by default). A request without a token is "
+         "answered 429 tenant_limit, Retry-After when the next token comes, with the IETF "
+         "RateLimit and RateLimit-Policy fields; a request refused afterwards (level, lane) "
+         "gets its token back."}),
+    field<count_in<std::size_t, 16, 16'777'216>, as_is, &Config::tenants, &Tenants::table>(
+        restart, "tenant_table",
+        {"SLUICE_TENANT_TABLE", "65536",
+         "The tenants whose limits are tracked at most (16..16777216); past it the least "
+         "recently seen tenant with nothing in flight is forgotten (its bucket starts full "
+         "again), counted in sluice_tenant_evictions_total."}),
     estimate<parse_seed, as_is, &EstimatePolicy::seed>(
         restart, "bulkhead_seed",
         {"SLUICE_BULKHEAD_SEED", "4",

@@ -20,6 +20,7 @@
 #include "hosts/schedule.hpp"
 #include "routes/routes.hpp"
 #include "tenants/key.hpp"
+#include "tenants/limits.hpp"
 #include "tls/tls.hpp"
 
 namespace sluice::config {
@@ -84,8 +85,10 @@ struct Admission {
 // Tenants (SLUICE_TENANT_*): who a request belongs to, fairness between them
 // inside each lane, and their optional limits.
 struct Tenants {
-  tenants::Key key;     // SLUICE_TENANT_KEY; a route's tenant_key replaces it
-  std::string jwt_key;  // SLUICE_TENANT_JWT_KEY: HS256 secret; empty: claims read unverified
+  tenants::Key key;            // SLUICE_TENANT_KEY; a route's tenant_key replaces it
+  std::string jwt_key;         // SLUICE_TENANT_JWT_KEY: HS256 secret; empty: claims read unverified
+  tenants::Limits limits;      // SLUICE_TENANT_CONCURRENCY, SLUICE_TENANT_RATE
+  std::size_t table = 65'536;  // SLUICE_TENANT_TABLE: tenants tracked at most
 };
 
 struct Config {

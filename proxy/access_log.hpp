@@ -17,7 +17,7 @@ struct AccessRecord {
   // (closed, full, connect_failed); empty otherwise.
   std::string_view fallback_from, fallback_why;
   std::string_view upstream_addr;  // address:port of the host that carried it; empty: none
-  std::string_view tls;  // the client connection's TLS version ("TLSv1.3"); empty: plain HTTP
+  std::string_view tls;      // the client connection's TLS version ("TLSv1.3"); empty: plain HTTP
   std::uint64_t tenant = 0;  // its tenant's hash, logged as 16 hex digits; 0: none
   int status = 0;
   int level = 0;

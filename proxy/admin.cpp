@@ -727,6 +727,35 @@ const FamilySpec kFamilies[] = {
        out.add(sum_workers(
            s.rt, [](Shard & sh) -> auto& { return sh.handler_exceptions; }));
      }},
+    {"sluice_tenants", "Tenants whose limits are tracked now (at most SLUICE_TENANT_TABLE).",
+     MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       out.add(static_cast<double>(s.rt.tenant_table->size()));
+     }},
+    {"sluice_tenant_evictions_total",
+     "Tenants forgotten to make room in a full table (the least recently seen with nothing in "
+     "flight).",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       out.add(static_cast<double>(s.rt.tenant_table->evictions()));
+     }},
+    {"sluice_tenant_untracked_total",
+     "Requests admitted without their tenant's limits: the table had no room that was not in "
+     "flight.",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       out.add(static_cast<double>(s.rt.tenant_table->untracked()));
+     }},
+    {"sluice_tenant_limited_total",
+     "Requests answered 429 tenant_limit (observe mode: would have been), by limit "
+     "(concurrency, rate).",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       for (std::size_t i = 0; i < 2; ++i)
+         out.add(sum_workers(
+                     s.rt, [&](Shard & sh) -> auto& { return sh.tenant_limited[i]; }),
+                 {{"limit", i == 0 ? "concurrency" : "rate"}});
+     }},
     {"sluice_draining", "1 while the instance drains after SIGTERM.", MetricType::Gauge,
      [](const Scrape& s, Samples& out) { out.add(s.rt.draining.load() ? 1 : 0); }},
 };

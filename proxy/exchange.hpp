@@ -25,6 +25,7 @@
 #include "admission/placement.hpp"
 #include "proxy/runtime.hpp"
 #include "tenants/key.hpp"
+#include "tenants/limits.hpp"
 
 namespace sluice::proxy {
 
@@ -86,6 +87,36 @@ inline void give_back(Checkout& c, bool reusable) {
   pool->release(std::unique_ptr<UpstreamConnection>(c.release()), reusable);
 }
 
+// A request's place under its tenant's limits (tenants/limits.hpp): given back
+// when dropped (the concurrency unit), or refunded (the token too) when the
+// request is refused after it was taken.
+class TenantHold {
+ public:
+  TenantHold() = default;
+  TenantHold(tenants::Table& t, const tenants::Grant& g) : table_(&t), grant_(g) {}
+  TenantHold(TenantHold&& o) noexcept
+      : table_(std::exchange(o.table_, nullptr)), grant_(o.grant_) {}
+  TenantHold& operator=(TenantHold&& o) noexcept {
+    if (this != &o) {
+      give_back(false);
+      table_ = std::exchange(o.table_, nullptr);
+      grant_ = o.grant_;
+    }
+    return *this;
+  }
+  TenantHold(const TenantHold&) = delete;
+  TenantHold& operator=(const TenantHold&) = delete;
+  ~TenantHold() { give_back(false); }
+  const tenants::Grant& grant() const { return grant_; }
+  void give_back(bool refund) {
+    if (table_) std::exchange(table_, nullptr)->release(grant_, refund);
+  }
+
+ private:
+  tenants::Table* table_ = nullptr;
+  tenants::Grant grant_;
+};
+
 // Everything one request and its response hold, reset by assignment.
 struct Exchange {
   // The request.
@@ -105,7 +136,7 @@ struct Exchange {
   const Live* live = nullptr;
   const routes::Route* route = nullptr;
   admission::Lane lane = admission::Lane::standard;
-  tenants::Id tenant = 0;  // its tenant's hash (0: the shared tenant)
+  tenants::Id tenant = 0;                             // its tenant's hash (0: the shared tenant)
   admission::Level level = admission::Level::normal;  // published when its head was read
   admission::GateDecision decision{};
   int retry_after = -1;
@@ -119,6 +150,7 @@ struct Exchange {
   bool forwarded = false;    // counted in flight and on its way upstream
 
   // What it holds.
+  std::array<TenantHold, 2> tenant_holds;  // under its route's own limits, under the process's
   admission::Lease lease;
   LeaseSlot slot;
   InFlight in_flight;

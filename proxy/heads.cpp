@@ -158,6 +158,7 @@ void append_own_answer(std::string& out, std::string& body, const OwnAnswer& a) 
     append_number_field(out, "Retry-After", static_cast<std::uint64_t>(a.retry_after_s));
     append_field(out, "X-Sluice-Reject", a.error);
   }
+  out += a.fields;
   append_number_field(out, "Content-Length", body.size());
   if (a.close) out += "Connection: close\r\n";
   end_head(out, a.request_id);

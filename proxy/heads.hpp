@@ -88,6 +88,7 @@ struct OwnAnswer {
   std::string_view lane;
   int level = 0;
   int retry_after_s = 0;
+  std::string_view fields;  // more header lines, each ending in CRLF
 };
 void append_own_answer(std::string& out, std::string& body, const OwnAnswer& a);
 

@@ -18,6 +18,7 @@ Runtime::Runtime(const config::Config& c) : config(c) {
   if (c.admission.heavy_max_in_flight)
     heavy_cap =
         std::make_unique<HeavyCap>(static_cast<std::int64_t>(*c.admission.heavy_max_in_flight));
+  tenant_table = std::make_unique<tenants::Table>(c.tenants.table);
   admission::EstimatePolicy ep = c.admission.estimate;
   ep.max = static_cast<double>(c.upstream_max_connections);
   for (std::size_t u = 0; u < c.upstreams.size(); ++u)

@@ -166,7 +166,9 @@ struct Runtime {
   admission::Micros micros(Clock::time_point t) const {
     return std::chrono::duration_cast<admission::Micros>(t - epoch);
   }
-  std::unique_ptr<HeavyCap> heavy_cap;               // SLUICE_HEAVY_MAX_IN_FLIGHT, when set
+  std::unique_ptr<HeavyCap> heavy_cap;  // SLUICE_HEAVY_MAX_IN_FLIGHT, when set
+  // Per-tenant limits (SLUICE_TENANT_*, routes' own), every thread's.
+  std::unique_ptr<tenants::Table> tenant_table;
   std::vector<std::unique_ptr<UpstreamGate>> gates;  // one per upstream
   // One per upstream, for every thread: the estimate never passes the
   // upstream's connections (SLUICE_UPSTREAM_MAX_CONNECTIONS).

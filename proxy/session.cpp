@@ -21,6 +21,7 @@
 #include <boost/beast/core/bind_handler.hpp>
 #include <boost/beast/http/read.hpp>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <memory_resource>
 #include <optional>
@@ -475,7 +476,8 @@ class Session : public Tracked,
         return tenants::hash({client_, client_len_});
       case tenants::Key::Kind::jwt:
         if (auto it = m.find(http::field::authorization); it != m.end()) {
-          std::array<char, 4096> payload;  // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
+          std::array<char, 4096>
+              payload;  // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
           return tenants::hash(
               tenants::jwt_claim(it->value(), key.name, cfg_.tenants.jwt_key, payload));
         }
@@ -592,10 +594,66 @@ class Session : public Tracked,
         return;
       }
     }
+    if (!ex_.delegated && !within_tenant_limits()) return;
     auto now = Clock::now();
     if (!apply(admission::place(ask(), *this, ups_, micros(now), w_.rng()), now)) return;
     count_decision();
     forward();
+  }
+
+  // Its tenant's limits, its route's own first, then the process's (a
+  // delegated request is part of its parent's work: never limited). True when
+  // it goes on; else its 429 is on its way. Observe mode goes on, counted
+  // would_shed tenant_limit.
+  bool within_tenant_limits() {
+    const auto& own = ex_.route->tenant_limits;
+    const auto& all = cfg_.tenants.limits;
+    if (!own.on() && !all.on()) return true;
+    auto& table = *w_.runtime().tenant_table;
+    const auto now = micros(Clock::now());
+    auto ask = [&](std::size_t i, std::uint64_t key, const tenants::Limits& l) {
+      ex_.tenant_holds[i] = TenantHold(table, table.acquire(key, l, now));
+      return ex_.tenant_holds[i].grant();
+    };
+    tenants::Grant g;
+    const tenants::Limits* limits = &own;
+    if (own.on()) g = ask(0, tenants::Table::scoped(ex_.tenant, ex_.route->tenant_scope), own);
+    if (!limited(g) && all.on()) {
+      limits = &all;
+      g = ask(1, ex_.tenant, all);
+    }
+    if (!limited(g)) return true;
+    bump(st_.tenant_limited[g.limited == tenants::Limited::rate ? 1 : 0]);
+    if (ex_.live->gate.mode() == admission::Mode::observe) {
+      if (ex_.decision.outcome == admission::Outcome::admitted)
+        ex_.decision = {admission::Outcome::would_shed, admission::Reason::tenant_limit};
+      return true;
+    }
+    ex_.decision = {admission::Outcome::shed, admission::Reason::tenant_limit};
+    count_decision();
+    rate_fields_.clear();
+    std::optional<admission::Millis> wait;
+    if (g.limited == tenants::Limited::rate) {
+      wait = std::chrono::ceil<admission::Millis>(g.retry_after);
+      // The IETF RateLimit fields: the bucket as a quota of B per the B / R
+      // seconds that refill it, and none left for t seconds.
+      const auto window = static_cast<std::uint64_t>(std::ceil(limits->bucket() / limits->rate));
+      const auto t = static_cast<std::uint64_t>(
+          std::ceil(std::chrono::duration<double>(g.retry_after).count()));
+      rate_fields_ += "RateLimit-Policy: \"tenant\";q=";
+      append_number(rate_fields_, static_cast<std::uint64_t>(limits->bucket()));
+      rate_fields_ += ";w=";
+      append_number(rate_fields_, std::max<std::uint64_t>(1, window));
+      rate_fields_ += "\r\nRateLimit: \"tenant\";r=0;t=";
+      append_number(rate_fields_, t);
+      rate_fields_ += "\r\n";
+    }
+    refuse(wait, 429);
+    return false;
+  }
+
+  static bool limited(const tenants::Grant& g) {
+    return g.limited == tenants::Limited::concurrency || g.limited == tenants::Limited::rate;
   }
 
   admission::Ask ask() const {
@@ -1199,13 +1257,22 @@ class Session : public Tracked,
   // SPEC's refusal: 503, Retry-After derived from what was observed, clamped to
   // the route's band or else the lane's, with jitter that only adds,
   // X-Sluice-Reject, and a JSON body.
-  void refuse(std::optional<admission::Millis> derived) {
+  void refuse(std::optional<admission::Millis> derived, int status = 503) {
     const auto& band = ex_.route && ex_.route->retry_after
                            ? *ex_.route->retry_after
                            : ex_.live->retry[admission::index(ex_.lane)];
-    ex_.retry_after = admission::retry_after_seconds(derived, band, w_.rng());
+    // A tenant's bucket tells its refill as it is: a client contract, not
+    // the lane's estimate of an overload (no band, no jitter).
+    ex_.retry_after = status == 429 && derived
+                          ? static_cast<int>(std::max<std::int64_t>(
+                                1, std::chrono::ceil<std::chrono::seconds>(*derived).count()))
+                          : admission::retry_after_seconds(derived, band, w_.rng());
+    // Refused after its tenant's limits let it through: it was not admitted,
+    // and takes nothing of its tenant's rate.
+    for (auto& h : ex_.tenant_holds) h.give_back(/*refund=*/true);
     OwnAnswer a;
-    a.status = 503;
+    a.status = status;
+    if (status == 429) a.fields = rate_fields_;
     a.error = admission::to_string(ex_.decision.reason);
     a.refusal = true;
     a.lane = admission::to_string(ex_.lane);
@@ -1289,6 +1356,7 @@ class Session : public Tracked,
   std::string out_;                // the next head to write
   std::string sending_;            // a head being written
   std::string own_body_;           // scratch for the body of an answer Sluice writes itself
+  std::string rate_fields_;        // the RateLimit fields of a 429 tenant_limit
   ChunkFrame frame_;               // the framing of the piece being written
   Phase phase_ = Phase::head;
   bool first_ = true;  // no request finished on this connection yet

@@ -151,6 +151,8 @@ struct Shard {
   std::atomic<std::uint64_t> tls_sni_unknown{0};
   std::atomic<std::uint64_t> tls_renegotiations{0};
   std::atomic<std::uint64_t> tls_shed{0};
+  // Requests answered 429 tenant_limit, by the limit: concurrency, rate.
+  std::array<std::atomic<std::uint64_t>, 2> tenant_limited{};
 };
 
 }  // namespace sluice::proxy

@@ -13,7 +13,7 @@ using nlohmann::json;
 
 constexpr std::string_view kValidFields =
     "name, prefix, regex, methods, header, sse, min_body_bytes, lane, upstream, alternatives, pin, "
-    "retry_after, tenant_key";
+    "retry_after, tenant_key, tenant_concurrency, tenant_rate";
 constexpr std::string_view kExample = R"([{"prefix":"/","lane":"standard"}])";
 
 std::string in_quotes(std::string_view s) { return json(std::string(s)).dump(); }
@@ -206,6 +206,20 @@ Route parse_route(const json& obj, std::size_t index, const std::vector<std::str
       r.pin = bool_field(v, index, key);
     } else if (key == "retry_after") {
       r.retry_after = band_field(v, index, key);
+    } else if (key == "tenant_concurrency") {
+      if (!v.is_number_unsigned() || v.get<std::uint64_t>() < 1 ||
+          v.get<std::uint64_t>() > 1'000'000)
+        fail(index, key, v.dump() + " is not a count of requests in 1..1000000; e.g. 10");
+      r.tenant_limits.concurrency = v.get<std::uint32_t>();
+    } else if (key == "tenant_rate") {
+      const auto& text = string_field(v, index, key, "\"50\" or \"50:100\"");
+      try {
+        auto l = tenants::parse_rate(text);
+        r.tenant_limits.rate = l.rate;
+        r.tenant_limits.burst = l.burst;
+      } catch (const std::invalid_argument& e) {
+        fail(index, key, e.what());
+      }
     } else if (key == "tenant_key") {
       const auto& text = string_field(v, index, key, "\"header:X-Api-Key\"");
       try {
@@ -238,6 +252,7 @@ Route parse_route(const json& obj, std::size_t index, const std::vector<std::str
   }
   if (r.prefix && r.regex)
     fail(index, "fields \"prefix\" and \"regex\" are exclusive; use one of them");
+  if (r.tenant_limits.on()) r.tenant_scope = tenants::hash(r.name);
   if (r.pin && !r.alternatives.empty())
     fail(index,
          "fields \"pin\" and \"alternatives\" are exclusive: a pinned route never falls back; "

@@ -16,6 +16,7 @@
 #include "admission/gate.hpp"
 #include "admission/lane.hpp"
 #include "tenants/key.hpp"
+#include "tenants/limits.hpp"
 
 namespace re2 {
 class RE2;
@@ -61,6 +62,10 @@ struct Route {
   std::optional<admission::RetryBand> retry_after;
   // Who its requests belong to, in place of SLUICE_TENANT_KEY.
   std::optional<tenants::Key> tenant_key;
+  // Per-tenant limits of its own (tenant_concurrency, tenant_rate): counted
+  // apart from the tenant's other routes, on top of SLUICE_TENANT_*'s.
+  tenants::Limits tenant_limits;
+  std::uint64_t tenant_scope = 0;  // its own limits' count: the hash of its name
 
   bool matches(const RequestView& req) const;
 };

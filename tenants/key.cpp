@@ -20,8 +20,9 @@ bool is_token_char(char c) {
 
 [[noreturn]] void invalid(const std::string& what) {
   throw std::invalid_argument(
-      what + "; valid: header:NAME (e.g. header:X-Api-Key), client_ip, jwt:CLAIM (e.g. jwt:sub), "
-             "none");
+      what +
+      "; valid: header:NAME (e.g. header:X-Api-Key), client_ip, jwt:CLAIM (e.g. jwt:sub), "
+      "none");
 }
 
 // base64url (RFC 4648 §5, no padding; '=' padding tolerated) into out;
@@ -183,8 +184,9 @@ Key parse_key(std::string_view text) {
       invalid(quoted + ": \"" + std::string(name) + "\" is not a header name");
     k.kind = Key::Kind::header;
   } else if (what == "jwt") {
-    if (name.empty() || name.size() > 64 ||
-        !std::all_of(name.begin(), name.end(), [](char c) { return c > ' ' && c < 0x7f && c != '"' && c != '\\'; }))
+    if (name.empty() || name.size() > 64 || !std::all_of(name.begin(), name.end(), [](char c) {
+          return c > ' ' && c < 0x7f && c != '"' && c != '\\';
+        }))
       invalid(quoted + ": \"" + std::string(name) + "\" is not a claim name");
     k.kind = Key::Kind::jwt;
   } else {
@@ -224,9 +226,8 @@ std::string_view jwt_claim(std::string_view authorization, std::string_view clai
   auto dot2 = token.find('.', dot1 + 1);
   if (dot2 == std::string_view::npos || token.find('.', dot2 + 1) != std::string_view::npos)
     return {};
-  if (!hs256_key.empty() &&
-      !verify_hs256(token.substr(0, dot1), token.substr(0, dot2), token.substr(dot2 + 1),
-                    hs256_key))
+  if (!hs256_key.empty() && !verify_hs256(token.substr(0, dot1), token.substr(0, dot2),
+                                          token.substr(dot2 + 1), hs256_key))
     return {};
   long n = decode_base64url(token.substr(dot1 + 1, dot2 - dot1 - 1), scratch);
   if (n <= 0) return {};

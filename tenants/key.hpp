@@ -28,7 +28,7 @@ using Id = std::uint64_t;  // 0: the shared tenant
 struct Key {
   enum class Kind : std::uint8_t { none, header, client_ip, jwt };
   Kind kind = Kind::none;
-  std::string name;  // the header's name, or the JWT claim
+  std::string name;         // the header's name, or the JWT claim
   std::string str() const;  // as configured: "header:X-Api-Key", "client_ip", "jwt:sub", "none"
   bool on() const { return kind != Kind::none; }
   bool operator==(const Key&) const = default;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
+#include <stdexcept>
 
 namespace sluice::tenants {
 
@@ -18,7 +20,45 @@ std::uint64_t mix(std::uint64_t x) {  // splitmix64's finalizer
   return x ^ (x >> 31);
 }
 
+double number(std::string_view text, std::string_view what) {
+  std::string s(text);
+  char* end = nullptr;
+  double v = s.empty() ? 0 : std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v) || s.front() == '+' ||
+      s.front() == '-' || s.find_first_of("xXeEnNiI") != std::string::npos)
+    throw std::invalid_argument("\"" + s + "\" is not a number of " + std::string(what) +
+                                "; e.g. 50 or 50:100 (50 per second, a burst of 100)");
+  return v;
+}
+
 }  // namespace
+
+Limits parse_rate(std::string_view text) {
+  Limits l;
+  auto colon = text.find(':');
+  l.rate = number(text.substr(0, colon), "requests per second");
+  if (l.rate <= 0 || l.rate > 1e6)
+    throw std::invalid_argument("\"" + std::string(text) +
+                                "\": the rate is out of range; valid: above 0, at most 1000000 "
+                                "requests per second");
+  if (colon != std::string_view::npos) {
+    l.burst = number(text.substr(colon + 1), "requests");
+    if (l.burst < 1 || l.burst > 1e9)
+      throw std::invalid_argument("\"" + std::string(text) +
+                                  "\": the burst is out of range; valid: 1..1000000000 requests");
+  }
+  return l;
+}
+
+std::string rate_text(const Limits& l) {
+  auto num = [](double v) {
+    std::string s = std::to_string(v);
+    s.erase(s.find_last_not_of('0') + 1);
+    if (s.back() == '.') s.pop_back();
+    return s;
+  };
+  return l.burst > 0 ? num(l.rate) + ":" + num(l.burst) : num(l.rate);
+}
 
 struct Table::Stripe {
   struct Entry {

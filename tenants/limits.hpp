@@ -26,6 +26,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace sluice::tenants {
@@ -41,6 +43,13 @@ struct Limits {
   bool operator==(const Limits&) const = default;
 };
 
+// "R" or "R:B": R requests per second (a number above 0, at most 1e6), a
+// bucket of B (at least 1; by default one second of R, at least 1). Throws
+// std::invalid_argument saying what would be valid.
+Limits parse_rate(std::string_view text);
+// The rate as configured ("50", "50:100").
+std::string rate_text(const Limits& l);
+
 enum class Limited : std::uint8_t { no, concurrency, rate, untracked };
 
 // What acquire() gave: give it back with release().
@@ -49,10 +58,10 @@ struct Grant {
   std::uint64_t key = 0;
   std::int32_t entry = -1;  // its stripe's entry (-1: none)
   std::uint8_t stripe = 0;
-  bool holds = false;        // a unit of the tenant's concurrency
-  bool took_token = false;   // a token of its bucket
-  Micros retry_after{0};     // limited: when it would be admitted
-  double remaining = 0;      // tokens left after it (rate limits)
+  bool holds = false;       // a unit of the tenant's concurrency
+  bool took_token = false;  // a token of its bucket
+  Micros retry_after{0};    // limited: when it would be admitted
+  double remaining = 0;     // tokens left after it (rate limits)
 };
 
 class Table {

@@ -200,8 +200,8 @@ TEST_CASE(
     auto prefix = std::string("lane=\"") + lane + "\",outcome=\"";
     decisions.insert(prefix + R"(admitted",reason="none")");
     for (auto outcome : {"shed", "would_shed"})
-      for (auto reason :
-           {"level", "queue_timeout", "pool_closed", "heavy_cap", "budget", "reserved"})
+      for (auto reason : {"level", "queue_timeout", "pool_closed", "heavy_cap", "budget",
+                          "reserved", "tenant_limit"})
         decisions.insert(prefix + outcome + "\",reason=\"" + reason + "\"");
     decisions.insert(prefix + R"(shed",reason="unresolved")");  // never would_shed
   }

@@ -3,10 +3,12 @@
 // threads, two upstreams, a cold start). Counts measured in one run.
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <future>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/support/client.hpp"
 #include "tests/support/load.hpp"
@@ -19,6 +21,7 @@ using sluice::test::kSluice;
 using sluice::test::kUpstream;
 using sluice::test::Load;
 using sluice::test::request;
+using sluice::test::Response;
 using sluice::test::Sluice;
 using sluice::test::Tally;
 using sluice::test::Upstream;
@@ -30,9 +33,10 @@ std::map<std::string, std::string> bulk_env(const Upstream& api, const Upstream&
                                             std::map<std::string, std::string> extra) {
   extra.emplace("SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(api.port) +
                                         ";search=127.0.0.1:" + std::to_string(search.port));
-  extra.emplace("SLUICE_ROUTES",
-                R"([{"prefix":"/search","upstream":"search","lane":"bulk"},)"
-                R"({"prefix":"/jwt","lane":"bulk","tenant_key":"jwt:sub"},{"prefix":"/","lane":"bulk"}])");
+  extra.emplace(
+      "SLUICE_ROUTES",
+      R"([{"prefix":"/search","upstream":"search","lane":"bulk"},)"
+      R"({"prefix":"/jwt","lane":"bulk","tenant_key":"jwt:sub"},{"prefix":"/","lane":"bulk"}])");
   extra.emplace("SLUICE_THREADS", "2");
   return extra;
 }
@@ -68,9 +72,9 @@ TEST_CASE(
   // five times that, the quiet tenant's 2 clients half of its fair share.
   Upstream api(kUpstream, {"--capacity", "4", "--service-ms", "50", "--threads", "2"});
   Upstream search(kUpstream);
-  Sluice s(kSluice, bulk_env(api, search,
-                             {{"SLUICE_TENANT_KEY", "header:X-Api-Key"},
-                              {"SLUICE_ACCESS_LOG", "off"}}));
+  Sluice s(kSluice,
+           bulk_env(api, search,
+                    {{"SLUICE_TENANT_KEY", "header:X-Api-Key"}, {"SLUICE_ACCESS_LOG", "off"}}));
   Tally loud, quiet;
   {
     Load flood(s.port, "/", 20, loud, 1ms, {{"X-Api-Key", "loud"}});
@@ -87,4 +91,74 @@ TEST_CASE(
   CHECK(loud.queue_timeout + loud.other_503 > loud.answered() / 4);  // the flood was refused
   CHECK(loud.ok > quiet.ok);  // and kept the rest of the capacity
   CHECK(loud.failed + quiet.failed == 0);
+}
+
+TEST_CASE("a tenant at its concurrency is answered 429 tenant_limit while another tenant is served",
+          "[e2e][tenants][concurrency]") {
+  Upstream api(kUpstream), search(kUpstream);
+  Sluice s(kSluice, bulk_env(api, search,
+                             {{"SLUICE_TENANT_KEY", "header:X-Api-Key"},
+                              {"SLUICE_TENANT_CONCURRENCY", "2"}}));
+  auto slow = [&](const std::string& key) {
+    return std::async(std::launch::async, [&s, key] {
+      return request(s.port, "GET", "/slow?ms=1500", {{"X-Api-Key", key}});
+    });
+  };
+  auto a1 = slow("a"), a2 = slow("a");
+  // Both of a's requests are in flight once the upstream holds them.
+  REQUIRE(sluice::test::eventually(
+      [&] { return s.metric("sluice_lane_in_flight{lane=\"bulk\"}") == 2; }, 5s));
+  Response third = request(s.port, "GET", "/", {{"X-Api-Key", "a"}});
+  CHECK(third.status == 429);
+  CHECK(third.header("X-Sluice-Reject") == "tenant_limit");
+  CHECK_FALSE(third.header("Retry-After").empty());
+  CHECK(json::parse(third.body)["reason"] == "tenant_limit");
+  CHECK(request(s.port, "GET", "/", {{"X-Api-Key", "b"}}).status == 200);
+  CHECK(a1.get().status == 200);
+  CHECK(a2.get().status == 200);
+  CHECK(request(s.port, "GET", "/", {{"X-Api-Key", "a"}}).status == 200);  // one ended
+  CHECK(s.metric(R"(sluice_tenant_limited_total{limit="concurrency"})") == 1);
+  CHECK(
+      s.metric(
+          R"(sluice_admission_decisions_total{lane="bulk",outcome="shed",reason="tenant_limit"})") ==
+      1);
+}
+
+TEST_CASE(
+    "a tenant out of its rate is told when its next token comes, with the RateLimit fields, and a "
+    "request refused by its lane keeps its token",
+    "[e2e][tenants][concurrency]") {
+  Upstream api(kUpstream), search(kUpstream);
+  // Two tokens, one more every 100 s: what the counts show takes no timing.
+  Sluice s(kSluice, bulk_env(api, search,
+                             {{"SLUICE_TENANT_KEY", "header:X-Api-Key"},
+                              {"SLUICE_TENANT_RATE", "0.01:2"},
+                              {"SLUICE_HEAVY_MAX_IN_FLIGHT", "1"},
+                              {"SLUICE_QUEUE_WINDOW", "heavy=0s"},
+                              {"SLUICE_ROUTES",
+                               R"([{"header":{"name":"X-Lane","value":"heavy"},"lane":"heavy"},)"
+                               R"({"prefix":"/search","upstream":"search"},{"prefix":"/"}])"}}));
+  // Another tenant holds the only heavy lease: a's heavy request is refused
+  // by its lane (503 heavy_cap), after its tenant's bucket let it through.
+  auto held = std::async(std::launch::async, [&s] {
+    return request(s.port, "GET", "/slow?ms=1500", {{"X-Api-Key", "z"}, {"X-Lane", "heavy"}});
+  });
+  REQUIRE(sluice::test::eventually(
+      [&] { return s.metric("sluice_lane_in_flight{lane=\"heavy\"}") == 1; }, 5s));
+  Response capped = request(s.port, "GET", "/", {{"X-Api-Key", "a"}, {"X-Lane", "heavy"}});
+  CHECK(capped.status == 503);
+  CHECK(capped.header("X-Sluice-Reject") == "heavy_cap");
+  CHECK(held.get().status == 200);
+  // Its token came back: two requests go through, the third is out of tokens.
+  CHECK(request(s.port, "GET", "/", {{"X-Api-Key", "a"}}).status == 200);
+  CHECK(request(s.port, "GET", "/search/x", {{"X-Api-Key", "a"}}).status == 200);
+  Response out = request(s.port, "GET", "/", {{"X-Api-Key", "a"}});
+  CHECK(out.status == 429);
+  CHECK(out.header("X-Sluice-Reject") == "tenant_limit");
+  CHECK(std::stoi(out.header("Retry-After")) >= 100);  // a token per 100 s
+  CHECK(out.header("RateLimit-Policy") == "\"tenant\";q=2;w=200");
+  CHECK_THAT(out.header("RateLimit"), Catch::StartsWith("\"tenant\";r=0;t="));
+  CHECK(request(s.port, "GET", "/", {{"X-Api-Key", "b"}}).status == 200);  // b has its own bucket
+  CHECK(s.metric(R"(sluice_tenant_limited_total{limit="rate"})") == 1);
+  CHECK(s.metric("sluice_tenants") == 3);
 }

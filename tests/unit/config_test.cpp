@@ -94,7 +94,7 @@ TEST_CASE("the variable table names each variable once, with a default and a mea
     CHECK_FALSE(v.meaning.empty());
     CHECK(names.insert(v.name).second);
   }
-  CHECK(names.size() == 73);
+  CHECK(names.size() == 78);
 }
 
 TEST_CASE("every variable in the table is read by load and shown by to_json", "[config]") {
@@ -123,13 +123,27 @@ TEST_CASE("the defaults in the table are the defaults load applies", "[config]")
     CHECK(to_json(load(minimal({{std::string(v.name), std::string(v.default_value)}}))) ==
           baseline);
   }
-  CHECK(not_literal ==
-        std::set<std::string_view>{
-            "SLUICE_ADMIN_TOKEN", "SLUICE_UPSTREAMS", "SLUICE_ROUTES", "SLUICE_ROUTES_FILE",
-            "SLUICE_THREADS", "SLUICE_PINS_FILE", "SLUICE_TICK_LOG", "SLUICE_CONFIG_FILE",
-            "SLUICE_HEAVY_MAX_IN_FLIGHT", "SLUICE_LEASE_KEY", "SLUICE_CLOSE_STATUSES",
-            "SLUICE_TLS_CERT", "SLUICE_TLS_KEY", "SLUICE_TLS_CIPHERS", "SLUICE_TLS_CIPHERSUITES",
-            "SLUICE_UPSTREAM_CA", "SLUICE_UPSTREAM_CLIENT_CERT", "SLUICE_UPSTREAM_CLIENT_KEY"});
+  CHECK(not_literal == std::set<std::string_view>{"SLUICE_ADMIN_TOKEN",
+                                                  "SLUICE_UPSTREAMS",
+                                                  "SLUICE_ROUTES",
+                                                  "SLUICE_ROUTES_FILE",
+                                                  "SLUICE_THREADS",
+                                                  "SLUICE_PINS_FILE",
+                                                  "SLUICE_TICK_LOG",
+                                                  "SLUICE_CONFIG_FILE",
+                                                  "SLUICE_HEAVY_MAX_IN_FLIGHT",
+                                                  "SLUICE_LEASE_KEY",
+                                                  "SLUICE_CLOSE_STATUSES",
+                                                  "SLUICE_TENANT_JWT_KEY",
+                                                  "SLUICE_TENANT_CONCURRENCY",
+                                                  "SLUICE_TENANT_RATE",
+                                                  "SLUICE_TLS_CERT",
+                                                  "SLUICE_TLS_KEY",
+                                                  "SLUICE_TLS_CIPHERS",
+                                                  "SLUICE_TLS_CIPHERSUITES",
+                                                  "SLUICE_UPSTREAM_CA",
+                                                  "SLUICE_UPSTREAM_CLIENT_CERT",
+                                                  "SLUICE_UPSTREAM_CLIENT_KEY"});
 
   // And the loaded defaults are the struct's.
   Config expected;
@@ -545,6 +559,11 @@ TEST_CASE("every config error starts with the variable it is about", "[config]")
       {"SLUICE_DNS_MIN_TTL", "0s"},
       {"SLUICE_DNS_MAX_TTL", "2d"},
       {"SLUICE_HEALTH_CHECKS", R"({"api":{"path":"healthz"}})"},
+      {"SLUICE_TENANT_KEY", "cookie:session"},
+      {"SLUICE_TENANT_JWT_KEY", "short"},
+      {"SLUICE_TENANT_CONCURRENCY", "0"},
+      {"SLUICE_TENANT_RATE", "10:0"},
+      {"SLUICE_TENANT_TABLE", "8"},
   };
   REQUIRE(bad.size() == variables().size());
   for (const auto& [name, value] : bad) {
@@ -658,7 +677,8 @@ TEST_CASE(
   // The secrets need valid values to be set at all.
   const auto with_secrets = nlohmann::json::parse(
       to_json(load(minimal({{"SLUICE_ADMIN_TOKEN", "hunter2-secret"},
-                            {"SLUICE_LEASE_KEY", "00112233445566778899aabbccddeeff"}}))));
+                            {"SLUICE_LEASE_KEY", "00112233445566778899aabbccddeeff"},
+                            {"SLUICE_TENANT_JWT_KEY", "an-hs256-secret-of-some-length"}}))));
   std::set<std::string_view> not_shown, secrets;
   std::set<std::string> keys;
   for (const auto& v : variables()) {
@@ -697,7 +717,8 @@ TEST_CASE(
   }
   // Shown under routes, as the routes it holds.
   CHECK(not_shown == std::set<std::string_view>{"SLUICE_ROUTES_FILE"});
-  CHECK(secrets == std::set<std::string_view>{"SLUICE_ADMIN_TOKEN", "SLUICE_LEASE_KEY"});
+  CHECK(secrets == std::set<std::string_view>{"SLUICE_ADMIN_TOKEN", "SLUICE_LEASE_KEY",
+                                              "SLUICE_TENANT_JWT_KEY"});
   for (const auto& [key, value] : shown.items()) CHECK(keys.count(key) == 1);
   CHECK(keys.size() == variables().size() - not_shown.size());
 }

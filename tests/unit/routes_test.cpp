@@ -330,7 +330,8 @@ TEST_CASE("routes must be a non-empty JSON array of objects", "[routes][errors]"
 TEST_CASE("an unknown route field is refused with the list of valid fields", "[routes][errors]") {
   CHECK(error_of(R"([{"prefx":"/"}])") ==
         "route 0: unknown field \"prefx\"; valid fields: name, prefix, regex, methods, header, "
-        "sse, min_body_bytes, lane, upstream, alternatives, pin, retry_after");
+        "sse, min_body_bytes, lane, upstream, alternatives, pin, retry_after, tenant_key, "
+        "tenant_concurrency, tenant_rate");
 }
 
 TEST_CASE("a route's retry_after band replaces its lane's, floor:cap of at least 1s",
@@ -488,4 +489,26 @@ TEST_CASE("route names must be non-empty strings and unique", "[routes][errors]"
   CHECK_THAT(error_of(R"([{"prefix":"/x"},{"name":"route0"}])"),
              Catch::StartsWith("route 1: field \"name\": \"route0\" is already the name of "
                                "route 0"));
+}
+
+TEST_CASE("a route may carry its own tenant key and per-tenant limits", "[routes]") {
+  Table t =
+      parse(R"([{"name":"chat","prefix":"/chat","tenant_key":"jwt:org","tenant_concurrency":4,)"
+            R"("tenant_rate":"20:40"},{"prefix":"/"}])");
+  const Route& chat = t.routes()[0];
+  REQUIRE(chat.tenant_key);
+  CHECK(chat.tenant_key->str() == "jwt:org");
+  CHECK(chat.tenant_limits.concurrency == 4);
+  CHECK(chat.tenant_limits.rate == 20);
+  CHECK(chat.tenant_limits.burst == 40);
+  CHECK(chat.tenant_scope != 0);
+  CHECK_FALSE(t.routes()[1].tenant_key);
+  CHECK_FALSE(t.routes()[1].tenant_limits.on());
+  CHECK_THAT(error_of(R"([{"tenant_key":"cookie:x"}])"),
+             Catch::StartsWith("route 0: field \"tenant_key\": \"cookie:x\" is not a tenant key"));
+  CHECK_THAT(error_of(R"([{"tenant_concurrency":0}])"),
+             Catch::Contains("is not a count of requests in 1..1000000"));
+  CHECK_THAT(error_of(R"([{"tenant_rate":"fast"}])"),
+             Catch::Contains("is not a number of requests per second"));
+  CHECK_THAT(error_of(R"([{"tenant_rate":5}])"), Catch::Contains("is not a string"));
 }

@@ -1,9 +1,9 @@
 // The tenant key: its configuration, its hash and the JWT claim reader.
-#include "tenants/key.hpp"
-
 #include <catch2/catch.hpp>
 #include <stdexcept>
 #include <string>
+
+#include "tenants/key.hpp"
 
 using namespace sluice::tenants;
 
@@ -30,8 +30,7 @@ std::string claim(std::string_view auth, std::string_view name, std::string_view
 
 }  // namespace
 
-TEST_CASE("a tenant key is a header, the client's address or a JWT claim, or none",
-          "[tenants]") {
+TEST_CASE("a tenant key is a header, the client's address or a JWT claim, or none", "[tenants]") {
   CHECK(parse_key("header:X-Api-Key").kind == Key::Kind::header);
   CHECK(parse_key("header:X-Api-Key").name == "X-Api-Key");
   CHECK(parse_key("client_ip").kind == Key::Kind::client_ip);
@@ -67,8 +66,7 @@ TEST_CASE("a bearer JWT's claim is read at the top level of its payload", "[tena
   CHECK(jwt_claim(bearer(kUnsigned), "sub", {}, small).empty());  // does not fit: nothing
 }
 
-TEST_CASE("with a key, only an HS256 token whose signature verifies gives its claim",
-          "[tenants]") {
+TEST_CASE("with a key, only an HS256 token whose signature verifies gives its claim", "[tenants]") {
   CHECK(claim(bearer(kSigned), "sub", "secret-key") == "tenant-42");
   CHECK(claim(bearer(kSigned), "sub", "another-key").empty());
   CHECK(claim(bearer(kUnsigned), "sub", "secret-key").empty());  // alg none

@@ -1,8 +1,8 @@
 // Per-tenant limits and their bounded table, on test time.
-#include "tenants/limits.hpp"
-
 #include <catch2/catch.hpp>
 #include <vector>
+
+#include "tenants/limits.hpp"
 
 using namespace sluice::tenants;
 using namespace std::chrono_literals;
@@ -18,7 +18,7 @@ TEST_CASE("a tenant at its concurrency is refused until a request of its ends",
   Grant c = t.acquire(1, l, 0us);
   CHECK(c.limited == Limited::concurrency);
   CHECK(t.acquire(2, l, 0us).limited == Limited::no);  // another tenant is not held by it
-  t.release(c);  // a refusal holds nothing
+  t.release(c);                                        // a refusal holds nothing
   t.release(a);
   Grant d = t.acquire(1, l, 1ms);
   CHECK(d.limited == Limited::no);
@@ -87,7 +87,7 @@ TEST_CASE("eviction takes the least recently used tenant of the stripe", "[tenan
   CHECK(t.acquire(same[1], l, 0us).limited == Limited::no);    // forgotten: a full bucket
 }
 
-TEST_CASE("a tenant with requests in flight is never evicted; a newcomer then goes untracked",
+TEST_CASE("a tenant with requests in flight is never evicted, and a newcomer then goes untracked",
           "[tenants][limits]") {
   Table t(16);
   Limits l;
@@ -99,7 +99,7 @@ TEST_CASE("a tenant with requests in flight is never evicted; a newcomer then go
     CHECK(g.limited != Limited::concurrency);
     t.release(g);
   }
-  CHECK(t.untracked() > 0);  // those that met 42's stripe
+  CHECK(t.untracked() > 0);                                      // those that met 42's stripe
   CHECK(t.acquire(42, l, 0us).limited == Limited::concurrency);  // still counted
   t.release(held);
   CHECK(t.acquire(42, l, 0us).limited == Limited::no);
