@@ -1,6 +1,7 @@
 #include "tenants/limits.hpp"
 
 #include <algorithm>
+#include <utility>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
@@ -67,6 +68,14 @@ struct Table::Stripe {
     double tokens = 0;
     Micros refilled{0};
     std::int32_t newer = kNone, older = kNone;  // the LRU list; free entries chain on `older`
+    // The fleet: counts by window parity, the rate last asked under, the allowance.
+    double rate = 0;
+    std::array<std::int64_t, 2> window{-1, -1};
+    std::array<std::uint32_t, 2> pending{}, reported{};
+    bool asked = false;  // since the last collect
+    bool allowed = false;  // an allowance is set
+    double allowance = 0;
+    Micros retry{0};
   };
   mutable std::mutex mutex;
   std::vector<Entry> entries;
@@ -203,18 +212,48 @@ Grant Table::acquire(std::uint64_t key, const Limits& l, Micros now) {
     return g;
   }
   if (l.rate > 0) {
+    const Fleet mode = fleet();
+    // Down, or before the tenant's first reconcile: its share of the rate.
+    const bool gated = mode == Fleet::up && x.allowed;
+    const double divisor =
+        mode == Fleet::off || gated ? 1.0 : std::max(1.0, divisor_.load(std::memory_order_relaxed));
+    const double rate = l.rate / divisor, bucket = std::max(1.0, l.bucket() / divisor);
+    std::size_t slot = 0;
+    if (mode != Fleet::off) {
+      x.rate = l.rate;
+      x.asked = true;
+      const std::int64_t w = window_of(now);
+      slot = static_cast<std::size_t>(w & 1);
+      if (x.window[slot] != w) {
+        x.window[slot] = w;
+        x.pending[slot] = x.reported[slot] = 0;
+      }
+      if (gated && x.allowance < 1.0) {
+        g.limited = Limited::rate;
+        g.retry_after = x.retry;
+        return g;
+      }
+    }
     const double seconds = std::chrono::duration<double>(now - x.refilled).count();
-    x.tokens = std::min(l.bucket(), x.tokens + std::max(0.0, seconds) * l.rate);
+    x.tokens = std::min(bucket, x.tokens + std::max(0.0, seconds) * rate);
     x.refilled = std::max(now, x.refilled);
     if (x.tokens < 1.0) {
       g.limited = Limited::rate;
       g.remaining = x.tokens;
-      g.retry_after = Micros(static_cast<std::int64_t>(std::ceil((1.0 - x.tokens) / l.rate * 1e6)));
+      g.retry_after = Micros(static_cast<std::int64_t>(std::ceil((1.0 - x.tokens) / rate * 1e6)));
       return g;
     }
     x.tokens -= 1.0;
     g.took_token = true;
     g.remaining = x.tokens;
+    if (mode != Fleet::off) {
+      ++x.pending[slot];
+      g.window = x.window[slot];
+      if (gated) {
+        x.allowance -= 1.0;
+        g.remaining = std::min(g.remaining, x.allowance);
+      }
+    }
   }
   if (l.concurrency > 0) {
     ++x.in_flight;
@@ -230,10 +269,103 @@ void Table::release(Grant& g, bool refund) {
   auto& x = s.at(g.entry);
   if (x.key == g.key) {  // an entry with nothing in flight may have gone to another tenant
     if (g.holds) --x.in_flight;
-    if (refund && g.took_token) x.tokens += 1.0;
+    if (refund && g.took_token) {
+      x.tokens += 1.0;
+      x.allowance += 1.0;
+      const auto slot = static_cast<std::size_t>(g.window & 1);
+      if (g.window >= 0 && x.window[slot] == g.window && x.pending[slot] > 0) --x.pending[slot];
+    }
   }
   g.holds = g.took_token = false;
   g.entry = kNone;
+}
+
+void Table::set_fleet(Fleet mode, double divisor) {
+  divisor_.store(std::max(1.0, divisor), std::memory_order_relaxed);
+  fleet_.store(mode, std::memory_order_relaxed);
+}
+
+void Table::collect(Micros now, std::vector<FleetItem>& out) {
+  const std::int64_t w = window_of(now);
+  for (auto& sp : stripes_) {
+    Stripe& s = *sp;
+    std::lock_guard lock(s.mutex);
+    // Asked since the last collect means used since: the front of the LRU list.
+    for (std::int32_t e = s.newest; e != kNone && s.at(e).asked; e = s.at(e).older) {
+      auto& x = s.at(e);
+      x.asked = false;
+      if (x.rate <= 0) continue;
+      FleetItem item;
+      item.key = x.key;
+      item.rate = x.rate;
+      item.window = w;
+      for (std::size_t i = 0; i < 2; ++i) {  // i = 0: the current window, 1: the one before
+        const std::int64_t wi = w - static_cast<std::int64_t>(i);
+        const auto slot = static_cast<std::size_t>(wi & 1);
+        if (x.window[slot] != wi) continue;
+        item.pending[i] = std::exchange(x.pending[slot], 0);
+        item.reported[i] = x.reported[slot];
+        x.reported[slot] += item.pending[i];
+      }
+      out.push_back(item);
+    }
+  }
+}
+
+void Table::restore(const std::vector<FleetItem>& items) {
+  for (const auto& item : items) {
+    Stripe& s = *stripes_[stripe_of(item.key)];
+    std::lock_guard lock(s.mutex);
+    std::int32_t e = s.index[s.slot(item.key)];
+    if (e == kNone) continue;  // forgotten meanwhile: its counts go with it
+    auto& x = s.at(e);
+    x.asked = true;
+    for (std::size_t i = 0; i < 2; ++i) {
+      const std::int64_t wi = item.window - static_cast<std::int64_t>(i);
+      const auto slot = static_cast<std::size_t>(wi & 1);
+      if (x.window[slot] != wi) continue;
+      x.pending[slot] += item.pending[i];
+      x.reported[slot] -= std::min(x.reported[slot], item.pending[i]);
+    }
+  }
+}
+
+void Table::set_allowance(std::uint64_t key, const FleetAllowance& a) {
+  Stripe& s = *stripes_[stripe_of(key)];
+  std::lock_guard lock(s.mutex);
+  std::int32_t e = s.index[s.slot(key)];
+  if (e == kNone) return;
+  auto& x = s.at(e);
+  x.allowed = true;
+  x.allowance = a.admissions;
+  x.retry = a.retry;
+}
+
+FleetAllowance fleet_allowance(const FleetReading& r) {
+  const double w_us = static_cast<double>(Table::kWindow.count());
+  const double elapsed = std::clamp(r.elapsed, 0.0, 1.0);
+  const double previous_left = r.previous * (1.0 - elapsed);  // still in the sliding window
+  const double sliding = previous_left + r.current;
+  const double frees = std::min(previous_left, r.previous * r.interval);
+  const double gap = std::max(0.0, r.limit - sliding + frees);
+  const double total = r.current + r.previous;
+  const double even = 1.0 / std::max(1, r.instances);
+  const double share = std::clamp(total > 0 ? r.mine / total : 0.0, even, 1.0);
+  FleetAllowance a;
+  a.admissions = gap * share;
+  // None left: when the sliding count is one under the limit again (the
+  // previous window sliding out, then the current one).
+  const double need = sliding + 1.0 - r.limit;
+  double t = r.interval;  // in windows
+  if (need > 0) {
+    if (r.previous > 0 && need <= previous_left)
+      t = need / r.previous;
+    else
+      t = (1.0 - elapsed) + (need - previous_left) / std::max(1.0, r.current);
+  }
+  t = std::clamp(t, r.interval, 2.0);
+  a.retry = Micros(static_cast<std::int64_t>(t * w_us));
+  return a;
 }
 
 std::uint64_t Table::evictions() const {

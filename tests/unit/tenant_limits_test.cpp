@@ -110,3 +110,89 @@ TEST_CASE("a route's own limits count a tenant apart from its other routes", "[t
   CHECK(Table::scoped(5, 0) != Table::scoped(6, 0));
   CHECK(Table::scoped(5, 0) != 5);
 }
+
+// ---------------------------------------------------------------- the fleet
+
+TEST_CASE("a fleet allowance is the limit left in the sliding window, and what the next interval "
+          "frees, at this instance's share",
+          "[tenants][limits][fleet]") {
+  FleetReading r;
+  r.limit = 100;
+  r.instances = 3;
+  r.interval = 0.1;
+  // A fresh window, nothing counted: an even third of the whole limit.
+  CHECK(fleet_allowance(r).admissions == Approx(100.0 / 3));
+  // Steady at the limit, spread evenly: the previous window's 100 slide out
+  // at 10 per interval; a third of them is this instance's.
+  r.previous = 100;
+  r.current = 50;
+  r.elapsed = 0.5;
+  r.mine = 50;
+  CHECK(fleet_allowance(r).admissions == Approx(10.0 / 3));
+  // The same counts, all of them this instance's: all of what is freed.
+  r.mine = 150;
+  CHECK(fleet_allowance(r).admissions == Approx(10.0));
+  // Over the limit: nothing, told when the sliding count is under it again.
+  r.current = 80;
+  auto over = fleet_allowance(r);
+  CHECK(over.admissions == 0);
+  // sliding 130: 31 must slide out, of the previous window's 100 a window.
+  CHECK(over.retry == std::chrono::microseconds(310'000));
+}
+
+TEST_CASE("with the fleet link down, a tenant's bucket refills at its share of the rate",
+          "[tenants][limits][fleet]") {
+  Table t(1024);
+  Limits l;
+  l.rate = 30;  // a bucket of 30
+  t.set_fleet(Table::Fleet::down, 3);
+  int admitted = 0;
+  for (int i = 0; i < 40; ++i) admitted += t.acquire(9, l, 0us).limited == Limited::no ? 1 : 0;
+  CHECK(admitted == 10);  // a third of the bucket
+  CHECK(t.acquire(9, l, 100ms).limited == Limited::no);  // 10 per second
+  CHECK(t.acquire(9, l, 100ms).limited == Limited::rate);
+}
+
+TEST_CASE("the fleet's allowance gates a tenant until the next reconcile, and counts are reported "
+          "once, by window",
+          "[tenants][limits][fleet]") {
+  Table t(1024);
+  Limits l;
+  l.rate = 1000;
+  t.set_fleet(Table::Fleet::up, 2);
+  // Before its first reconcile: its share of the rate (a bucket of 500).
+  for (int i = 0; i < 3; ++i) REQUIRE(t.acquire(5, l, 100ms).limited == Limited::no);
+  std::vector<FleetItem> items;
+  t.collect(150ms, items);
+  REQUIRE(items.size() == 1);
+  CHECK(items[0].key == 5);
+  CHECK(items[0].window == 0);
+  CHECK(items[0].pending[0] == 3);
+  CHECK(items[0].reported[0] == 0);
+  t.set_allowance(5, {2.0, 300ms});
+  CHECK(t.acquire(5, l, 200ms).limited == Limited::no);
+  Grant refused_later = t.acquire(5, l, 200ms);
+  CHECK(refused_later.limited == Limited::no);
+  Grant out = t.acquire(5, l, 200ms);
+  CHECK(out.limited == Limited::rate);
+  CHECK(out.retry_after == 300ms);
+  t.release(refused_later, /*refund=*/true);  // its lane refused it: not counted, allowance back
+  CHECK(t.acquire(5, l, 200ms).limited == Limited::no);
+  // Nothing reported twice; the report failed: its counts come back for the next one.
+  items.clear();
+  t.collect(250ms, items);
+  REQUIRE(items.size() == 1);
+  CHECK(items[0].pending[0] == 2);
+  CHECK(items[0].reported[0] == 3);
+  t.restore(items);
+  items.clear();
+  t.collect(1'100ms, items);  // the next window: those counts are the previous window's
+  REQUIRE(items.size() == 1);
+  CHECK(items[0].window == 1);
+  CHECK(items[0].pending[0] == 0);
+  CHECK(items[0].pending[1] == 2);
+  CHECK(items[0].reported[1] == 3);
+  items.clear();
+  t.collect(1'200ms, items);
+  CHECK(items.empty());  // not asked since
+}
