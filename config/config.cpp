@@ -312,6 +312,12 @@ std::string escape_cell(std::string_view text) {
 ConfigError::ConfigError(std::string variable, const std::string& message)
     : std::runtime_error(variable + ": " + message), variable_(std::move(variable)) {}
 
+std::string Redis::str() const {
+  std::string auth;
+  if (!password.empty()) auth = user + ":(set)@";
+  return "redis://" + auth + at.str() + (db ? "/" + std::to_string(db) : "");
+}
+
 std::string Endpoint::str() const {
   std::string port_text = std::to_string(port);
   if (host.find(':') != std::string::npos) return "[" + host + "]:" + port_text;
@@ -852,6 +858,42 @@ tenants::Limits parse_tenant_rate(const std::string& v, const tenants::Limits& c
 Json rate_json(const tenants::Limits& l) {
   return l.rate > 0 ? Json(tenants::rate_text(l)) : Json(nullptr);
 }
+
+// redis://[[user]:password@]host[:port][/db]. No message repeats the password.
+Redis parse_redis_url(const std::string& v) {
+  const std::string kHint = "; e.g. redis://redis:6379, redis://:password@10.0.0.5:6379/2";
+  constexpr std::string_view kScheme = "redis://";
+  if (!std::string_view(v).starts_with(kScheme))
+    invalid("does not start with redis://" + kHint + " (rediss:// is not supported)");
+  std::string_view rest = std::string_view(v).substr(kScheme.size());
+  Redis r;
+  if (auto at = rest.rfind('@'); at != std::string_view::npos) {
+    auto auth = rest.substr(0, at);
+    rest = rest.substr(at + 1);
+    auto colon = auth.find(':');
+    if (colon == std::string_view::npos) invalid("has credentials without a ':' before the password" + kHint);
+    r.user = std::string(auth.substr(0, colon));
+    r.password = std::string(auth.substr(colon + 1));
+    if (r.password.empty()) invalid("has an empty password" + kHint);
+  }
+  if (auto slash = rest.find('/'); slash != std::string_view::npos) {
+    auto db = std::string(rest.substr(slash + 1));
+    rest = rest.substr(0, slash);
+    if (!db.empty()) {
+      if (db.size() > 2 || !std::all_of(db.begin(), db.end(), is_digit))
+        invalid("database \"" + db + "\" is not a number in 0..99" + kHint);
+      r.db = std::stoi(db);
+    }
+  }
+  std::string hostport(rest);
+  if (hostport.empty()) invalid("has no host" + kHint);
+  bool has_port = hostport.back() != ']' && hostport.find(':') != std::string::npos &&
+                  (hostport.front() == '[' || hostport.find(':') == hostport.rfind(':'));
+  r.at = parse_endpoint(has_port ? hostport : hostport + ":6379");
+  if (r.at.port == 0) invalid("has port 0" + kHint);
+  return r;
+}
+Json redis_json(const Redis& r) { return r.on() ? Json(r.str()) : Json(nullptr); }
 
 // An HS256 secret. The value is a secret: no message repeats any of it.
 std::string parse_jwt_key(const std::string& v) {
@@ -1650,6 +1692,20 @@ constexpr Row kRows[] = {
          "The tenants whose limits are tracked at most (16..16777216); past it the least "
          "recently seen tenant with nothing in flight is forgotten (its bucket starts full "
          "again), counted in sluice_tenant_evictions_total."}),
+    field<parse_redis_url, redis_json, &Config::redis>(
+        restart, "redis_url",
+        {"SLUICE_REDIS_URL", "unset",
+         "redis://[[user]:password@]host[:port][/db] (port 6379 by default): tenants' rates "
+         "(SLUICE_TENANT_RATE, routes' tenant_rate) become the fleet's, every instance counting "
+         "its admissions locally and reconciling them with Redis off the request path every "
+         "SLUICE_REDIS_INTERVAL. While Redis is slow or down no request waits on it: each "
+         "instance holds each tenant to its share of the rate (the rate / the instances last "
+         "seen). Check-config shows the password only as (set)."}),
+    field<duration_in<10, 10'000>, format_duration, &Config::redis_interval>(
+        restart, "redis_interval",
+        {"SLUICE_REDIS_INTERVAL", "100ms",
+         "How often an instance reconciles its tenants' counts with Redis (10ms..10s); also "
+         "how long it waits for an answer before it falls back to its share."}),
     estimate<parse_seed, as_is, &EstimatePolicy::seed>(
         restart, "bulkhead_seed",
         {"SLUICE_BULKHEAD_SEED", "4",

@@ -91,9 +91,22 @@ struct Tenants {
   std::size_t table = 65'536;  // SLUICE_TENANT_TABLE: tenants tracked at most
 };
 
+// SLUICE_REDIS_URL: redis://[[user]:password@]host[:port][/db], where the
+// fleet's tenant counts are reconciled every SLUICE_REDIS_INTERVAL.
+struct Redis {
+  Endpoint at;  // empty host: unset
+  std::string user, password;
+  int db = 0;
+  bool on() const { return !at.host.empty(); }
+  std::string str() const;  // the URL, the password shown as (set)
+  bool operator==(const Redis&) const = default;
+};
+
 struct Config {
   Admission admission;
   Tenants tenants;
+  Redis redis;
+  Duration redis_interval{100};
 
   // listeners
   Endpoint listen{"0.0.0.0", 8080};  // SLUICE_LISTEN=off: an empty host, no plain listener

@@ -1,5 +1,7 @@
 #include "proxy/admin.hpp"
 
+#include "proxy/redis_link.hpp"
+
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
 
@@ -755,6 +757,33 @@ const FamilySpec kFamilies[] = {
          out.add(sum_workers(
                      s.rt, [&](Shard & sh) -> auto& { return sh.tenant_limited[i]; }),
                  {{"limit", i == 0 ? "concurrency" : "rate"}});
+     }},
+    {"sluice_redis_up",
+     "1 while the last reconcile with Redis (SLUICE_REDIS_URL) was answered in time; 0: each "
+     "tenant is held to its share of its rate. Absent without SLUICE_REDIS_URL.",
+     MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       if (s.rt.redis) out.add(s.rt.redis->view().up ? 1 : 0);
+     }},
+    {"sluice_redis_instances", "Sluice instances seen in Redis in the last reconcile answered.",
+     MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       if (s.rt.redis) out.add(s.rt.redis->view().instances);
+     }},
+    {"sluice_redis_reconciles_total",
+     "Reconciles of the tenants' counts with Redis, by result (ok, failed: slow, down or "
+     "refusing).",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       if (!s.rt.redis) return;
+       out.add(static_cast<double>(s.rt.redis->view().ok), {{"result", "ok"}});
+       out.add(static_cast<double>(s.rt.redis->view().failed), {{"result", "failed"}});
+     }},
+    {"sluice_redis_round_trip_seconds", "The last reconcile answered: from its start to its "
+     "last reply.",
+     MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       if (s.rt.redis) out.add(s.rt.redis->view().round_trip_s);
      }},
     {"sluice_draining", "1 while the instance drains after SIGTERM.", MetricType::Gauge,
      [](const Scrape& s, Samples& out) { out.add(s.rt.draining.load() ? 1 : 0); }},

@@ -19,6 +19,9 @@ Runtime::Runtime(const config::Config& c) : config(c) {
     heavy_cap =
         std::make_unique<HeavyCap>(static_cast<std::int64_t>(*c.admission.heavy_max_in_flight));
   tenant_table = std::make_unique<tenants::Table>(c.tenants.table);
+  // The fleet's windows are wall-clock seconds: the wall clock at this epoch.
+  tenant_table->set_wall_offset(std::chrono::duration_cast<admission::Micros>(
+      std::chrono::system_clock::now().time_since_epoch() - (Clock::now() - epoch)));
   admission::EstimatePolicy ep = c.admission.estimate;
   ep.max = static_cast<double>(c.upstream_max_connections);
   for (std::size_t u = 0; u < c.upstreams.size(); ++u)

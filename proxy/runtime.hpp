@@ -69,6 +69,7 @@ struct Published {
 
 struct Runtime;
 class Directory;
+class RedisLink;
 
 class Worker {
  public:
@@ -151,6 +152,7 @@ struct Runtime {
   // Every upstream's hosts: names resolved again within their TTL, health
   // checks; it posts each change to the pools (the admin thread's).
   Directory* directory = nullptr;
+  RedisLink* redis = nullptr;  // SLUICE_REDIS_URL: the fleet's tenant counts (admin thread)
   std::vector<std::unique_ptr<Worker>> workers;
   std::atomic<bool> draining{false};
   std::atomic<std::int64_t> connections{0};  // open client connections, all workers

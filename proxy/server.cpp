@@ -16,6 +16,7 @@
 
 #include "proxy/admin.hpp"
 #include "proxy/directory.hpp"
+#include "proxy/redis_link.hpp"
 #include "proxy/runtime.hpp"
 #include "proxy/serve.hpp"
 #include "proxy/ticker.hpp"
@@ -221,6 +222,14 @@ int start_and_serve(const config::Config& cfg) {
       acceptors.push_back(std::make_unique<Acceptor>(rt, *w, listener, false));
     if (cfg.tls.on()) acceptors.push_back(std::make_unique<Acceptor>(rt, *w, tls_listener, true));
   }
+  // The fleet's tenant counts (SLUICE_REDIS_URL), reconciled off the request
+  // path; its first round before the first request.
+  std::unique_ptr<RedisLink> redis;
+  if (cfg.redis.on()) {
+    redis = std::make_unique<RedisLink>(rt, admin_ioc);
+    rt.redis = redis.get();
+    redis->start();
+  }
   for (auto& w : rt.workers) w->start();
   watchdog.start();
   ticker.start();
@@ -250,6 +259,7 @@ int start_and_serve(const config::Config& cfg) {
     for (auto& w : rt.workers) active += w->active_sessions.load();
     if (active == 0 || Clock::now() >= drain_deadline) {
       for (auto& w : rt.workers) w->stop();
+      if (redis) redis->stop();
       admin_ioc.stop();
       return;
     }

@@ -1,5 +1,7 @@
 #include "proxy/ticker.hpp"
 
+#include "proxy/redis_link.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -212,6 +214,40 @@ bool Ticker::reload(std::string_view why) {
   return true;
 }
 
+namespace {
+
+// Tenants: the key, the table, and the fleet's link (SLUICE_REDIS_URL).
+Json tenants_json(const Runtime& rt) {
+  const auto& cfg = rt.config;
+  const auto& table = *rt.tenant_table;
+  Json j;
+  j["key"] = cfg.tenants.key.str();
+  j["tracked"] = table.size();
+  j["capacity"] = table.capacity();
+  j["evictions"] = table.evictions();
+  j["untracked"] = table.untracked();
+  if (!rt.redis) {
+    j["redis"] = nullptr;
+    return j;
+  }
+  const auto& v = rt.redis->view();
+  Json r;
+  r["url"] = cfg.redis.str();
+  r["up"] = v.up;
+  r["instances"] = v.instances;
+  r["rounds"] = {{"ok", v.ok}, {"failed", v.failed}};
+  r["tenants_last_round"] = v.tenants;
+  r["round_trip_ms"] = v.round_trip_s * 1000.0;
+  r["last_ok_s_ago"] = v.last_ok == Clock::time_point{}
+                           ? Json(nullptr)
+                           : Json(std::chrono::duration<double>(Clock::now() - v.last_ok).count());
+  r["last_error"] = v.error.empty() ? Json(nullptr) : Json(v.error);
+  j["redis"] = r;
+  return j;
+}
+
+}  // namespace
+
 std::string Ticker::state_json() const {
   Json j;
   auto t = now();
@@ -250,6 +286,7 @@ std::string Ticker::state_json() const {
   level_of(j, c, last_sample_.process);
   j["tick_ms"] = in_force().admission.tick.count();
   j["reloads"] = {{"ok", reloads(true)}, {"failed", reloads(false)}};
+  j["tenants"] = tenants_json(rt_);
   // The bulkheads (seed 001 §11): per upstream, then per lane x upstream.
   auto views = rt_.bulkhead_views();
   auto now_us = rt_.micros(Clock::now());

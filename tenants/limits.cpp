@@ -234,6 +234,13 @@ Grant Table::acquire(std::uint64_t key, const Limits& l, Micros now) {
         return g;
       }
     }
+    if (mode != Fleet::up && x.allowed) {
+      // The link went down: what the fleet last allowed this instance is all
+      // its bucket holds, refilled from there at its share (no burst of a
+      // whole bucket in every instance at once).
+      x.tokens = std::min(x.tokens, std::max(0.0, x.allowance));
+      x.allowed = false;
+    }
     const double seconds = std::chrono::duration<double>(now - x.refilled).count();
     x.tokens = std::min(bucket, x.tokens + std::max(0.0, seconds) * rate);
     x.refilled = std::max(now, x.refilled);

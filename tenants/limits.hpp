@@ -127,6 +127,11 @@ class Table {
   enum class Fleet : std::uint8_t { off, up, down };
   void set_wall_offset(Micros wall_offset) { wall_offset_ = wall_offset; }
   std::int64_t window_of(Micros now) const { return (now + wall_offset_) / kWindow; }
+  // How much of its window has passed at `now`, 0..1.
+  double window_elapsed(Micros now) const {
+    return static_cast<double>(((now + wall_offset_) % kWindow).count()) /
+           static_cast<double>(kWindow.count());
+  }
   // up: each tenant's allowance gates it; down: its bucket refills at rate / divisor.
   void set_fleet(Fleet mode, double divisor);
   Fleet fleet() const { return fleet_.load(std::memory_order_relaxed); }

@@ -1,0 +1,82 @@
+#pragma once
+// The fleet's tenant counts, reconciled with Redis (SLUICE_REDIS_URL) off the
+// request path, in the shape of Envoy's RLQS: the request path only ever reads
+// and writes the tenant table (tenants/limits.hpp); this link, on the admin
+// thread, every SLUICE_REDIS_INTERVAL:
+//   1. collects what each tenant with a rate admitted since the last round,
+//      by window (1 s of wall-clock time, the same in every instance);
+//   2. sends it in one pipeline: this instance's heartbeat (ZADD
+//      sluice:instances, dropping instances silent for 3 intervals, at least
+//      2 s, then ZCARD), and per tenant INCRBY of its count on the current
+//      window's key sluice:rate:<tenant hash>:<window> (PEXPIRE 3 s), and the
+//      previous window's count (INCRBY when it has one to add, else GET);
+//   3. with every answer in within the interval, sets each tenant's allowance
+//      until the next round (tenants::fleet_allowance) and holds the table up;
+//      else (Redis slow, down, refusing) gives the counts back for the next
+//      round, closes the connection and holds the table down: each tenant's
+//      bucket refills at its rate / the instances last seen, within one
+//      interval. A connection is tried again each round.
+// hiredis (Debian libhiredis-dev) formats the commands and parses the replies
+// (redisFormatCommandArgv, redisReader); the socket is Asio's, on the admin
+// io_context, so nothing blocks a thread and no thread is added.
+//
+// Threading: the admin io_context's thread; view() too.
+#include <boost/asio/steady_timer.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "proxy/clock.hpp"
+#include "proxy/net.hpp"
+#include "tenants/limits.hpp"
+
+namespace sluice::proxy {
+
+struct Runtime;
+
+class RedisLink {
+ public:
+  RedisLink(Runtime& rt, net::io_context& ioc);
+  ~RedisLink();
+  RedisLink(const RedisLink&) = delete;
+  RedisLink& operator=(const RedisLink&) = delete;
+  void start();
+  void stop();
+
+  struct View {
+    bool up = false;                   // the last round was answered in time
+    int instances = 1;                 // seen in the last round answered
+    std::uint64_t ok = 0, failed = 0;  // rounds
+    std::uint64_t tenants = 0;         // reconciled in the last round answered
+    double round_trip_s = 0;           // the last round's, answered
+    std::string error;                 // why the last failed round failed
+    Clock::time_point last_ok{};       // epoch: never
+  };
+  const View& view() const { return view_; }
+
+ private:
+  struct Round;
+  void arm();
+  void begin();
+  void on_resolved(const boost::system::error_code& ec, tcp::resolver::results_type results);
+  void on_connected(const boost::system::error_code& ec);
+  void send();
+  void read();
+  void finish();
+  void fail(const std::string& why);
+
+  Runtime& rt_;
+  net::io_context& ioc_;
+  tcp::resolver resolver_;
+  tcp::socket socket_;
+  net::steady_timer timer_;     // the next round
+  net::steady_timer deadline_;  // the round's answers
+  bool connected_ = false;
+  bool stopped_ = false;
+  std::unique_ptr<Round> round_;  // the round in flight, if any
+  std::string id_;                // this instance, in sluice:instances
+  View view_;
+};
+
+}  // namespace sluice::proxy
