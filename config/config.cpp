@@ -871,7 +871,8 @@ Redis parse_redis_url(const std::string& v) {
     auto auth = rest.substr(0, at);
     rest = rest.substr(at + 1);
     auto colon = auth.find(':');
-    if (colon == std::string_view::npos) invalid("has credentials without a ':' before the password" + kHint);
+    if (colon == std::string_view::npos)
+      invalid("has credentials without a ':' before the password" + kHint);
     r.user = std::string(auth.substr(0, colon));
     r.password = std::string(auth.substr(colon + 1));
     if (r.password.empty()) invalid("has an empty password" + kHint);

@@ -1,7 +1,5 @@
 #include "proxy/admin.hpp"
 
-#include "proxy/redis_link.hpp"
-
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
 
@@ -23,6 +21,7 @@
 
 #include "proxy/admin_token.hpp"
 #include "proxy/directory.hpp"
+#include "proxy/redis_link.hpp"
 #include "proxy/status_page.hpp"
 #include "proxy/ticker.hpp"
 
@@ -779,7 +778,8 @@ const FamilySpec kFamilies[] = {
        out.add(static_cast<double>(s.rt.redis->view().ok), {{"result", "ok"}});
        out.add(static_cast<double>(s.rt.redis->view().failed), {{"result", "failed"}});
      }},
-    {"sluice_redis_round_trip_seconds", "The last reconcile answered: from its start to its "
+    {"sluice_redis_round_trip_seconds",
+     "The last reconcile answered: from its start to its "
      "last reply.",
      MetricType::Gauge,
      [](const Scrape& s, Samples& out) {

@@ -56,7 +56,13 @@ struct RedisLink::Round {
   std::string out;
   std::size_t expected = 0;  // replies
   std::size_t preamble = 0;  // AUTH and SELECT replies before the heartbeat's
-  std::vector<long long> replies;  // integers; a nil or a string that is not one: 0
+  // Each reply as a number: an integer, a string's number, an array's sum of
+  // them (HVALS); a nil: 0.
+  std::vector<long long> replies;
+  struct At {
+    std::size_t current, previous;  // an item's HVALS replies
+  };
+  std::vector<At> at;
   std::array<char, 16 * 1024> buf{};
   redisReader* reader = redisReaderCreate();
   ~Round() { redisReaderFree(reader); }
@@ -108,9 +114,10 @@ void RedisLink::begin() {
     return;
   }
   round_ = std::make_unique<Round>();
+  ++seq_;
   deadline_.expires_at(round_->started + rt_.config.redis_interval);
-  deadline_.async_wait([this, r = round_.get()](const error_code& ec) {
-    if (!ec && round_.get() == r) fail("no answer within SLUICE_REDIS_INTERVAL");
+  deadline_.async_wait([this, r = seq_](const error_code& ec) {
+    if (!ec && live(r)) fail("no answer within SLUICE_REDIS_INTERVAL");
   });
   arm();
   if (connected_) {
@@ -119,17 +126,16 @@ void RedisLink::begin() {
   }
   const auto& at = rt_.config.redis.at;
   resolver_.async_resolve(at.host, std::to_string(at.port),
-                          [this, r = round_.get()](const error_code& ec, auto results) {
-                            if (round_.get() == r) on_resolved(ec, std::move(results));
+                          [this, r = seq_](const error_code& ec, auto results) {
+                            if (live(r)) on_resolved(ec, std::move(results));
                           });
 }
 
 void RedisLink::on_resolved(const error_code& ec, tcp::resolver::results_type results) {
   if (ec) return fail("cannot resolve " + rt_.config.redis.at.host + ": " + ec.message());
-  net::async_connect(socket_, results,
-                     [this, r = round_.get()](const error_code& e, const tcp::endpoint&) {
-                       if (round_.get() == r) on_connected(e);
-                     });
+  net::async_connect(socket_, results, [this, r = seq_](const error_code& e, const tcp::endpoint&) {
+    if (live(r)) on_connected(e);
+  });
 }
 
 void RedisLink::on_connected(const error_code& ec) {
@@ -162,21 +168,34 @@ void RedisLink::send() {
   command(r.out, {"ZADD", kInstances, std::to_string(now_ms), id_});
   command(r.out, {"ZREMRANGEBYSCORE", kInstances, "-inf", std::to_string(now_ms - stale)});
   command(r.out, {"ZCARD", kInstances});
+  // Per tenant and window, a hash of each instance's total in it: written
+  // whole (HSET, not INCRBY), a round that timed out and still reaches Redis
+  // later counts nothing twice; the fleet's count is the sum of its values.
+  r.at.reserve(r.items.size());
+  std::size_t n = r.preamble + 3;
   for (const auto& item : r.items) {
     const auto current = key_of(item.key, item.window);
     const auto previous = key_of(item.key, item.window - 1);
-    command(r.out, {"INCRBY", current, std::to_string(item.pending[0])});
+    command(r.out, {"HSET", current, id_, std::to_string(item.reported[0] + item.pending[0])});
     command(r.out, {"PEXPIRE", current, kKeyTtlMs});
-    if (item.pending[1] > 0)
-      command(r.out, {"INCRBY", previous, std::to_string(item.pending[1])});
-    else
-      command(r.out, {"GET", previous});
+    command(r.out, {"HVALS", current});
+    Round::At at{n + 2, n + 3};
+    n += 3;
+    if (item.pending[1] > 0) {  // admitted at the end of the window before, not yet reported
+      command(r.out, {"HSET", previous, id_, std::to_string(item.reported[1] + item.pending[1])});
+      command(r.out, {"PEXPIRE", previous, kKeyTtlMs});
+      at.previous += 2;
+      n += 2;
+    }
+    command(r.out, {"HVALS", previous});
+    ++n;
+    r.at.push_back(at);
   }
-  r.expected = r.preamble + 3 + 3 * r.items.size();
+  r.expected = n;
   r.replies.reserve(r.expected);
   net::async_write(socket_, net::buffer(r.out),
-                   [this, rp = round_.get()](const error_code& ec, std::size_t) {
-                     if (round_.get() != rp) return;
+                   [this, rp = seq_](const error_code& ec, std::size_t) {
+                     if (!live(rp)) return;
                      if (ec) return fail("cannot send: " + ec.message());
                      read();
                    });
@@ -184,8 +203,8 @@ void RedisLink::send() {
 
 void RedisLink::read() {
   socket_.async_read_some(
-      net::buffer(round_->buf), [this, rp = round_.get()](const error_code& ec, std::size_t n) {
-        if (round_.get() != rp) return;
+      net::buffer(round_->buf), [this, rp = seq_](const error_code& ec, std::size_t n) {
+        if (!live(rp)) return;
         if (ec) return fail(ec == net::error::eof ? "Redis closed the connection" : ec.message());
         Round& r = *round_;
         if (redisReaderFeed(r.reader, r.buf.data(), n) != REDIS_OK) return fail("bad reply");
@@ -201,8 +220,11 @@ void RedisLink::read() {
             v = rep->integer;
           else if (rep->type == REDIS_REPLY_STRING)
             v = std::strtoll(rep->str, nullptr, 10);
-          else if (rep->type == REDIS_REPLY_ERROR)
-            error = std::string(rep->str, rep->len);
+          else if (rep->type == REDIS_REPLY_ARRAY)
+            for (std::size_t i = 0; i < rep->elements; ++i)
+              if (rep->element[i]->type == REDIS_REPLY_STRING)
+                v += std::strtoll(rep->element[i]->str, nullptr, 10);
+          if (rep->type == REDIS_REPLY_ERROR) error = std::string(rep->str, rep->len);
           freeReplyObject(rep);
           if (!error.empty()) return fail("Redis answered: " + error);
           r.replies.push_back(v);
@@ -223,8 +245,8 @@ void RedisLink::finish() {
     const auto& item = r.items[i];
     tenants::FleetReading reading;
     reading.limit = item.rate * std::chrono::duration<double>(tenants::Table::kWindow).count();
-    reading.current = static_cast<double>(r.replies[r.preamble + 3 + 3 * i]);
-    reading.previous = static_cast<double>(r.replies[r.preamble + 3 + 3 * i + 2]);
+    reading.current = static_cast<double>(r.replies[r.at[i].current]);
+    reading.previous = static_cast<double>(r.replies[r.at[i].previous]);
     reading.mine = static_cast<double>(item.reported[0]) + item.pending[0] + item.reported[1] +
                    item.pending[1];
     reading.elapsed = elapsed;

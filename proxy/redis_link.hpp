@@ -7,9 +7,11 @@
 //      by window (1 s of wall-clock time, the same in every instance);
 //   2. sends it in one pipeline: this instance's heartbeat (ZADD
 //      sluice:instances, dropping instances silent for 3 intervals, at least
-//      2 s, then ZCARD), and per tenant INCRBY of its count on the current
-//      window's key sluice:rate:<tenant hash>:<window> (PEXPIRE 3 s), and the
-//      previous window's count (INCRBY when it has one to add, else GET);
+//      2 s, then ZCARD), and per tenant its total in the current window as
+//      its field of the hash sluice:rate:<tenant hash>:<window> (HSET, PEXPIRE
+//      3 s; a whole total, not an increment: a round that timed out and still
+//      reaches Redis counts nothing twice), the window before's too when it
+//      has more, and both hashes' values (HVALS), whose sum is the fleet's;
 //   3. with every answer in within the interval, sets each tenant's allowance
 //      until the next round (tenants::fleet_allowance) and holds the table up;
 //      else (Redis slow, down, refusing) gives the counts back for the next
@@ -75,7 +77,9 @@ class RedisLink {
   bool connected_ = false;
   bool stopped_ = false;
   std::unique_ptr<Round> round_;  // the round in flight, if any
-  std::string id_;                // this instance, in sluice:instances
+  std::uint64_t seq_ = 0;         // its number: a handler of an earlier round does nothing
+  bool live(std::uint64_t seq) const { return round_ && seq == seq_; }
+  std::string id_;  // this instance, in sluice:instances
   View view_;
 };
 

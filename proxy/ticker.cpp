@@ -1,7 +1,5 @@
 #include "proxy/ticker.hpp"
 
-#include "proxy/redis_link.hpp"
-
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -12,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "proxy/directory.hpp"
+#include "proxy/redis_link.hpp"
 
 namespace sluice::proxy {
 

@@ -1,11 +1,11 @@
 #include "tenants/limits.hpp"
 
 #include <algorithm>
-#include <utility>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <stdexcept>
+#include <utility>
 
 namespace sluice::tenants {
 
@@ -72,7 +72,7 @@ struct Table::Stripe {
     double rate = 0;
     std::array<std::int64_t, 2> window{-1, -1};
     std::array<std::uint32_t, 2> pending{}, reported{};
-    bool asked = false;  // since the last collect
+    bool asked = false;    // since the last collect
     bool allowed = false;  // an allowance is set
     double allowance = 0;
     Micros retry{0};

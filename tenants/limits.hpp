@@ -63,13 +63,13 @@ std::string rate_text(const Limits& l);
 // What one reconcile reads of a tenant's window counts, and the allowance it
 // gives this instance until the next (fleet_allowance()).
 struct FleetReading {
-  double limit = 0;                // the rate x kWindow: requests per window, fleet-wide
-  double current = 0;              // the fleet's count in the current window (after this report)
-  double previous = 0;             // ... in the window before it
-  double mine = 0;                 // this instance's share of current + previous (its reports)
-  double elapsed = 0;              // of the current window, 0..1
-  double interval = 0.1;           // the reconcile interval over the window
-  int instances = 1;               // instances seen
+  double limit = 0;       // the rate x kWindow: requests per window, fleet-wide
+  double current = 0;     // the fleet's count in the current window (after this report)
+  double previous = 0;    // ... in the window before it
+  double mine = 0;        // this instance's share of current + previous (its reports)
+  double elapsed = 0;     // of the current window, 0..1
+  double interval = 0.1;  // the reconcile interval over the window
+  int instances = 1;      // instances seen
 };
 struct FleetAllowance {
   double admissions = 0;  // until the next reconcile
@@ -86,7 +86,7 @@ FleetAllowance fleet_allowance(const FleetReading& r);
 struct FleetItem {
   std::uint64_t key = 0;
   double rate = 0;
-  std::int64_t window = 0;  // the current window's number
+  std::int64_t window = 0;                  // the current window's number
   std::array<std::uint32_t, 2> pending{};   // [0] current window, [1] the one before
   std::array<std::uint32_t, 2> reported{};  // ... reported earlier, this one excluded
 };
@@ -99,11 +99,11 @@ struct Grant {
   std::uint64_t key = 0;
   std::int32_t entry = -1;  // its stripe's entry (-1: none)
   std::uint8_t stripe = 0;
-  bool holds = false;       // a unit of the tenant's concurrency
-  bool took_token = false;  // a token of its bucket
+  bool holds = false;        // a unit of the tenant's concurrency
+  bool took_token = false;   // a token of its bucket
   std::int64_t window = -1;  // the fleet: the window it was counted in
-  Micros retry_after{0};    // limited: when it would be admitted
-  double remaining = 0;     // tokens left after it (rate limits)
+  Micros retry_after{0};     // limited: when it would be admitted
+  double remaining = 0;      // tokens left after it (rate limits)
 };
 
 class Table {

@@ -13,6 +13,7 @@
 #include "tests/support/client.hpp"
 #include "tests/support/load.hpp"
 #include "tests/support/process.hpp"
+#include "tests/support/redis.hpp"
 #include "tests/support/sluice.hpp"
 
 using namespace std::chrono_literals;
@@ -20,6 +21,7 @@ using nlohmann::json;
 using sluice::test::kSluice;
 using sluice::test::kUpstream;
 using sluice::test::Load;
+using sluice::test::Redis;
 using sluice::test::request;
 using sluice::test::Response;
 using sluice::test::Sluice;
@@ -39,6 +41,37 @@ std::map<std::string, std::string> bulk_env(const Upstream& api, const Upstream&
       R"({"prefix":"/jwt","lane":"bulk","tenant_key":"jwt:sub"},{"prefix":"/","lane":"bulk"}])");
   extra.emplace("SLUICE_THREADS", "2");
   return extra;
+}
+
+// The fleet link as an instance's /admin/state shows it.
+json redis_state(Sluice& s) {
+  return json::parse(request(s.admin, "GET", "/admin/state").body)["tenants"]["redis"];
+}
+
+// What `clients` closed-loop clients per instance of tenant "shared" got
+// admitted over about `seconds`, and how long that took, measured after a
+// second of warm-up.
+struct Admitted {
+  double count = 0, seconds = 0;
+  std::uint64_t failed = 0;
+};
+Admitted admitted(std::vector<Sluice*> fleet, std::chrono::seconds seconds) {
+  Tally tally;
+  Admitted out;
+  {
+    std::vector<std::unique_ptr<Load>> loads;
+    for (auto* s : fleet)
+      loads.push_back(std::make_unique<Load>(s->port, "/", 2, tally, 20ms,
+                                             sluice::test::Headers{{"X-Api-Key", "shared"}}));
+    std::this_thread::sleep_for(1s);
+    const auto start = std::chrono::steady_clock::now();
+    const auto before = tally.ok.load();
+    std::this_thread::sleep_for(seconds);
+    out.count = static_cast<double>(tally.ok.load() - before);
+    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  out.failed = tally.failed;
+  return out;
 }
 
 }  // namespace
@@ -161,4 +194,79 @@ TEST_CASE(
   CHECK(request(s.port, "GET", "/", {{"X-Api-Key", "b"}}).status == 200);  // b has its own bucket
   CHECK(s.metric(R"(sluice_tenant_limited_total{limit="rate"})") == 1);
   CHECK(s.metric("sluice_tenants") == 3);
+}
+
+TEST_CASE("three instances hold a tenant to one rate for the fleet through Redis",
+          "[e2e][tenants][redis][concurrency]") {
+  Redis redis;
+  Upstream api(kUpstream), search(kUpstream);
+  const auto env = bulk_env(api, search,
+                            {{"SLUICE_TENANT_KEY", "header:X-Api-Key"},
+                             {"SLUICE_TENANT_RATE", "40"},
+                             {"SLUICE_REDIS_URL", redis.url()},
+                             {"SLUICE_REDIS_INTERVAL", "100ms"},
+                             {"SLUICE_ACCESS_LOG", "off"}});
+  Sluice a(kSluice, env), b(kSluice, env), c(kSluice, env);
+  std::vector<Sluice*> fleet{&a, &b, &c};
+  REQUIRE(sluice::test::eventually(
+      [&] {
+        for (auto* s : fleet)
+          if (redis_state(*s)["instances"] != 3) return false;
+        return true;
+      },
+      5s));
+  // Six clients at about 250 requests a second against a rate of 40.
+  auto got = admitted(fleet, 5s);
+  INFO("admitted " << got.count << " in " << got.seconds << " s");
+  CHECK(got.count <= 1.1 * 40 * got.seconds + 2);
+  CHECK(got.count >= 0.5 * 40 * got.seconds);  // each instance admits its part, not nothing
+  CHECK(got.failed == 0);
+  // Each instance wrote its own total into the tenant's window hashes.
+  auto keys = redis.cli({"--scan", "--pattern", "sluice:rate:*"});
+  CHECK_FALSE(keys.empty());
+}
+
+TEST_CASE(
+    "with Redis frozen no request waits on it and each instance holds a tenant to its share; "
+    "back, the fleet's rate is in force again",
+    "[e2e][tenants][redis][concurrency]") {
+  Redis redis;
+  Upstream api(kUpstream), search(kUpstream);
+  const auto env = bulk_env(api, search,
+                            {{"SLUICE_TENANT_KEY", "header:X-Api-Key"},
+                             {"SLUICE_TENANT_RATE", "40"},
+                             {"SLUICE_REDIS_URL", redis.url()},
+                             {"SLUICE_ACCESS_LOG", "off"}});
+  Sluice a(kSluice, env), b(kSluice, env), c(kSluice, env);
+  std::vector<Sluice*> fleet{&a, &b, &c};
+  auto all = [&](bool up) {
+    return sluice::test::eventually(
+        [&] {
+          for (auto* s : fleet) {
+            auto r = redis_state(*s);
+            if (r["up"] != up || r["instances"] != 3) return false;
+          }
+          return true;
+        },
+        5s);
+  };
+  REQUIRE(all(true));
+  redis.pause();
+  REQUIRE(all(false));  // each fell back on its own (its round went unanswered)
+  auto down = admitted(fleet, 3s);
+  INFO("Redis frozen: admitted " << down.count << " in " << down.seconds << " s");
+  CHECK(down.failed == 0);  // every request answered: none waited on Redis
+  // A third of the rate each, and at most a third of a bucket each to start.
+  CHECK(down.count <= 1.1 * 40 * down.seconds + 40);
+  CHECK(down.count >= 0.5 * 40 * down.seconds);
+  CHECK(a.metric(R"(sluice_redis_up)") == 0);
+  CHECK(a.metric(R"(sluice_redis_reconciles_total{result="failed"})") > 0);
+
+  redis.resume();
+  REQUIRE(all(true));
+  auto back = admitted(fleet, 3s);
+  INFO("Redis back: admitted " << back.count << " in " << back.seconds << " s");
+  CHECK(back.count <= 1.1 * 40 * back.seconds + 2);
+  CHECK(back.count >= 0.5 * 40 * back.seconds);
+  CHECK(back.failed == 0);
 }

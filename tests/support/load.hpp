@@ -39,7 +39,7 @@ struct Tally {
 };
 
 // Closed-loop clients: each sends `target` back to back on a keep-alive
-// connection until stopped, pausing `after_refusal` after a 503 so a flood
+// connection until stopped, pausing `after_refusal` after a 503 or 429 so a flood
 // refused at once does not spin the CPU the proxy needs. Each request carries
 // `headers`. Stops by itself when destroyed.
 class Load {
@@ -102,7 +102,7 @@ class Load {
         ++tally.other;
       }
       if (!res->keep_alive) conn.reset();
-      if (res->status == 503) std::this_thread::sleep_for(after_refusal);
+      if (res->status == 503 || res->status == 429) std::this_thread::sleep_for(after_refusal);
     }
   }
 

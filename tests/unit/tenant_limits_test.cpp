@@ -113,9 +113,10 @@ TEST_CASE("a route's own limits count a tenant apart from its other routes", "[t
 
 // ---------------------------------------------------------------- the fleet
 
-TEST_CASE("a fleet allowance is the limit left in the sliding window, and what the next interval "
-          "frees, at this instance's share",
-          "[tenants][limits][fleet]") {
+TEST_CASE(
+    "a fleet allowance is the limit left in the sliding window, and what the next interval "
+    "frees, at this instance's share",
+    "[tenants][limits][fleet]") {
   FleetReading r;
   r.limit = 100;
   r.instances = 3;
@@ -148,14 +149,15 @@ TEST_CASE("with the fleet link down, a tenant's bucket refills at its share of t
   t.set_fleet(Table::Fleet::down, 3);
   int admitted = 0;
   for (int i = 0; i < 40; ++i) admitted += t.acquire(9, l, 0us).limited == Limited::no ? 1 : 0;
-  CHECK(admitted == 10);  // a third of the bucket
+  CHECK(admitted == 10);                                 // a third of the bucket
   CHECK(t.acquire(9, l, 100ms).limited == Limited::no);  // 10 per second
   CHECK(t.acquire(9, l, 100ms).limited == Limited::rate);
 }
 
-TEST_CASE("the fleet's allowance gates a tenant until the next reconcile, and counts are reported "
-          "once, by window",
-          "[tenants][limits][fleet]") {
+TEST_CASE(
+    "the fleet's allowance gates a tenant until the next reconcile, and counts are reported "
+    "once, by window",
+    "[tenants][limits][fleet]") {
   Table t(1024);
   Limits l;
   l.rate = 1000;
@@ -195,4 +197,24 @@ TEST_CASE("the fleet's allowance gates a tenant until the next reconcile, and co
   items.clear();
   t.collect(1'200ms, items);
   CHECK(items.empty());  // not asked since
+}
+
+TEST_CASE(
+    "when the link goes down, a tenant's bucket holds what the fleet last allowed, then "
+    "refills at its share",
+    "[tenants][limits][fleet]") {
+  Table t(1024);
+  Limits l;
+  l.rate = 300;  // a bucket of 300
+  t.set_fleet(Table::Fleet::up, 3);
+  REQUIRE(t.acquire(4, l, 0us).limited == Limited::no);
+  std::vector<FleetItem> items;
+  t.collect(0us, items);
+  t.set_allowance(4, {5.0, 100ms});
+  t.set_fleet(Table::Fleet::down, 3);
+  int admitted = 0;
+  for (int i = 0; i < 50; ++i) admitted += t.acquire(4, l, 0us).limited == Limited::no ? 1 : 0;
+  CHECK(admitted == 5);                                 // not a third of the bucket (100) at once
+  CHECK(t.acquire(4, l, 10ms).limited == Limited::no);  // 100 a second
+  CHECK(t.acquire(4, l, 10ms).limited == Limited::rate);
 }
