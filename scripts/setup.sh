@@ -8,6 +8,8 @@ packages=(
   libboost1.81-dev nlohmann-json3-dev prometheus-cpp-dev catch2
   libre2-dev                 # route regexes (RE2: linear time, no recursion)
   libc-ares-dev              # upstream names resolved again within their TTL (c-ares: asynchronous, reports TTLs)
+  libhiredis-dev             # the fleet's tenant counts in Redis (hiredis: RESP formatting and parsing)
+  redis-server               # the fleet tests run their own redis-server on loopback
   python3-dnslib             # the re-resolution tests answer DNS from a small server on loopback
   libssl-dev openssl         # TLS both ways (OpenSSL 3); the tests make their certificates with openssl req
   sslscan                    # the HTTPS listener's protocols and ciphers, scanned by a test

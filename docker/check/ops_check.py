@@ -358,34 +358,63 @@ def deployment_env(docs, dep):
 def cmd_k8s_consistency(paths):
     f = Findings("k8s consistency")
     docs = load_docs(paths)
-    deps = by_kind(docs, "Deployment")
+    # Sluice's Deployment is "sluice"; others (the Redis of the fleet's
+    # tenant counts) are checked for their own selectors and ports.
+    all_deps = by_kind(docs, "Deployment")
+    deps = [d for d in all_deps if d["metadata"]["name"] == "sluice"]
     if len(deps) != 1:
-        f.fail(f"expected one Deployment, found {len(deps)}")
+        f.fail(f"expected one Deployment named sluice, found {len(deps)}")
         return f.done("")
     dep = deps[0]
     env, c, cms = deployment_env(docs, dep)
     pod = dep["spec"]["template"]
     labels = pod["metadata"].get("labels", {})
 
+    def pod_labels(d):
+        return d["spec"]["template"]["metadata"].get("labels", {})
+
+    def matches(sel, lbls):
+        return bool(sel) and all(lbls.get(k) == v for k, v in sel.items())
+
     def selects(sel, what):
-        if not sel or any(labels.get(k) != v for k, v in sel.items()):
+        if not matches(sel, labels):
             f.fail(f"{what} selector {sel} does not select the Deployment's pods {labels}")
 
     selects(dep["spec"]["selector"].get("matchLabels"), "Deployment")
+    for d in all_deps:
+        if d is not dep and not matches(d["spec"]["selector"].get("matchLabels"), pod_labels(d)):
+            f.fail(f"Deployment {d['metadata']['name']} selects none of its own pods")
     upstream_hosts = [h.split("://")[-1] for entry in env.get("SLUICE_UPSTREAMS", "").split(";")
                       for h in entry.split("=", 1)[-1].split("|")]
+    services = {}
     for s in by_kind(docs, "Service"):
+        services[s["metadata"]["name"]] = s
         if s["spec"].get("clusterIP") == "None":
             # A headless Service is the upstream's pods: SLUICE_UPSTREAMS must name it.
             name = s["metadata"]["name"]
             if not any(h == name or h.startswith(name + ".") for h in upstream_hosts):
                 f.fail(f"headless Service {name} is not named in SLUICE_UPSTREAMS {upstream_hosts}")
             continue
-        selects(s["spec"].get("selector"), f"Service {s['metadata']['name']}")
-        names = {p.get("name") for p in c.get("ports") or []} | {p["containerPort"] for p in c.get("ports") or []}
+        sel = s["spec"].get("selector")
+        owners = [d for d in all_deps if matches(sel, pod_labels(d))]
+        if not owners:
+            f.fail(f"Service {s['metadata']['name']} selector {sel} selects no Deployment's pods")
+            continue
+        oc = owners[0]["spec"]["template"]["spec"]["containers"][0]
+        names = {p.get("name") for p in oc.get("ports") or []} | {p["containerPort"] for p in oc.get("ports") or []}
         for p in s["spec"]["ports"]:
             if p.get("targetPort", p["port"]) not in names:
                 f.fail(f"Service port {p} targets no container port")
+    # SLUICE_REDIS_URL naming a Service of the manifests: that Service, on its port.
+    redis = env.get("SLUICE_REDIS_URL", "")
+    if redis:
+        hostport = redis.split("://", 1)[-1].rsplit("@", 1)[-1].split("/", 1)[0]
+        host, _, port = hostport.partition(":")
+        svc = services.get(host.split(".", 1)[0])
+        if svc is None and "." not in host:
+            f.fail(f"SLUICE_REDIS_URL names {host}, no Service of the manifests")
+        elif svc is not None and int(port or 6379) not in {p["port"] for p in svc["spec"]["ports"]}:
+            f.fail(f"SLUICE_REDIS_URL port {port or 6379} is not a port of Service {host}")
     for pdb in by_kind(docs, "PodDisruptionBudget"):
         selects(pdb["spec"]["selector"].get("matchLabels"), "PodDisruptionBudget")
     for hpa in by_kind(docs, "HorizontalPodAutoscaler"):
@@ -576,7 +605,7 @@ def cmd_check_config(sluice_bin, source, args):
         return rc
     if source == "k8s":
         docs = load_docs(args)
-        dep = by_kind(docs, "Deployment")[0]
+        dep = next(d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "sluice")
         env, c, cms = deployment_env(docs, dep)
         vols = {v["name"]: v for v in dep["spec"]["template"]["spec"].get("volumes") or []}
         files = {}
