@@ -312,6 +312,12 @@ std::string escape_cell(std::string_view text) {
 ConfigError::ConfigError(std::string variable, const std::string& message)
     : std::runtime_error(variable + ": " + message), variable_(std::move(variable)) {}
 
+double Tenants::weight(tenants::Id id) const {
+  auto it =
+      std::lower_bound(weights.begin(), weights.end(), std::pair<tenants::Id, double>{id, 0.0});
+  return it != weights.end() && it->first == id ? it->second : 1.0;
+}
+
 std::string Redis::str() const {
   std::string auth;
   if (!password.empty()) auth = user + ":(set)@";
@@ -895,6 +901,55 @@ Redis parse_redis_url(const std::string& v) {
   return r;
 }
 Json redis_json(const Redis& r) { return r.on() ? Json(r.str()) : Json(nullptr); }
+
+// "KEY=W;KEY=W": a key as the requests carry it (hashed here), or its hash as
+// the access log shows it (#16 hex digits); W in 1..100.
+std::vector<std::pair<tenants::Id, double>> parse_tenant_weights(const std::string& v) {
+  const std::string kHint =
+      "; e.g. #f10f781241e22466=4;partner-key=2 (a key or #its hash, a weight in 1..100)";
+  std::vector<std::pair<tenants::Id, double>> out;
+  std::size_t at = 0;
+  while (at <= v.size()) {
+    auto end = std::min(v.find(';', at), v.size());
+    std::string entry = v.substr(at, end - at);
+    at = end + 1;
+    if (entry.empty()) invalid("has an empty entry" + kHint);
+    auto eq = entry.rfind('=');
+    if (eq == std::string::npos || eq == 0)
+      invalid("entry " + std::to_string(out.size() + 1) + " is not KEY=WEIGHT" + kHint);
+    std::string key = entry.substr(0, eq), w = entry.substr(eq + 1);
+    double weight = 0;
+    try {
+      weight = parse_decimal(w);
+    } catch (const std::invalid_argument&) {
+      weight = 0;
+    }
+    if (!(weight >= admission::FairQueue::kMinWeight && weight <= admission::FairQueue::kMaxWeight))
+      invalid("entry " + std::to_string(out.size() + 1) + ": weight " + in_quotes(w) +
+              " is not in 1..100" + kHint);
+    tenants::Id id = 0;
+    if (key.size() == 17 && key[0] == '#' && std::all_of(key.begin() + 1, key.end(), [](char c) {
+          return is_digit(c) || (c >= 'a' && c <= 'f');
+        }))
+      id = std::stoull(key.substr(1), nullptr, 16);
+    else
+      id = tenants::hash(key);
+    out.emplace_back(id, weight);
+  }
+  std::sort(out.begin(), out.end());
+  for (std::size_t i = 1; i < out.size(); ++i)
+    if (out[i].first == out[i - 1].first) invalid("lists one tenant twice" + kHint);
+  return out;
+}
+Json weights_json(const std::vector<std::pair<tenants::Id, double>>& weights) {
+  if (weights.empty()) return Json(nullptr);
+  Json j = Json::object();
+  for (const auto& [id, w] : weights) {
+    auto h = tenants::hex(id);
+    j["#" + std::string(h.data(), h.size())] = w;  // the hash, never the key
+  }
+  return j;
+}
 
 // An HS256 secret. The value is a secret: no message repeats any of it.
 std::string parse_jwt_key(const std::string& v) {
@@ -1687,6 +1742,12 @@ constexpr Row kRows[] = {
          "answered 429 tenant_limit, Retry-After when the next token comes, with the IETF "
          "RateLimit and RateLimit-Policy fields; a request refused afterwards (level, lane) "
          "gets its token back."}),
+    field<parse_tenant_weights, weights_json, &Config::tenants, &Tenants::weights>(
+        restart, "tenant_weights",
+        {"SLUICE_TENANT_WEIGHTS", "unset",
+         "Optional: tenants' weights in their lanes' round robin, KEY=W;KEY=W (a key as requests "
+         "carry it, or its hash as the access log shows it, #16 hex digits; W in 1..100, its "
+         "requests per turn); a tenant not listed has 1. Check-config shows only the hashes."}),
     field<count_in<std::size_t, 16, 16'777'216>, as_is, &Config::tenants, &Tenants::table>(
         restart, "tenant_table",
         {"SLUICE_TENANT_TABLE", "65536",

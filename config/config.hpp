@@ -89,6 +89,10 @@ struct Tenants {
   std::string jwt_key;         // SLUICE_TENANT_JWT_KEY: HS256 secret; empty: claims read unverified
   tenants::Limits limits;      // SLUICE_TENANT_CONCURRENCY, SLUICE_TENANT_RATE
   std::size_t table = 65'536;  // SLUICE_TENANT_TABLE: tenants tracked at most
+  // SLUICE_TENANT_WEIGHTS: a tenant's requests per turn of its lane's round
+  // robin (1 unless listed), by the hash of its key, ascending.
+  std::vector<std::pair<tenants::Id, double>> weights;
+  double weight(tenants::Id id) const;
 };
 
 // SLUICE_REDIS_URL: redis://[[user]:password@]host[:port][/db], where the

@@ -455,7 +455,8 @@ class Session : public Tracked,
     ex_.lane = ex_.route->lane;
     ex_.upstream = ex_.route->upstream;
     ex_.tenant = tenant_of(ex_.route->tenant_key ? *ex_.route->tenant_key : cfg_.tenants.key);
-    tenant = ex_.tenant;  // the seat's: its flow in its lane's queue
+    tenant = ex_.tenant;  // the seat's: its flow in its lane's queue, and its turn's size
+    weight = cfg_.tenants.weights.empty() ? 1.0 : cfg_.tenants.weight(tenant);
     if (!req_->is_done() && !ex_.upgrade && m.find(http::field::expect) == m.end()) {
       prebuffer_body();
       return;

@@ -227,8 +227,8 @@ TEST_CASE("three instances hold a tenant to one rate for the fleet through Redis
 }
 
 TEST_CASE(
-    "with Redis frozen no request waits on it and each instance holds a tenant to its share; "
-    "back, the fleet's rate is in force again",
+    "with Redis frozen no request waits on it and each instance holds a tenant to its share, and "
+    "back the fleet's rate is in force again",
     "[e2e][tenants][redis][concurrency]") {
   Redis redis;
   Upstream api(kUpstream), search(kUpstream);
@@ -269,4 +269,26 @@ TEST_CASE(
   CHECK(back.count <= 1.1 * 40 * back.seconds + 2);
   CHECK(back.count >= 0.5 * 40 * back.seconds);
   CHECK(back.failed == 0);
+}
+
+TEST_CASE("two tenants flooding one lane are served in proportion to their weights",
+          "[e2e][tenants][concurrency]") {
+  Upstream api(kUpstream, {"--capacity", "4", "--service-ms", "50", "--threads", "2"});
+  Upstream search(kUpstream);
+  Sluice s(kSluice, bulk_env(api, search,
+                             {{"SLUICE_TENANT_KEY", "header:X-Api-Key"},
+                              {"SLUICE_TENANT_WEIGHTS", "heavy-user=3"},
+                              {"SLUICE_ACCESS_LOG", "off"}}));
+  Tally three, one;
+  {
+    Load a(s.port, "/", 10, three, 1ms, {{"X-Api-Key", "heavy-user"}});
+    Load b(s.port, "/", 10, one, 1ms, {{"X-Api-Key", "light-user"}});
+    std::this_thread::sleep_for(6s);
+  }
+  INFO("weight 3: ok " << three.ok << " refused " << three.queue_timeout << "; weight 1: ok "
+                       << one.ok << " refused " << one.queue_timeout);
+  REQUIRE(one.ok > 20);
+  const double ratio = static_cast<double>(three.ok) / static_cast<double>(one.ok);
+  CHECK(ratio >= 2.0);
+  CHECK(ratio <= 4.5);
 }

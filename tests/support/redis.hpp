@@ -1,8 +1,8 @@
 #pragma once
 // A redis-server of the test's own on loopback (Debian redis-server), on a
 // free port, with nothing persisted; redis-cli to read it.
-#include <sys/socket.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -22,8 +22,8 @@ class Redis {
     for (int attempt = 0; attempt < 5 && !process_; ++attempt) {
       port = free_port();
       process_.emplace(std::vector<std::string>{"redis-server", "--port", std::to_string(port),
-                                                "--bind", "127.0.0.1", "--save", "",
-                                                "--appendonly", "no"});
+                                                "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                                                "no"});
       if (!process_->wait_for_out("Ready to accept connections", std::chrono::seconds(10)))
         process_.reset();  // the port was taken meanwhile: another one
     }

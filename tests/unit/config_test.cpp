@@ -94,7 +94,7 @@ TEST_CASE("the variable table names each variable once, with a default and a mea
     CHECK_FALSE(v.meaning.empty());
     CHECK(names.insert(v.name).second);
   }
-  CHECK(names.size() == 78);
+  CHECK(names.size() == 81);
 }
 
 TEST_CASE("every variable in the table is read by load and shown by to_json", "[config]") {
@@ -137,6 +137,8 @@ TEST_CASE("the defaults in the table are the defaults load applies", "[config]")
                                                   "SLUICE_TENANT_JWT_KEY",
                                                   "SLUICE_TENANT_CONCURRENCY",
                                                   "SLUICE_TENANT_RATE",
+                                                  "SLUICE_TENANT_WEIGHTS",
+                                                  "SLUICE_REDIS_URL",
                                                   "SLUICE_TLS_CERT",
                                                   "SLUICE_TLS_KEY",
                                                   "SLUICE_TLS_CIPHERS",
@@ -564,6 +566,9 @@ TEST_CASE("every config error starts with the variable it is about", "[config]")
       {"SLUICE_TENANT_CONCURRENCY", "0"},
       {"SLUICE_TENANT_RATE", "10:0"},
       {"SLUICE_TENANT_TABLE", "8"},
+      {"SLUICE_TENANT_WEIGHTS", "key-a=0.5"},
+      {"SLUICE_REDIS_URL", "http://127.0.0.1:6379"},
+      {"SLUICE_REDIS_INTERVAL", "5ms"},
   };
   REQUIRE(bad.size() == variables().size());
   for (const auto& [name, value] : bad) {
@@ -1205,4 +1210,36 @@ TEST_CASE("SLUICE_FORWARDED_FOR appends by default and replaces at the edge", "[
   CHECK(load(minimal({{"SLUICE_FORWARDED_FOR", "replace"}})).forwarded_for_replace);
   CHECK(error_of(minimal({{"SLUICE_FORWARDED_FOR", "edge"}})) ==
         "SLUICE_FORWARDED_FOR: \"edge\" is not a mode; valid: append, replace");
+}
+
+TEST_CASE("tenant weights name a key or its hash, and show only hashes", "[config]") {
+  auto c = load(minimal({{"SLUICE_TENANT_WEIGHTS", "key-a=4;#00000000000000ff=2.5"}}));
+  CHECK(c.tenants.weight(sluice::tenants::hash("key-a")) == 4);
+  CHECK(c.tenants.weight(0xff) == 2.5);
+  CHECK(c.tenants.weight(sluice::tenants::hash("key-b")) == 1);
+  auto shown = nlohmann::json::parse(to_json(c))["tenant_weights"];
+  CHECK(shown["#f10f781241e22466"] == 4);
+  CHECK(shown.dump().find("key-a") == std::string::npos);
+  CHECK_THROWS_WITH(load(minimal({{"SLUICE_TENANT_WEIGHTS", "a=2;a=3"}})),
+                    Catch::Contains("lists one tenant twice"));
+  CHECK_THROWS_WITH(load(minimal({{"SLUICE_TENANT_WEIGHTS", "a=200"}})),
+                    Catch::Contains("is not in 1..100"));
+}
+
+TEST_CASE("a Redis URL gives host, port, credentials and database, the password never shown",
+          "[config]") {
+  auto c = load(minimal({{"SLUICE_REDIS_URL", "redis://app:s3cret@10.0.0.5:6380/2"}}));
+  CHECK(c.redis.at.host == "10.0.0.5");
+  CHECK(c.redis.at.port == 6380);
+  CHECK(c.redis.user == "app");
+  CHECK(c.redis.password == "s3cret");
+  CHECK(c.redis.db == 2);
+  auto shown = to_json(c);
+  CHECK(shown.find("s3cret") == std::string::npos);
+  CHECK(nlohmann::json::parse(shown)["redis_url"] == "redis://app:(set)@10.0.0.5:6380/2");
+  CHECK(load(minimal({{"SLUICE_REDIS_URL", "redis://redis"}})).redis.at.port == 6379);
+  CHECK_THROWS_WITH(load(minimal({{"SLUICE_REDIS_URL", "redis://:@host"}})),
+                    Catch::Contains("empty password"));
+  CHECK_THROWS_WITH(load(minimal({{"SLUICE_REDIS_URL", "rediss://host"}})),
+                    Catch::Contains("does not start with redis://"));
 }
