@@ -1,6 +1,7 @@
 #include "admission/fair_queue.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "admission/bulkhead.hpp"
 
@@ -57,8 +58,10 @@ void FairQueue::erase(Seat& s, bool seated) {
     turn_to(fl.next);
 }
 
-// A flow that has requests again joins the round last: just before the flow
-// being served (the first one is served at once).
+// A flow that has requests again is served next (a sparse flow first, as
+// fq_codel serves its new flows): it joins the round just before the flow
+// being served and takes the turn for one quantum; then the interrupted flow
+// resumes with the deficit it had.
 void FairQueue::join(std::int32_t f) {
   Flow& fl = flow(f);
   fl.deficit = 0.0;
@@ -73,6 +76,8 @@ void FairQueue::join(std::int32_t f) {
   fl.prev = cur.prev;
   flow(cur.prev).next = f;
   cur.prev = f;
+  interrupted_ = current_;
+  turn_to(f);
 }
 
 void FairQueue::leave(std::int32_t f) {
@@ -88,10 +93,15 @@ void FairQueue::leave(std::int32_t f) {
     if (f == current_) turn_to(after);
   }
   fl.prev = fl.next = -1;
+  if (interrupted_ == f) interrupted_ = -1;
 }
 
 void FairQueue::turn_to(std::int32_t f) {
   current_ = f;
+  if (f == interrupted_) {
+    interrupted_ = -1;
+    if (flow(f).deficit >= 1.0) return;  // it resumes with what it had
+  }
   flow(f).deficit += flow(f).quantum;  // quantum >= 1: the flow on turn serves at least one
 }
 

@@ -8,9 +8,11 @@
 // no table to evict; two tenants that meet in one flow share its turn.
 //   push        a request queues at the back of its tenant's flow (at the
 //               front: it asks again as the oldest, placement's ask_again);
-//               a flow that was empty joins the round just before the flow
-//               being served, so it is served once every other flow has had
-//               its turn.
+//               a flow that was empty is served next (a sparse tenant first,
+//               as fq_codel serves new flows): it joins the round just before
+//               the flow being served and takes the turn for one quantum, and
+//               the flow it interrupted then resumes with the deficit it had.
+//               A tenant that keeps a queue is in the round like any other.
 //   next        the front of the flow being served: what a release seats.
 //   serving     the flow being served spends one unit of its deficit per
 //               request seated from it; with less than one left, or empty, the
@@ -74,6 +76,7 @@ class FairQueue {
 
   std::unique_ptr<Flow[]> flows_;
   std::int32_t current_ = -1;
+  std::int32_t interrupted_ = -1;  // the flow a newly active one took the turn from
   int active_ = 0;
   Seat* order_head_ = nullptr;
   Seat* order_tail_ = nullptr;
