@@ -15,10 +15,16 @@
 #             method: wrk -t1 -c10 with an X-Api-Key header): tenants off, the
 #             key on, the key with a concurrency and a rate that never limit;
 #             and tenants off on BASE (a binary from before tenants), if given.
-# Usage: bench/tenants.sh [fairness|fleet|cost ...]   (default: all three)
+#             Valgrind has no SHA-NI: the key's SHA-256 counts there in
+#             software, several times its cost on this CPU.
+#   cpu       CPU per request on the real CPU (utime + stime of Sluice, 1
+#             thread, over the requests wrk -t1 -c50 completed), ROUNDS rounds
+#             of DURATION s alternating: BASE if given, tenants off, the key,
+#             the key with limits that never limit.
+# Usage: bench/tenants.sh [fairness|fleet|cost|cpu ...]   (default: all four)
 # Environment: SECONDS_PER_PHASE (default 10), RATE (default 40), DURATION
-# (callgrind, default 8), BASE (a sluice binary to compare tenants off with),
-# KEEP_TMP=1 keeps the temp dir.
+# (callgrind and cpu, default 8), ROUNDS (cpu, default 5), BASE (a sluice
+# binary to compare tenants off with), KEEP_TMP=1 keeps the temp dir.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 LIB="$REPO/bench/lib"
@@ -27,25 +33,26 @@ UPSTREAM="$REPO/build/release/upstream/sluice-upstream"
 PHASE=${SECONDS_PER_PHASE:-10}
 RATE=${RATE:-40}
 DURATION=${DURATION:-8}
+ROUNDS=${ROUNDS:-5}
 BASE=${BASE:-}
 KEEP_TMP=${KEEP_TMP:-0}
 log() { echo "tenants: $*" >&2; }
 die() { log "$*"; exit 1; }
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; }
 # shellcheck source=bench/lib/common.sh
 source "$LIB/common.sh"
 
 parts=("$@")
-[ "${#parts[@]}" -eq 0 ] && parts=(fairness fleet cost)
+[ "${#parts[@]}" -eq 0 ] && parts=(fairness fleet cost cpu)
 for p in "${parts[@]}"; do
   case "$p" in
-    fairness|fleet|cost) ;;
+    fairness|fleet|cost|cpu) ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; die "unknown part: $p" ;;
   esac
 done
-need_whole PHASE DURATION
-need_positive PHASE DURATION
+need_whole PHASE DURATION ROUNDS
+need_positive PHASE DURATION ROUNDS
 need_decimal RATE
 install_packages curl python3 redis-server valgrind wrk
 if [ ! -x "$SLUICE" ] || [ ! -x "$UPSTREAM" ]; then die "build first: ./scripts/build.sh release"; fi
@@ -161,6 +168,53 @@ cost() {
   one "key + limits" "$SLUICE" SLUICE_TENANT_KEY=header:X-Api-Key \
     SLUICE_TENANT_CONCURRENCY=1000 SLUICE_TENANT_RATE=1000000
   stop_pid "$up"
+}
+
+cpu() {
+  local ports up names=() bins=() envs=() i
+  mapfile -t ports < <(free_ports 1)
+  start_bg "$TMP/cpu-up.log" "$UPSTREAM" --listen "127.0.0.1:${ports[0]}" --threads 1
+  up=$LAST_PID
+  wait_http_200 sluice-upstream "$up" "http://127.0.0.1:${ports[0]}/" "$TMP/cpu-up.log"
+  if [ -n "$BASE" ]; then names+=("base"); bins+=("$BASE"); envs+=(""); fi
+  names+=("off" "key" "key+limits")
+  bins+=("$SLUICE" "$SLUICE" "$SLUICE")
+  envs+=("" "SLUICE_TENANT_KEY=header:X-Api-Key"
+    "SLUICE_TENANT_KEY=header:X-Api-Key SLUICE_TENANT_CONCURRENCY=1000 SLUICE_TENANT_RATE=1000000")
+  : >"$TMP/cpu.tsv"
+  for _ in $(seq "$ROUNDS"); do
+    for i in "${!names[@]}"; do
+      local p pid t0 t1 n extra=()
+      mapfile -t p < <(free_ports 2)
+      read -r -a extra <<<"${envs[$i]}"
+      start_bg "$TMP/cpu-${names[$i]}.log" env SLUICE_UPSTREAMS="127.0.0.1:${ports[0]}" \
+        SLUICE_LISTEN="127.0.0.1:${p[0]}" SLUICE_ADMIN_LISTEN="127.0.0.1:${p[1]}" SLUICE_THREADS=1 \
+        SLUICE_ACCESS_LOG=off SLUICE_DRAIN_DELAY=0 SLUICE_DRAIN_TIMEOUT=2s ${extra[@]+"${extra[@]}"} "${bins[$i]}"
+      pid=$LAST_PID
+      wait_http_200 "${names[$i]}" "$pid" "http://127.0.0.1:${p[0]}/" "$TMP/cpu-${names[$i]}.log"
+      wrk -t1 -c50 -d1s -H "X-Api-Key: tenant-a" "http://127.0.0.1:${p[0]}/" >/dev/null
+      t0=$(proc_ticks "$pid")
+      n=$(wrk -t1 -c50 -d"${DURATION}s" -H "X-Api-Key: tenant-a" "http://127.0.0.1:${p[0]}/" |
+        awk '/requests in/ { print $1 }')
+      t1=$(proc_ticks "$pid")
+      stop_pid "$pid"
+      printf '%s\t%s\t%s\n' "${names[$i]}" "$n" "$((t1 - t0))" >>"$TMP/cpu.tsv"
+    done
+  done
+  stop_pid "$up"
+  python3 - "$TMP/cpu.tsv" "$(getconf CLK_TCK)" <<'PY'
+import collections, statistics, sys
+rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines()]
+hz = float(sys.argv[2])
+per = collections.OrderedDict()
+for name, n, ticks in rows:
+    per.setdefault(name, []).append(int(ticks) / hz / int(n) * 1e6)
+off = statistics.median(per["off"])
+for name, v in per.items():
+    m = statistics.median(v)
+    print(f"cpu, {name:<11} {m:5.2f} us per request (median of {len(v)}; rounds {', '.join(f'{x:.2f}' for x in v)}), "
+          f"{m / off:.3f} x tenants off")
+PY
 }
 
 for p in "${parts[@]}"; do "$p"; done
