@@ -60,7 +60,7 @@ TEST_CASE("one tenant's queue is oldest first, a request asking again at its fro
 TEST_CASE(
     "a tenant that comes is served next, then each tenant in turn: one turn in two for a tenant "
     "with a tenth of the queue, not one in eleven",
-          "[admission][fair_queue]") {
+    "[admission][fair_queue]") {
   FairQueue q;
   std::vector<TestSeat> loud, quiet;
   loud.reserve(20);
