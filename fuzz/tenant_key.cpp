@@ -21,8 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::string_view claim = in.substr(0, nl), authorization = in.substr(nl + 1);
   std::array<char, 512> scratch{};
   auto got = sluice::tenants::jwt_claim(authorization, claim, {}, scratch);
-  expect(got.empty() ||
-             (got.data() >= scratch.data() && got.data() + got.size() <= scratch.data() + scratch.size()),
+  expect(got.empty() || (got.data() >= scratch.data() &&
+                         got.data() + got.size() <= scratch.data() + scratch.size()),
          "the claim lies inside the decoded payload");
   std::array<char, 512> verified_scratch{};
   auto verified =
