@@ -75,7 +75,8 @@
 //   A request that is not admitted (but for the budget guard, refused at
 //   once) waits for patience(): its lane's queue window, and at least the
 //   delay target (2 x the uncongested service time, 10..100 ms), re-asking on
-//   every release and every tick, oldest first in its lane; then queue_timeout.
+//   every release and every tick, oldest first in its lane (between tenants,
+//   round robin); then queue_timeout.
 //   Idle lanes lend everything: a lone flood may fill the bulkhead.
 // Starvation: a lane below its floor whose queue has not been empty for
 // starved_after, and (seed 001 §8) hard-pinned requests that have been waiting

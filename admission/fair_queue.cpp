@@ -1,13 +1,38 @@
 #include "admission/fair_queue.hpp"
 
 #include <algorithm>
-#include <utility>
 
 #include "admission/bulkhead.hpp"
 
 namespace sluice::admission {
 
 FairQueue::FairQueue() : flows_(std::make_unique<Flow[]>(kFlows)) {}
+
+Seat* FairQueue::next() const {
+  // settle() keeps the first flow of a list non-empty with credit, the new first.
+  if (fresh_.head >= 0) return flow(fresh_.head).head;
+  if (old_.head >= 0) return flow(old_.head).head;
+  return nullptr;
+}
+
+void FairQueue::append(std::int32_t f, In in) {
+  Flow& fl = flow(f);
+  List& l = list(in);
+  fl.in = in;
+  fl.next = -1;
+  fl.prev = l.tail;
+  (l.tail >= 0 ? flow(l.tail).next : l.head) = f;
+  l.tail = f;
+}
+
+void FairQueue::unlink(std::int32_t f) {
+  Flow& fl = flow(f);
+  List& l = list(fl.in);
+  (fl.prev >= 0 ? flow(fl.prev).next : l.head) = fl.next;
+  (fl.next >= 0 ? flow(fl.next).prev : l.tail) = fl.prev;
+  fl.prev = fl.next = -1;
+  fl.in = In::none;
+}
 
 void FairQueue::push(Seat& s, bool front) {
   // The arrival order: the seat's own links.
@@ -26,7 +51,7 @@ void FairQueue::push(Seat& s, bool front) {
   const auto f = static_cast<std::int32_t>(flow_of(s.tenant));
   Flow& fl = flow(f);
   fl.quantum = std::clamp(s.weight, kMinWeight, kMaxWeight);
-  const bool was_empty = fl.head == nullptr;
+  if (!fl.head) ++active_;
   if (front) {
     s.flow_prev = nullptr;
     s.flow_next = fl.head;
@@ -38,7 +63,11 @@ void FairQueue::push(Seat& s, bool front) {
     (fl.tail ? fl.tail->flow_next : fl.head) = &s;
     fl.tail = &s;
   }
-  if (was_empty) join(f);
+  if (fl.in == In::none) {  // a sparse tenant: new, with one quantum
+    fl.deficit = fl.quantum;
+    append(f, In::fresh);
+  }
+  settle();
 }
 
 void FairQueue::erase(Seat& s, bool seated) {
@@ -51,58 +80,43 @@ void FairQueue::erase(Seat& s, bool seated) {
   (s.flow_prev ? s.flow_prev->flow_next : fl.head) = s.flow_next;
   (s.flow_next ? s.flow_next->flow_prev : fl.tail) = s.flow_prev;
   s.flow_prev = s.flow_next = nullptr;
-  if (seated && f == current_) fl.deficit -= 1.0;
-  if (!fl.head)
-    leave(f);
-  else if (f == current_ && fl.deficit < 1.0)
-    turn_to(fl.next);
+  if (seated) fl.deficit -= 1.0;
+  if (!fl.head) {
+    --active_;
+    const In was = fl.in;
+    unlink(f);
+    if (was == In::fresh)
+      append(f, In::old);  // not new again before the old flows' turns
+    else
+      fl.deficit = 0.0;  // out of both lists: credit is for flows with requests
+  }
+  settle();
 }
 
-// A flow that has requests again is served next (a sparse flow first, as
-// fq_codel serves its new flows): it joins the round just before the flow
-// being served and takes the turn for one quantum; then the interrupted flow
-// resumes with the deficit it had.
-void FairQueue::join(std::int32_t f) {
-  Flow& fl = flow(f);
-  fl.deficit = 0.0;
-  ++active_;
-  if (current_ < 0) {
-    fl.prev = fl.next = f;
-    turn_to(f);
-    return;
+void FairQueue::settle() {
+  for (;;) {
+    if (fresh_.head >= 0) {
+      const std::int32_t f = fresh_.head;
+      Flow& fl = flow(f);
+      if (fl.deficit >= 1.0) return;  // a new flow is never empty (it moves when it empties)
+      fl.deficit += fl.quantum;
+      unlink(f);
+      append(f, In::old);
+      continue;
+    }
+    if (old_.head < 0) return;
+    const std::int32_t f = old_.head;
+    Flow& fl = flow(f);
+    if (!fl.head) {  // an emptied new flow at its old turn: it leaves
+      unlink(f);
+      fl.deficit = 0.0;
+      continue;
+    }
+    if (fl.deficit >= 1.0) return;
+    fl.deficit += fl.quantum;
+    unlink(f);
+    append(f, In::old);
   }
-  Flow& cur = flow(current_);
-  fl.next = current_;
-  fl.prev = cur.prev;
-  flow(cur.prev).next = f;
-  cur.prev = f;
-  interrupted_ = current_;
-  turn_to(f);
-}
-
-void FairQueue::leave(std::int32_t f) {
-  Flow& fl = flow(f);
-  --active_;
-  fl.deficit = 0.0;
-  const std::int32_t after = fl.next;
-  if (after == f) {
-    current_ = -1;
-  } else {
-    flow(fl.prev).next = fl.next;
-    flow(fl.next).prev = fl.prev;
-    if (f == current_) turn_to(after);
-  }
-  fl.prev = fl.next = -1;
-  if (interrupted_ == f) interrupted_ = -1;
-}
-
-void FairQueue::turn_to(std::int32_t f) {
-  current_ = f;
-  if (f == interrupted_) {
-    interrupted_ = -1;
-    if (flow(f).deficit >= 1.0) return;  // it resumes with what it had
-  }
-  flow(f).deficit += flow(f).quantum;  // quantum >= 1: the flow on turn serves at least one
 }
 
 }  // namespace sluice::admission

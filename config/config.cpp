@@ -879,8 +879,26 @@ Redis parse_redis_url(const std::string& v) {
     auto colon = auth.find(':');
     if (colon == std::string_view::npos)
       invalid("has credentials without a ':' before the password" + kHint);
-    r.user = std::string(auth.substr(0, colon));
-    r.password = std::string(auth.substr(colon + 1));
+    // Percent-encoded, as in any URL (a password may hold '@', ':' or '/').
+    auto decoded = [&](std::string_view text) {
+      std::string out;
+      for (std::size_t i = 0; i < text.size(); ++i) {
+        if (text[i] != '%') {
+          out += text[i];
+          continue;
+        }
+        unsigned byte = 0;
+        if (i + 2 >= text.size() ||
+            std::from_chars(text.data() + i + 1, text.data() + i + 3, byte, 16).ptr !=
+                text.data() + i + 3)
+          invalid("has a '%' that is not followed by two hex digits in its credentials" + kHint);
+        out += static_cast<char>(byte);
+        i += 2;
+      }
+      return out;
+    };
+    r.user = decoded(auth.substr(0, colon));
+    r.password = decoded(auth.substr(colon + 1));
     if (r.password.empty()) invalid("has an empty password" + kHint);
   }
   if (auto slash = rest.find('/'); slash != std::string_view::npos) {
@@ -1763,11 +1781,12 @@ constexpr Row kRows[] = {
          "SLUICE_REDIS_INTERVAL. While Redis is slow or down no request waits on it: each "
          "instance holds each tenant to its share of the rate (the rate / the instances last "
          "seen). Check-config shows the password only as (set)."}),
-    field<duration_in<10, 10'000>, format_duration, &Config::redis_interval>(
+    field<duration_in<10, 500>, format_duration, &Config::redis_interval>(
         restart, "redis_interval",
         {"SLUICE_REDIS_INTERVAL", "100ms",
-         "How often an instance reconciles its tenants' counts with Redis (10ms..10s); also "
-         "how long it waits for an answer before it falls back to its share."}),
+         "How often an instance reconciles its tenants' counts with Redis (10ms..500ms: the "
+         "counts are per second); also how long it waits for an answer before it falls back "
+         "to its share."}),
     estimate<parse_seed, as_is, &EstimatePolicy::seed>(
         restart, "bulkhead_seed",
         {"SLUICE_BULKHEAD_SEED", "4",
@@ -2206,6 +2225,11 @@ std::string reference_markdown() {
       "`/logs` exception: `\"2s:4s\"`) |\n"
       "| `tenant_key` | as `SLUICE_TENANT_KEY` (`\"header:X-Org-Id\"`, `\"client_ip\"`, "
       "`\"jwt:sub\"`, `\"none\"`) | `SLUICE_TENANT_KEY` | who its requests belong to |\n"
+      "| `tenant_concurrency` | a count, 1..1000000 | none | a tenant's requests in flight on "
+      "this route, counted apart from its other routes and on top of "
+      "`SLUICE_TENANT_CONCURRENCY` (429 `tenant_limit` above) |\n"
+      "| `tenant_rate` | `\"R\"` or `\"R:B\"`, as `SLUICE_TENANT_RATE` | none | a tenant's "
+      "requests per second on this route, counted apart and on top of `SLUICE_TENANT_RATE` |\n"
       "\n"
       "Any other field is an error, and so is an empty array. Errors name the route's index and\n"
       "field, e.g. `SLUICE_ROUTES: route 1: field \"lane\": \"fast\" is not a lane; valid: bulk, "

@@ -90,6 +90,8 @@ void RedisLink::start() {
 
 void RedisLink::stop() {
   stopped_ = true;
+  round_.reset();  // its handlers, cancelled below, find no round
+  ++seq_;
   error_code ignored;
   timer_.cancel();
   deadline_.cancel();
@@ -162,6 +164,7 @@ void RedisLink::send() {
   Round& r = *round_;
   auto& table = *rt_.tenant_table;
   r.now = rt_.micros(Clock::now());
+  r.items.reserve(64);
   table.collect(r.now, r.items);
   const auto now_ms = wall_ms();
   const auto stale = std::max<std::int64_t>(3 * rt_.config.redis_interval.count(), 2000);
@@ -252,7 +255,11 @@ void RedisLink::finish() {
     reading.elapsed = elapsed;
     reading.interval = interval;
     reading.instances = instances;
-    table.set_allowance(item.key, tenants::fleet_allowance(reading));
+    // Good for two intervals: a round that fails or is late leaves the
+    // tenant to its share rather than to an allowance that no longer holds.
+    table.set_allowance(
+        item.key, tenants::fleet_allowance(reading), r.now,
+        2 * std::chrono::duration_cast<admission::Micros>(rt_.config.redis_interval));
   }
   table.set_fleet(tenants::Table::Fleet::up, instances);
   if (!view_.up && view_.failed > 0)

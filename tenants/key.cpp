@@ -5,11 +5,10 @@
 #define OPENSSL_SUPPRESS_DEPRECATED
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <openssl/sha.h>
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 namespace sluice::tenants {
@@ -136,6 +135,34 @@ std::string_view member(std::string_view json, std::string_view name) {
   return Scanner{json}.member(name);
 }
 
+// HMAC-SHA256 (RFC 2104) on the low-level SHA-256: no allocation, no fetch.
+std::array<unsigned char, SHA256_DIGEST_LENGTH> hmac_sha256(std::string_view key,
+                                                            std::string_view data) {
+  std::array<unsigned char, SHA256_CBLOCK> k{};
+  if (key.size() > k.size()) {
+    SHA256_CTX c;
+    SHA256_Init(&c);
+    SHA256_Update(&c, key.data(), key.size());
+    SHA256_Final(k.data(), &c);
+  } else {
+    std::memcpy(k.data(), key.data(), key.size());
+  }
+  std::array<unsigned char, SHA256_CBLOCK> pad{};
+  std::array<unsigned char, SHA256_DIGEST_LENGTH> inner{}, out{};
+  SHA256_CTX c;
+  for (std::size_t i = 0; i < pad.size(); ++i) pad[i] = k[i] ^ 0x36;
+  SHA256_Init(&c);
+  SHA256_Update(&c, pad.data(), pad.size());
+  SHA256_Update(&c, data.data(), data.size());
+  SHA256_Final(inner.data(), &c);
+  for (std::size_t i = 0; i < pad.size(); ++i) pad[i] = k[i] ^ 0x5c;
+  SHA256_Init(&c);
+  SHA256_Update(&c, pad.data(), pad.size());
+  SHA256_Update(&c, inner.data(), inner.size());
+  SHA256_Final(out.data(), &c);
+  return out;
+}
+
 bool verify_hs256(std::string_view header_b64, std::string_view signed_part,
                   std::string_view signature_b64, std::string_view key) {
   std::array<char, 256> header{};
@@ -144,15 +171,9 @@ bool verify_hs256(std::string_view header_b64, std::string_view signed_part,
     return false;
   std::array<char, 64> sig{};
   long sn = decode_base64url(signature_b64, sig);
-  if (sn != 32) return false;
-  std::array<unsigned char, EVP_MAX_MD_SIZE> mac{};
-  unsigned int mac_len = 0;
-  if (!HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-            reinterpret_cast<const unsigned char*>(signed_part.data()), signed_part.size(),
-            mac.data(), &mac_len) ||
-      mac_len != 32)
-    return false;
-  return CRYPTO_memcmp(mac.data(), sig.data(), 32) == 0;
+  if (sn != SHA256_DIGEST_LENGTH) return false;
+  const auto mac = hmac_sha256(key, signed_part);
+  return CRYPTO_memcmp(mac.data(), sig.data(), mac.size()) == 0;
 }
 
 }  // namespace

@@ -72,10 +72,11 @@ struct Table::Stripe {
     double rate = 0;
     std::array<std::int64_t, 2> window{-1, -1};
     std::array<std::uint32_t, 2> pending{}, reported{};
-    bool asked = false;    // since the last collect
-    bool allowed = false;  // an allowance is set
+    bool asked = false;    // since the last collect (it is then among the most recent)
+    bool allowed = false;  // an allowance was set
     double allowance = 0;
-    Micros retry{0};
+    Micros allowed_until{0};  // the allowance holds until then (two intervals)
+    Micros retry_at{0};       // none left: when the fleet's count is under the limit again
   };
   mutable std::mutex mutex;
   std::vector<Entry> entries;
@@ -85,14 +86,22 @@ struct Table::Stripe {
   std::size_t used = 0;
   std::uint64_t evictions = 0, untracked = 0;
 
-  explicit Stripe(std::size_t n) : entries(n) {
-    index.assign(std::bit_ceil(2 * n), kNone);
+  std::size_t capacity;
+  explicit Stripe(std::size_t n) : capacity(n) {}
+  // The arrays, at the stripe's first tenant: a process without tenant
+  // limits never touches them (6 MB at the default capacity).
+  void ensure() {
+    if (!entries.empty()) return;
+    entries.resize(capacity);
+    index.assign(std::bit_ceil(2 * capacity), kNone);
     mask = index.size() - 1;
-    for (std::size_t i = n; i-- > 0;) {
+    for (std::size_t i = capacity; i-- > 0;) {
       entries[i].older = free;
       free = static_cast<std::int32_t>(i);
     }
   }
+  // The entry of `key`, or kNone.
+  std::int32_t find(std::uint64_t key) const { return index.empty() ? kNone : index[slot(key)]; }
   Entry& at(std::int32_t e) { return entries[static_cast<std::size_t>(e)]; }
   std::size_t home(std::uint64_t key) const { return mix(key) & mask; }
 
@@ -132,6 +141,11 @@ struct Table::Stripe {
     newest = e;
   }
 
+  void touch(std::int32_t e) {
+    unlink(e);
+    make_newest(e);
+  }
+
   // A free entry: from the free list, else the least recently used entry with
   // nothing in flight (of the kEvictionTries oldest), else none.
   std::int32_t take_entry() {
@@ -156,11 +170,11 @@ struct Table::Stripe {
   // The entry of `key`, made the most recent; a new one (a full bucket) when
   // absent; kNone when the stripe has no entry to give.
   std::int32_t find_or_add(std::uint64_t key, const Limits& l, Micros now) {
+    ensure();
     std::size_t i = slot(key);
     if (index[i] != kNone) {
       std::int32_t e = index[i];
-      unlink(e);
-      make_newest(e);
+      touch(e);
       return e;
     }
     std::int32_t e = take_entry();
@@ -207,21 +221,22 @@ Grant Table::acquire(std::uint64_t key, const Limits& l, Micros now) {
   }
   auto& x = s.at(e);
   g.entry = e;
+  const Fleet mode = fleet();
+  if (mode != Fleet::off) x.asked = true;  // collect() finds it among the most recent
   if (l.concurrency > 0 && x.in_flight >= l.concurrency) {
     g.limited = Limited::concurrency;
     return g;
   }
   if (l.rate > 0) {
-    const Fleet mode = fleet();
-    // Down, or before the tenant's first reconcile: its share of the rate.
-    const bool gated = mode == Fleet::up && x.allowed;
+    // The fleet's allowance while it is fresh; else (the link down, an
+    // allowance gone stale, before the tenant's first reconcile) its share.
+    const bool gated = mode == Fleet::up && x.allowed && now < x.allowed_until;
     const double divisor =
         mode == Fleet::off || gated ? 1.0 : std::max(1.0, divisor_.load(std::memory_order_relaxed));
     const double rate = l.rate / divisor, bucket = std::max(1.0, l.bucket() / divisor);
     std::size_t slot = 0;
     if (mode != Fleet::off) {
       x.rate = l.rate;
-      x.asked = true;
       const std::int64_t w = window_of(now);
       slot = static_cast<std::size_t>(w & 1);
       if (x.window[slot] != w) {
@@ -230,15 +245,16 @@ Grant Table::acquire(std::uint64_t key, const Limits& l, Micros now) {
       }
       if (gated && x.allowance < 1.0) {
         g.limited = Limited::rate;
-        g.retry_after = x.retry;
+        g.retry_after = std::max(x.retry_at - now, Micros{1'000});
         return g;
       }
     }
-    if (mode != Fleet::up && x.allowed) {
-      // The link went down: what the fleet last allowed this instance is all
-      // its bucket holds, refilled from there at its share (no burst of a
-      // whole bucket in every instance at once).
+    if (!gated && x.allowed) {
+      // The allowance lapsed (the link down or slow): what the fleet last
+      // allowed this instance is all its bucket holds, refilled from there at
+      // its share (no burst of a whole bucket in every instance at once).
       x.tokens = std::min(x.tokens, std::max(0.0, x.allowance));
+      x.refilled = std::max(x.refilled, std::min(now, x.allowed_until));  // the share from then
       x.allowed = false;
     }
     const double seconds = std::chrono::duration<double>(now - x.refilled).count();
@@ -246,19 +262,17 @@ Grant Table::acquire(std::uint64_t key, const Limits& l, Micros now) {
     x.refilled = std::max(now, x.refilled);
     if (x.tokens < 1.0) {
       g.limited = Limited::rate;
-      g.remaining = x.tokens;
       g.retry_after = Micros(static_cast<std::int64_t>(std::ceil((1.0 - x.tokens) / rate * 1e6)));
       return g;
     }
     x.tokens -= 1.0;
     g.took_token = true;
-    g.remaining = x.tokens;
     if (mode != Fleet::off) {
       ++x.pending[slot];
       g.window = x.window[slot];
       if (gated) {
         x.allowance -= 1.0;
-        g.remaining = std::min(g.remaining, x.allowance);
+        g.gated = true;
       }
     }
   }
@@ -278,9 +292,19 @@ void Table::release(Grant& g, bool refund) {
     if (g.holds) --x.in_flight;
     if (refund && g.took_token) {
       x.tokens += 1.0;
-      x.allowance += 1.0;
+      if (g.gated) x.allowance += 1.0;
       const auto slot = static_cast<std::size_t>(g.window & 1);
-      if (g.window >= 0 && x.window[slot] == g.window && x.pending[slot] > 0) --x.pending[slot];
+      if (g.window >= 0 && x.window[slot] == g.window) {
+        // Not counted after all: before its report, or in the next total
+        // (a whole total: Redis is corrected by the next round).
+        if (x.pending[slot] > 0) {
+          --x.pending[slot];
+        } else if (x.reported[slot] > 0) {
+          --x.reported[slot];
+          x.asked = true;
+          s.touch(g.entry);
+        }
+      }
     }
   }
   g.holds = g.took_token = false;
@@ -323,10 +347,11 @@ void Table::restore(const std::vector<FleetItem>& items) {
   for (const auto& item : items) {
     Stripe& s = *stripes_[stripe_of(item.key)];
     std::lock_guard lock(s.mutex);
-    std::int32_t e = s.index[s.slot(item.key)];
+    std::int32_t e = s.find(item.key);
     if (e == kNone) continue;  // forgotten meanwhile: its counts go with it
     auto& x = s.at(e);
     x.asked = true;
+    s.touch(e);  // among the most recent, where collect() looks
     for (std::size_t i = 0; i < 2; ++i) {
       const std::int64_t wi = item.window - static_cast<std::int64_t>(i);
       const auto slot = static_cast<std::size_t>(wi & 1);
@@ -337,15 +362,16 @@ void Table::restore(const std::vector<FleetItem>& items) {
   }
 }
 
-void Table::set_allowance(std::uint64_t key, const FleetAllowance& a) {
+void Table::set_allowance(std::uint64_t key, const FleetAllowance& a, Micros now, Micros valid) {
   Stripe& s = *stripes_[stripe_of(key)];
   std::lock_guard lock(s.mutex);
-  std::int32_t e = s.index[s.slot(key)];
+  std::int32_t e = s.find(key);
   if (e == kNone) return;
   auto& x = s.at(e);
   x.allowed = true;
   x.allowance = a.admissions;
-  x.retry = a.retry;
+  x.allowed_until = now + valid;
+  x.retry_at = now + a.retry;
 }
 
 FleetAllowance fleet_allowance(const FleetReading& r) {
@@ -370,7 +396,7 @@ FleetAllowance fleet_allowance(const FleetReading& r) {
     else
       t = (1.0 - elapsed) + (need - previous_left) / std::max(1.0, r.current);
   }
-  t = std::clamp(t, r.interval, 2.0);
+  t = std::clamp(t, std::min(r.interval, 2.0), 2.0);
   a.retry = Micros(static_cast<std::int64_t>(t * w_us));
   return a;
 }

@@ -13,7 +13,8 @@
 //   the table    at most `capacity` tenants, in 16 stripes, each a fixed
 //                array with an open-addressed index (linear probing, backward
 //                shift on removal) and a least-recently-used list: O(1) per
-//                request, no allocation after construction. A new tenant in a
+//                request; a stripe's arrays are made at its first tenant and
+//                nothing is allocated after. A new tenant in a
 //                full stripe evicts the least recently used tenant with
 //                nothing in flight (of the 8 least recent; counted), forgetting
 //                its bucket; when all 8 have requests in flight the newcomer
@@ -22,11 +23,13 @@
 //                the fleet's: its admitted requests are counted per window of
 //                kWindow (wall-clock aligned, the same in every instance) and
 //                reported off the request path (collect(), then the link's
-//                INCRBY), and each reconcile gives each instance an allowance
-//                of admissions until the next (set_allowance(), from
-//                fleet_allowance()). While the link is down (or before a
-//                tenant's first reconcile), its bucket refills at rate / N
-//                (the instances last seen), a bucket of bucket / N.
+//                HSET of each instance's whole total), and each reconcile
+//                gives each instance an allowance of admissions until the
+//                next (set_allowance(), from fleet_allowance()), valid two
+//                intervals. While the link is down (or the allowance is
+//                stale, or before a tenant's first reconcile), its bucket
+//                refills at rate / N (the instances last seen), a bucket of
+//                bucket / N.
 //
 // Threading: any thread; each call locks one stripe for a few dozen
 // instructions. Time comes in as Micros since an epoch the caller picks.
@@ -102,8 +105,8 @@ struct Grant {
   bool holds = false;        // a unit of the tenant's concurrency
   bool took_token = false;   // a token of its bucket
   std::int64_t window = -1;  // the fleet: the window it was counted in
+  bool gated = false;        // the fleet: it took one of the tenant's allowance
   Micros retry_after{0};     // limited: when it would be admitted
-  double remaining = 0;      // tokens left after it (rate limits)
 };
 
 class Table {
@@ -140,7 +143,9 @@ class Table {
   // report failed.
   void collect(Micros now, std::vector<FleetItem>& out);
   void restore(const std::vector<FleetItem>& items);
-  void set_allowance(std::uint64_t key, const FleetAllowance& a);
+  // The allowance holds for `valid` from `now` (two reconcile intervals): a
+  // stale one gives way to the tenant's share.
+  void set_allowance(std::uint64_t key, const FleetAllowance& a, Micros now, Micros valid);
 
   std::uint64_t evictions() const;
   std::uint64_t untracked() const;

@@ -1238,6 +1238,10 @@ TEST_CASE("a Redis URL gives host, port, credentials and database, the password 
   CHECK(shown.find("s3cret") == std::string::npos);
   CHECK(nlohmann::json::parse(shown)["redis_url"] == "redis://app:(set)@10.0.0.5:6380/2");
   CHECK(load(minimal({{"SLUICE_REDIS_URL", "redis://redis"}})).redis.at.port == 6379);
+  CHECK(load(minimal({{"SLUICE_REDIS_URL", "redis://:p%40ss%3Aw%2Fd@redis"}})).redis.password ==
+        "p@ss:w/d");
+  CHECK_THROWS_WITH(load(minimal({{"SLUICE_REDIS_URL", "redis://:bad%4@redis"}})),
+                    Catch::Contains("two hex digits"));
   CHECK_THROWS_WITH(load(minimal({{"SLUICE_REDIS_URL", "redis://:@host"}})),
                     Catch::Contains("empty password"));
   CHECK_THROWS_WITH(load(minimal({{"SLUICE_REDIS_URL", "rediss://host"}})),

@@ -57,10 +57,8 @@ TEST_CASE("one tenant's queue is oldest first, a request asking again at its fro
   CHECK(q.active_flows() == 0);
 }
 
-TEST_CASE(
-    "a tenant that comes is served next, then each tenant in turn: one turn in two for a tenant "
-    "with a tenth of the queue, not one in eleven",
-    "[admission][fair_queue]") {
+TEST_CASE("a tenant with ten times the queue of another gets one turn in two, not ten in eleven",
+          "[admission][fair_queue]") {
   FairQueue q;
   std::vector<TestSeat> loud, quiet;
   loud.reserve(20);
@@ -71,9 +69,8 @@ TEST_CASE(
   for (auto& s : quiet) q.push(s, false);  // arrived last
   CHECK(q.active_flows() == 2);
   CHECK(q.oldest() == &loud[0]);
-  // Quiet came last and is served first (a new flow); then in turn: loud,
-  // quiet, then loud alone.
-  CHECK(serve(q, 6) == std::vector<std::uint64_t>{9, 7, 9, 7, 7, 7});
+  // Round robin: loud, quiet, loud, quiet, then loud alone.
+  CHECK(serve(q, 6) == std::vector<std::uint64_t>{7, 9, 7, 9, 7, 7});
 }
 
 TEST_CASE("a tenant's weight is its requests per turn", "[admission][fair_queue]") {
@@ -87,26 +84,76 @@ TEST_CASE("a tenant's weight is its requests per turn", "[admission][fair_queue]
     q.push(a[static_cast<std::size_t>(i)], false);
     q.push(b[static_cast<std::size_t>(i)], false);
   }
-  // b came second and is served first; a resumes with its three, then b's one.
-  CHECK(serve(q, 8) == std::vector<std::uint64_t>{2, 1, 1, 1, 2, 1, 1, 1});
+  CHECK(serve(q, 8) == std::vector<std::uint64_t>{1, 1, 1, 2, 1, 1, 1, 2});
 }
 
-TEST_CASE("a cancelled request costs its tenant nothing, and an emptied flow leaves the round",
+TEST_CASE("a sparse tenant is served before the backlogged ones, and not again before their turns",
+          "[admission][fair_queue]") {
+  FairQueue q;
+  std::vector<TestSeat> loud;
+  loud.reserve(10);
+  for (int i = 0; i < 10; ++i) loud.emplace_back(Lane::bulk, 7);
+  for (auto& s : loud) q.push(s, false);
+  CHECK(serve(q, 1) == std::vector<std::uint64_t>{7});  // loud's first turn: now an old flow
+  TestSeat p1(Lane::bulk, 9), p2(Lane::bulk, 9), p3(Lane::bulk, 9);
+  q.push(p1, false);  // no request of its waiting: new, served first
+  CHECK(q.next() == &p1);
+  q.erase(p1, true);
+  q.push(p2, false);  // emptied and back at once: not new again, behind loud's turns
+  CHECK(serve(q, 3) == std::vector<std::uint64_t>{7, 7, 9});
+  // Served at its old turn and empty: out of the lists, so new again.
+  q.push(p3, false);
+  CHECK(q.next() == &p3);
+}
+
+TEST_CASE("a cancelled request costs its tenant nothing, and an emptied flow leaves the lists",
           "[admission][fair_queue]") {
   FairQueue q;
   TestSeat a1(Lane::bulk, 1), a2(Lane::bulk, 1), b1(Lane::bulk, 2), b2(Lane::bulk, 2);
   q.push(a1, false);
+  q.push(b1, false);
   q.push(a2, false);
-  q.push(b1, false);  // b comes: its turn
   q.push(b2, false);
   CHECK(q.active_flows() == 2);
-  q.erase(b1, false);  // b's front left unseated: b keeps its turn
-  CHECK(q.next() == &b2);
-  q.erase(b2, true);  // b is empty: out of the round, a resumes
-  CHECK(q.active_flows() == 1);
-  CHECK(q.next() == &a1);
-  q.erase(a1, true);
+  q.erase(a1, false);  // a's front left unseated: a keeps its turn
   CHECK(q.next() == &a2);
+  q.erase(a2, true);  // a is empty
+  CHECK(q.active_flows() == 1);
+  CHECK(q.next() == &b1);
+  q.erase(b1, true);
+  CHECK(q.next() == &b2);
+  q.erase(b2, true);
+  CHECK(q.empty());
+  CHECK(q.next() == nullptr);
+}
+
+TEST_CASE("credit does not pile up: a flow interrupted by new ones keeps its turn, not more",
+          "[admission][fair_queue]") {
+  FairQueue q;
+  std::vector<TestSeat> a, b, sparse;
+  a.reserve(20);
+  b.reserve(20);
+  sparse.reserve(20);
+  for (int i = 0; i < 20; ++i) a.emplace_back(Lane::bulk, 1);
+  for (int i = 0; i < 20; ++i) b.emplace_back(Lane::bulk, 2);
+  for (int i = 0; i < 20; ++i) sparse.emplace_back(Lane::bulk, 100 + static_cast<std::uint64_t>(i));
+  for (auto& s : a) q.push(s, false);
+  for (auto& s : b) q.push(s, false);
+  // Between every two releases a new tenant comes with one request; a and b
+  // stay one for one among themselves.
+  int served_a = 0, served_b = 0;
+  for (int i = 0; i < 16; ++i) {
+    q.push(sparse[static_cast<std::size_t>(i)], false);
+    for (int j = 0; j < 2; ++j) {
+      Seat* s = q.next();
+      if (s->tenant == 1) ++served_a;
+      if (s->tenant == 2) ++served_b;
+      q.erase(*s, true);
+    }
+  }
+  CHECK(served_a + served_b == 16);
+  CHECK(served_a - served_b <= 1);
+  CHECK(served_b - served_a <= 1);
 }
 
 TEST_CASE("in a full bulkhead, a release seats the quiet tenant's request ahead of the flood",
@@ -125,11 +172,15 @@ TEST_CASE("in a full bulkhead, a release seats the quiet tenant's request ahead 
   Hold h{};
   CHECK_FALSE(b.ask(quiet, 1ms, rng, &h));
   CHECK(h == Hold::behind);
-  // The next release seats the quiet tenant, ahead of the flood's 36 waiting.
-  TestSeat* running = nullptr;
-  for (auto& s : loud)
-    if (s.seated) running = &s;
-  b.release(*running, Signal::clean, 1ms, 2ms);
+  // The flood's first turn, then the quiet tenant, ahead of the flood's others.
+  for (int release = 0; release < 2; ++release) {
+    TestSeat* running = nullptr;
+    for (auto& s : loud)
+      if (s.seated && s.seated_calls == release) running = &s;
+    REQUIRE(running);
+    b.release(*running, Signal::clean, 1ms, 2ms);
+    CHECK(quiet.seated_calls == release);
+  }
   CHECK(quiet.seated_calls == 1);
   CHECK(quiet.seated);
 }

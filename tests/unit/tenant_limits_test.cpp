@@ -35,7 +35,6 @@ TEST_CASE("a tenant's token bucket refills at its rate, and tells the wait for t
   CHECK(t.acquire(7, l, 0us).limited == Limited::no);
   Grant last = t.acquire(7, l, 0us);
   CHECK(last.limited == Limited::no);
-  CHECK(last.remaining == Approx(0));
   Grant refused = t.acquire(7, l, 0us);
   CHECK(refused.limited == Limited::rate);
   CHECK(refused.retry_after == 100ms);
@@ -171,13 +170,13 @@ TEST_CASE(
   CHECK(items[0].window == 0);
   CHECK(items[0].pending[0] == 3);
   CHECK(items[0].reported[0] == 0);
-  t.set_allowance(5, {2.0, 300ms});
+  t.set_allowance(5, {2.0, 300ms}, 150ms, 200ms);
   CHECK(t.acquire(5, l, 200ms).limited == Limited::no);
   Grant refused_later = t.acquire(5, l, 200ms);
   CHECK(refused_later.limited == Limited::no);
   Grant out = t.acquire(5, l, 200ms);
   CHECK(out.limited == Limited::rate);
-  CHECK(out.retry_after == 300ms);
+  CHECK(out.retry_after == 250ms);            // told at 150 ms: 300 ms from then
   t.release(refused_later, /*refund=*/true);  // its lane refused it: not counted, allowance back
   CHECK(t.acquire(5, l, 200ms).limited == Limited::no);
   // Nothing reported twice; the report failed: its counts come back for the next one.
@@ -210,11 +209,75 @@ TEST_CASE(
   REQUIRE(t.acquire(4, l, 0us).limited == Limited::no);
   std::vector<FleetItem> items;
   t.collect(0us, items);
-  t.set_allowance(4, {5.0, 100ms});
+  t.set_allowance(4, {5.0, 100ms}, 0us, 200ms);
   t.set_fleet(Table::Fleet::down, 3);
   int admitted = 0;
   for (int i = 0; i < 50; ++i) admitted += t.acquire(4, l, 0us).limited == Limited::no ? 1 : 0;
   CHECK(admitted == 5);                                 // not a third of the bucket (100) at once
   CHECK(t.acquire(4, l, 10ms).limited == Limited::no);  // 100 a second
   CHECK(t.acquire(4, l, 10ms).limited == Limited::rate);
+}
+
+TEST_CASE("a fleet allowance goes stale after its validity: the tenant's share applies again",
+          "[tenants][limits][fleet]") {
+  Table t(1024);
+  Limits l;
+  l.rate = 30;
+  t.set_fleet(Table::Fleet::up, 3);
+  REQUIRE(t.acquire(6, l, 0us).limited == Limited::no);
+  std::vector<FleetItem> items;
+  t.collect(0us, items);
+  t.set_allowance(6, {0.0, 2s}, 0us, 200ms);  // none left, for 2 s
+  CHECK(t.acquire(6, l, 100ms).limited == Limited::rate);
+  // 300 ms later no round has renewed it: the share (10 a second) from what
+  // the fleet allowed (none), not the stale refusal with its 2 s.
+  CHECK(t.acquire(6, l, 300ms).limited == Limited::no);
+  CHECK(t.acquire(6, l, 300ms).limited == Limited::rate);
+}
+
+TEST_CASE("a refund after the count was reported lowers the next total, and is collected",
+          "[tenants][limits][fleet]") {
+  Table t(1024);
+  Limits l;
+  l.rate = 100;
+  t.set_fleet(Table::Fleet::up, 1);
+  Grant g = t.acquire(8, l, 10ms);
+  REQUIRE(g.limited == Limited::no);
+  std::vector<FleetItem> items;
+  t.collect(20ms, items);
+  REQUIRE(items.size() == 1);
+  CHECK(items[0].pending[0] == 1);
+  // Other tenants are used since; 8 is not among the most recent any more.
+  for (std::uint64_t k = 100; k < 140; ++k) t.acquire(k, l, 30ms);
+  items.clear();
+  t.collect(30ms, items);
+  t.release(g, /*refund=*/true);  // refused by its lane after the report
+  items.clear();
+  t.collect(40ms, items);
+  REQUIRE(items.size() == 1);
+  CHECK(items[0].key == 8);
+  CHECK(items[0].reported[0] + items[0].pending[0] == 0);  // the total it writes: none
+}
+
+TEST_CASE("a tenant held at its concurrency hides no other tenant from the fleet's report",
+          "[tenants][limits][fleet]") {
+  Table t(32);  // two tenants a stripe
+  std::uint64_t a = 1, b = 2;
+  while (Table::stripe_of(b) != Table::stripe_of(a)) ++b;
+  Limits both;
+  both.concurrency = 1;
+  both.rate = 100;
+  t.set_fleet(Table::Fleet::up, 1);
+  Grant held = t.acquire(b, both, 0us);
+  REQUIRE(held.limited == Limited::no);
+  std::vector<FleetItem> items;
+  t.collect(1ms, items);
+  REQUIRE(t.acquire(a, both, 2ms).limited == Limited::no);         // a counts one
+  CHECK(t.acquire(b, both, 3ms).limited == Limited::concurrency);  // b is the most recent
+  items.clear();
+  t.collect(4ms, items);
+  bool found = false;
+  for (const auto& item : items) found = found || (item.key == a && item.pending[0] == 1);
+  CHECK(found);
+  t.release(held);
 }
