@@ -502,7 +502,8 @@ Hold Bulkhead::try_seat(Seat& s, Micros now, double u) {
 
 void Bulkhead::seat(Seat& s, Micros now) {
   const auto l = index(s.lane);
-  if (s.queued) unqueue(s, true);
+  if (s.queued) unqueue(s);
+  queue_[l].held(s, +1);
   s.seated = true;
   s.seq = estimate_.next_seq();
   s.load = running_[0] + running_[1] + running_[2];
@@ -536,6 +537,7 @@ bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, bool kee
 void Bulkhead::unseat(Seat& s, bool keep_cap) {
   const auto l = index(s.lane);
   live_[l].erase(s);
+  queue_[l].held(s, -1);
   --running_[l];
   if (s.delegated) --delegated_[l];
   if (s.capped && !keep_cap) {
@@ -569,16 +571,16 @@ Hold Bulkhead::cancel(Seat& s, Micros now) {
 }
 
 void Bulkhead::cancel_locked(Seat& s) {
-  if (s.queued) unqueue(s, false);
+  if (s.queued) unqueue(s);
   if (s.capped && !s.seated && heavy_cap_) {
     heavy_cap_->give_back();
     s.capped = false;
   }
 }
 
-void Bulkhead::unqueue(Seat& s, bool seated) {
+void Bulkhead::unqueue(Seat& s) {
   const auto l = index(s.lane);
-  queue_[l].erase(s, seated);
+  queue_[l].erase(s);
   if (--waiting_[l] == 0) waiting_since_[l].reset();
   if (s.pinned && --pinned_waiting_[l] == 0) pinned_since_[l].reset();
   s.queued = false;

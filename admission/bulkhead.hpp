@@ -70,13 +70,13 @@
 //                draws; a waiting head does not (it has waited, and a slot it
 //                left would stay empty until the next release).
 //   Oldest first: a newcomer queues behind the waiting requests of its lane;
-//   between tenants, a lane's queue is served by deficit round robin (a
-//   release seats the front of the tenant whose turn it is: fair_queue.hpp).
+//   between tenants, a release seats the waiting tenant that holds the fewest
+//   slots of the lane (max-min fairness on slots: fair_queue.hpp).
 //   A request that is not admitted (but for the budget guard, refused at
 //   once) waits for patience(): its lane's queue window, and at least the
 //   delay target (2 x the uncongested service time, 10..100 ms), re-asking on
 //   every release and every tick, oldest first in its lane (between tenants,
-//   round robin); then queue_timeout.
+//   the one holding the fewest slots first); then queue_timeout.
 //   Idle lanes lend everything: a lone flood may fill the bulkhead.
 // Starvation: a lane below its floor whose queue has not been empty for
 // starved_after, and (seed 001 §8) hard-pinned requests that have been waiting
@@ -274,7 +274,7 @@ struct Seat {
   // queues at the front of its lane, not behind the requests that came later.
   bool front = false;
   // Its tenant (0: none, the shared tenant) and weight: its lane's queue is
-  // shared between tenants by deficit round robin (admission/fair_queue.hpp).
+  // shared between tenants by the slots they hold (admission/fair_queue.hpp).
   std::uint64_t tenant = 0;
   double weight = 1.0;
   std::uint64_t seq = 0;
@@ -426,7 +426,7 @@ class Bulkhead {
   void cancel_locked(Seat& s);
   void serve(Micros now);
   bool starving(Lane lane, const Seats& g, Micros now) const;
-  void unqueue(Seat& s, bool seated);
+  void unqueue(Seat& s);
   std::optional<Micros> youngest_locked(Lane lane) const;
   std::optional<Micros> oldest_waiting_locked(Lane lane) const;
   Micros mean_latency() const;
@@ -438,7 +438,7 @@ class Bulkhead {
   std::array<int, kLaneCount> running_{};
   std::array<int, kLaneCount> waiting_{};
   std::array<int, kLaneCount> delegated_{};
-  std::array<FairQueue, kLaneCount> queue_{};  // oldest first within a tenant, DRR between
+  std::array<FairQueue, kLaneCount> queue_{};  // oldest first within a tenant, max-min between
   std::array<List, kLaneCount> live_{};        // seated, in seating order
   std::array<std::optional<Micros>, kLaneCount> waiting_since_{};
   std::array<int, kLaneCount> pinned_waiting_{};

@@ -1,37 +1,44 @@
 #include "admission/fair_queue.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "admission/bulkhead.hpp"
 
 namespace sluice::admission {
 
-FairQueue::FairQueue() : flows_(std::make_unique<Flow[]>(kFlows)) {}
+FairQueue::FairQueue()
+    : flows_(std::make_unique<Flow[]>(kFlows)), buckets_(std::make_unique<Bucket[]>(kLevels)) {}
 
 Seat* FairQueue::next() const {
-  // settle() keeps the first flow of a list non-empty with credit, the new first.
-  if (fresh_.head >= 0) return flow(fresh_.head).head;
-  if (old_.head >= 0) return flow(old_.head).head;
-  return nullptr;
+  if (lowest_ >= kLevels) return nullptr;
+  return flow(buckets_[lowest_].head).head;
 }
 
-void FairQueue::append(std::int32_t f, In in) {
+std::uint32_t FairQueue::level_of(const Flow& fl) const {
+  const double level = std::floor(static_cast<double>(std::max(0, fl.held)) / fl.weight);
+  return static_cast<std::uint32_t>(std::min(level, static_cast<double>(kLevels - 1)));
+}
+
+void FairQueue::enter(std::int32_t f) {
   Flow& fl = flow(f);
-  List& l = list(in);
-  fl.in = in;
+  fl.level = level_of(fl);
+  Bucket& b = buckets_[fl.level];
   fl.next = -1;
-  fl.prev = l.tail;
-  (l.tail >= 0 ? flow(l.tail).next : l.head) = f;
-  l.tail = f;
+  fl.prev = b.tail;
+  (b.tail >= 0 ? flow(b.tail).next : b.head) = f;
+  b.tail = f;
+  lowest_ = std::min(lowest_, fl.level);
 }
 
-void FairQueue::unlink(std::int32_t f) {
+void FairQueue::leave(std::int32_t f) {
   Flow& fl = flow(f);
-  List& l = list(fl.in);
-  (fl.prev >= 0 ? flow(fl.prev).next : l.head) = fl.next;
-  (fl.next >= 0 ? flow(fl.next).prev : l.tail) = fl.prev;
+  Bucket& b = buckets_[fl.level];
+  (fl.prev >= 0 ? flow(fl.prev).next : b.head) = fl.next;
+  (fl.next >= 0 ? flow(fl.next).prev : b.tail) = fl.prev;
   fl.prev = fl.next = -1;
-  fl.in = In::none;
+  if (fl.level == lowest_)
+    while (lowest_ < kLevels && buckets_[lowest_].head < 0) ++lowest_;
 }
 
 void FairQueue::push(Seat& s, bool front) {
@@ -50,8 +57,7 @@ void FairQueue::push(Seat& s, bool front) {
   // Its tenant's flow: the flow links.
   const auto f = static_cast<std::int32_t>(flow_of(s.tenant));
   Flow& fl = flow(f);
-  fl.quantum = std::clamp(s.weight, kMinWeight, kMaxWeight);
-  if (!fl.head) ++active_;
+  fl.weight = std::clamp(s.weight, kMinWeight, kMaxWeight);
   if (front) {
     s.flow_prev = nullptr;
     s.flow_next = fl.head;
@@ -63,14 +69,14 @@ void FairQueue::push(Seat& s, bool front) {
     (fl.tail ? fl.tail->flow_next : fl.head) = &s;
     fl.tail = &s;
   }
-  if (fl.in == In::none) {  // a sparse tenant: new, with one quantum
-    fl.deficit = fl.quantum;
-    append(f, In::fresh);
+  if (!fl.waiting) {
+    fl.waiting = true;
+    ++active_;
+    enter(f);
   }
-  settle();
 }
 
-void FairQueue::erase(Seat& s, bool seated) {
+void FairQueue::erase(Seat& s) {
   (s.prev ? s.prev->next : order_head_) = s.next;
   (s.next ? s.next->prev : order_tail_) = s.prev;
   s.prev = s.next = nullptr;
@@ -80,42 +86,20 @@ void FairQueue::erase(Seat& s, bool seated) {
   (s.flow_prev ? s.flow_prev->flow_next : fl.head) = s.flow_next;
   (s.flow_next ? s.flow_next->flow_prev : fl.tail) = s.flow_prev;
   s.flow_prev = s.flow_next = nullptr;
-  if (seated) fl.deficit -= 1.0;
-  if (!fl.head) {
+  if (!fl.head && fl.waiting) {
+    fl.waiting = false;
     --active_;
-    const In was = fl.in;
-    unlink(f);
-    if (was == In::fresh)
-      append(f, In::old);  // not new again before the old flows' turns
-    else
-      fl.deficit = 0.0;  // out of both lists: credit is for flows with requests
+    leave(f);
   }
-  settle();
 }
 
-void FairQueue::settle() {
-  for (;;) {
-    if (fresh_.head >= 0) {
-      const std::int32_t f = fresh_.head;
-      Flow& fl = flow(f);
-      if (fl.deficit >= 1.0) return;  // a new flow is never empty (it moves when it empties)
-      fl.deficit += fl.quantum;
-      unlink(f);
-      append(f, In::old);
-      continue;
-    }
-    if (old_.head < 0) return;
-    const std::int32_t f = old_.head;
-    Flow& fl = flow(f);
-    if (!fl.head) {  // an emptied new flow at its old turn: it leaves
-      unlink(f);
-      fl.deficit = 0.0;
-      continue;
-    }
-    if (fl.deficit >= 1.0) return;
-    fl.deficit += fl.quantum;
-    unlink(f);
-    append(f, In::old);
+void FairQueue::held(const Seat& s, int delta) {
+  const auto f = static_cast<std::int32_t>(flow_of(s.tenant));
+  Flow& fl = flow(f);
+  fl.held += delta;
+  if (fl.waiting && level_of(fl) != fl.level) {  // to the back of its new level
+    leave(f);
+    enter(f);
   }
 }
 

@@ -1,33 +1,30 @@
 #pragma once
-// A lane's queue in one bulkhead, shared between tenants by deficit round
-// robin (Shreedhar and Varghese's DRR, each request costing one), with
-// fq_codel's lists of new and old flows.
+// A lane's queue in one bulkhead, shared between tenants by max-min fairness
+// on the slots they hold: a free slot goes to the waiting tenant that holds
+// the fewest slots of the lane (per unit of its weight), the longest waiting
+// of those first.
 //
 // A tenant is a 64-bit hash (0: no key, the shared tenant) hashed again into
 // one of kFlows flows, as fq_codel and stochastic fairness queuing do: a fixed
-// array, O(1) per push and erase (amortized: a turn passes over the flows
-// that are out of credit or empty), no allocation after construction and no
-// table to evict; two tenants that meet in one flow share its turns.
-//   push        a request queues at the back of its tenant's flow (at the
-//               front: it asks again as the oldest, placement's ask_again). A
-//               flow that was in neither list becomes new: at the back of the
-//               new flows, with one quantum of credit (its tenant's weight,
-//               1..100: requests per turn).
-//   next        the front request of the first new flow, else of the first
-//               old flow: what a release seats. A sparse tenant (no request
-//               waiting when one comes) is served before the backlogged ones.
-//   serving     a flow spends one of its credit per request seated from it;
-//               with less than one left it moves to the back of the old
-//               flows and adds its quantum. A new flow that empties moves to
-//               the old flows too, so it is not new again before the old
-//               flows have had their turns (a tenant cannot keep one request
-//               waiting at a time and be served first forever); an old flow
-//               that is empty at its turn, or empties, leaves both lists.
-//   cancelled   a request that leaves unseated (its window ended, its client
-//               left) costs its flow nothing.
+// array, nothing to allocate or evict; two tenants that meet in a flow are
+// one. Each flow counts the slots it holds in the lane (held(): every seat and
+// release of the lane, queued or not); a flow with requests waiting sits in
+// the bucket of its level, floor(held / weight) (weight 1..100,
+// SLUICE_TENANT_WEIGHTS), at the back when it enters it; next() is the front
+// request of the first flow of the lowest bucket. So:
+//   - a tenant below its share of the slots is seated at the next release,
+//     ahead of the tenants holding more (a quiet tenant beside a flood);
+//   - tenants that all want more than their share end up holding the same
+//     number of slots (by weight): nobody gets more by sending more, or by
+//     timing its requests;
+//   - among tenants holding as many, the one that entered that level first
+//     goes first (round robin).
+// Each operation is O(1) but for finding the lowest bucket again after it
+// empties, a scan upward over at most kLevels (amortized O(1): the lowest
+// level only rises by one per seat). A request that leaves unseated (its
+// window ended, its client left) changes nothing of its flow's level.
 // With one tenant (tenants off) it is the lane's oldest-first queue, exactly.
-// The arrival order is kept too: oldest() is the lane's longest wait, whatever
-// the flow.
+// The arrival order is kept too: oldest() is the lane's longest wait.
 //
 // Threading: the bulkhead's lock.
 #include <cstdint>
@@ -40,6 +37,7 @@ struct Seat;
 class FairQueue {
  public:
   static constexpr std::size_t kFlows = 1024;
+  static constexpr std::size_t kLevels = 1024;  // slots held (per weight) told apart
   static constexpr double kMinWeight = 1.0, kMaxWeight = 100.0;
 
   FairQueue();
@@ -56,36 +54,37 @@ class FairQueue {
   int active_flows() const { return active_; }
 
   void push(Seat& s, bool front);
-  // s leaves the queue: seated (charged to its flow's credit) or not.
-  void erase(Seat& s, bool seated);
+  // s leaves the queue (seated or not).
+  void erase(Seat& s);
+  // s's tenant holds a slot of the lane more (s was seated) or fewer (released).
+  void held(const Seat& s, int delta);
 
   static std::size_t flow_of(std::uint64_t tenant) {
     return tenant == 0 ? 0 : 1 + tenant % (kFlows - 1);
   }
 
  private:
-  enum class In : std::uint8_t { none, fresh, old };
   struct Flow {
-    Seat* head = nullptr;
+    Seat* head = nullptr;  // its waiting requests
     Seat* tail = nullptr;
-    std::int32_t prev = -1, next = -1;  // in its list
-    In in = In::none;
-    double deficit = 0.0;
-    double quantum = 1.0;
+    std::int32_t prev = -1, next = -1;  // in its level's bucket, while it has requests waiting
+    int held = 0;
+    double weight = 1.0;
+    std::uint32_t level = 0;
+    bool waiting = false;
   };
-  struct List {
+  struct Bucket {
     std::int32_t head = -1, tail = -1;
   };
   Flow& flow(std::int32_t f) { return flows_[static_cast<std::size_t>(f)]; }
   const Flow& flow(std::int32_t f) const { return flows_[static_cast<std::size_t>(f)]; }
-  List& list(In in) { return in == In::fresh ? fresh_ : old_; }
-  void append(std::int32_t f, In in);
-  void unlink(std::int32_t f);
-  // Brings the list heads to a flow that may serve now (requests and credit).
-  void settle();
+  std::uint32_t level_of(const Flow& fl) const;
+  void enter(std::int32_t f);  // at the back of its level's bucket
+  void leave(std::int32_t f);
 
   std::unique_ptr<Flow[]> flows_;
-  List fresh_, old_;
+  std::unique_ptr<Bucket[]> buckets_;
+  std::uint32_t lowest_ = kLevels;  // the lowest bucket with a flow (kLevels: none)
   int active_ = 0;
   Seat* order_head_ = nullptr;
   Seat* order_tail_ = nullptr;

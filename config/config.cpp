@@ -1737,7 +1737,8 @@ constexpr Row kRows[] = {
          "(the connection's peer address) or jwt:CLAIM (a claim of the bearer JWT in "
          "Authorization, e.g. jwt:sub); none: every request is one tenant. A key is hashed "
          "(SHA-256) as soon as it is read and only its hash is kept or logged; requests without "
-         "one share one tenant. Each lane's queue is shared between tenants by round robin; a "
+         "one share one tenant. A free slot of a lane goes to the waiting tenant holding the "
+         "fewest; a "
          "route's tenant_key replaces this one."}),
     secret<parse_jwt_key, &Config::tenants, &Tenants::jwt_key>(
         restart, "tenant_jwt_key",
@@ -1763,9 +1764,11 @@ constexpr Row kRows[] = {
     field<parse_tenant_weights, weights_json, &Config::tenants, &Tenants::weights>(
         restart, "tenant_weights",
         {"SLUICE_TENANT_WEIGHTS", "unset",
-         "Optional: tenants' weights in their lanes' round robin, KEY=W;KEY=W (a key as requests "
-         "carry it, or its hash as the access log shows it, #16 hex digits; W in 1..100, its "
-         "requests per turn); a tenant not listed has 1. Check-config shows only the hashes."}),
+         "Optional: tenants' weights in their lanes' shares of slots, KEY=W;KEY=W (a key as "
+         "requests "
+         "carry it, or its hash as the access log shows it, #16 hex digits; W in 1..100: W times "
+         "the slots of a tenant of weight 1 when both want more); a tenant not listed has 1. "
+         "Check-config shows only the hashes."}),
     field<count_in<std::size_t, 16, 16'777'216>, as_is, &Config::tenants, &Tenants::table>(
         restart, "tenant_table",
         {"SLUICE_TENANT_TABLE", "65536",
