@@ -122,7 +122,7 @@ void RedisLink::begin() {
     if (!ec && live(r)) fail("no answer within SLUICE_REDIS_INTERVAL");
   });
   arm();
-  if (connected_) {
+  if (socket_.is_open()) {  // connected in an earlier round (fail() closes it)
     send();
     return;
   }
@@ -144,7 +144,6 @@ void RedisLink::on_connected(const error_code& ec) {
   if (ec) return fail("cannot connect: " + ec.message());
   error_code ignored;
   socket_.set_option(tcp::no_delay(true), ignored);
-  connected_ = true;
   const auto& redis = rt_.config.redis;
   if (!redis.password.empty()) {
     if (redis.user.empty())
@@ -288,7 +287,6 @@ void RedisLink::fail(const std::string& why) {
   error_code ignored;
   socket_.close(ignored);
   resolver_.cancel();
-  connected_ = false;
   deadline_.cancel();
   round_.reset();
 }

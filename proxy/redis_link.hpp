@@ -74,7 +74,6 @@ class RedisLink {
   tcp::socket socket_;
   net::steady_timer timer_;     // the next round
   net::steady_timer deadline_;  // the round's answers
-  bool connected_ = false;
   bool stopped_ = false;
   std::unique_ptr<Round> round_;  // the round in flight, if any
   std::uint64_t seq_ = 0;         // its number: a handler of an earlier round does nothing

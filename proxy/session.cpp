@@ -456,7 +456,7 @@ class Session : public Tracked,
     ex_.upstream = ex_.route->upstream;
     ex_.tenant = tenant_of(ex_.route->tenant_key ? *ex_.route->tenant_key : cfg_.tenants.key);
     tenant = ex_.tenant;  // the seat's: its flow in its lane's queue, and its turn's size
-    weight = cfg_.tenants.weights.empty() ? 1.0 : cfg_.tenants.weight(tenant);
+    weight = cfg_.tenants.weight(tenant);
     if (!req_->is_done() && !ex_.upgrade && m.find(http::field::expect) == m.end()) {
       prebuffer_body();
       return;
@@ -595,8 +595,8 @@ class Session : public Tracked,
         return;
       }
     }
-    if (!ex_.delegated && !within_tenant_limits()) return;
     auto now = Clock::now();
+    if (!ex_.delegated && !within_tenant_limits(micros(now))) return;
     if (!apply(admission::place(ask(), *this, ups_, micros(now), w_.rng()), now)) return;
     count_decision();
     forward();
@@ -606,12 +606,11 @@ class Session : public Tracked,
   // delegated request is part of its parent's work: never limited). True when
   // it goes on; else its 429 is on its way. Observe mode goes on, counted
   // would_shed tenant_limit.
-  bool within_tenant_limits() {
+  bool within_tenant_limits(admission::Micros now) {
     const auto& own = ex_.route->tenant_limits;
     const auto& all = cfg_.tenants.limits;
     if (!own.on() && !all.on()) return true;
     auto& table = *w_.runtime().tenant_table;
-    const auto now = micros(Clock::now());
     auto ask = [&](std::size_t i, std::uint64_t key, const tenants::Limits& l) {
       ex_.tenant_holds[i] = TenantHold(table, table.acquire(key, l, now));
       return ex_.tenant_holds[i].grant();

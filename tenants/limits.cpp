@@ -401,31 +401,26 @@ FleetAllowance fleet_allowance(const FleetReading& r) {
   return a;
 }
 
-std::uint64_t Table::evictions() const {
+template <class F>
+std::uint64_t Table::sum(F field) const {
   std::uint64_t n = 0;
   for (const auto& s : stripes_) {
     std::lock_guard lock(s->mutex);
-    n += s->evictions;
+    n += field(*s);
   }
   return n;
+}
+
+std::uint64_t Table::evictions() const {
+  return sum([](const Stripe& s) { return s.evictions; });
 }
 
 std::uint64_t Table::untracked() const {
-  std::uint64_t n = 0;
-  for (const auto& s : stripes_) {
-    std::lock_guard lock(s->mutex);
-    n += s->untracked;
-  }
-  return n;
+  return sum([](const Stripe& s) { return s.untracked; });
 }
 
 std::size_t Table::size() const {
-  std::size_t n = 0;
-  for (const auto& s : stripes_) {
-    std::lock_guard lock(s->mutex);
-    n += s->used;
-  }
-  return n;
+  return sum([](const Stripe& s) { return s.used; });
 }
 
 }  // namespace sluice::tenants

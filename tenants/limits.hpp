@@ -159,6 +159,8 @@ class Table {
 
  private:
   struct Stripe;
+  template <class F>
+  std::uint64_t sum(F field) const;  // of every stripe's counter, each under its lock
   std::size_t capacity_;
   std::array<std::unique_ptr<Stripe>, kStripes> stripes_;
   Micros wall_offset_{0};

@@ -108,6 +108,15 @@ TEST_CASE("a route's own limits count a tenant apart from its other routes", "[t
   CHECK(Table::scoped(5, 0) != Table::scoped(5, 1));
   CHECK(Table::scoped(5, 0) != Table::scoped(6, 0));
   CHECK(Table::scoped(5, 0) != 5);
+  // Under its scoped key a tenant's bucket is its own: one route's exhausted
+  // rate holds back neither its other route nor the process's.
+  Table t(1024);
+  Limits l;
+  l.rate = 1;
+  REQUIRE(t.acquire(Table::scoped(5, 0), l, 0us).limited == Limited::no);
+  CHECK(t.acquire(Table::scoped(5, 0), l, 0us).limited == Limited::rate);
+  CHECK(t.acquire(Table::scoped(5, 1), l, 0us).limited == Limited::no);
+  CHECK(t.acquire(5, l, 0us).limited == Limited::no);
 }
 
 // ---------------------------------------------------------------- the fleet
