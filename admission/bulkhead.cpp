@@ -127,6 +127,12 @@ double Estimate::slow_above_us() const {
 }
 
 namespace {
+// A twentieth of the delay target: a client's turnaround on the same host or
+// the next, well under the service time it would otherwise wait.
+Micros anticipation_of(const Estimate& e) {
+  return std::clamp(e.delay_target() / 20, Micros{500}, Micros{5'000});
+}
+
 Signal classify_head(int status, Micros ttfb, double slow_above_us) {
   if (status == 429 || status == 503) return Signal::refused;
   return static_cast<double>(ttfb.count()) > slow_above_us ? Signal::slow : Signal::clean;
@@ -451,6 +457,12 @@ bool Bulkhead::ask(Seat& s, Micros now, Rng& rng, Hold* hold, bool may_queue, bo
   Lock lock(mutex_);
   if (queued) *queued = false;
   s.queued = s.seated = s.delegated = false;
+  expire_locked(now);
+  if (take_kept(s, now)) {
+    s.hold = Hold::none;
+    if (hold) *hold = Hold::none;
+    return true;
+  }
   const auto l = index(s.lane);
   // A newcomer queues behind its lane's waiting requests and draws rule 4's
   // chance; one asking again (s.front) is the oldest of its lane: no draw.
@@ -515,7 +527,9 @@ void Bulkhead::seat(Seat& s, Micros now) {
 bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, bool keep_cap) {
   Lock lock(mutex_);
   if (!s.seated) return false;
+  const bool delegated = s.delegated;
   unseat(s, keep_cap);
+  expire_locked(now);
   if (signal == Signal::clean || signal == Signal::slow) {
     ++successes_;
     latency_sum_us_ += static_cast<double>(ttfb.count());
@@ -530,8 +544,72 @@ bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, bool kee
   bool decreased = estimate_.observe(signal, s.seq, load, ttfb, now);
   slow_above_us_.store(estimate_.slow_above_us(), std::memory_order_relaxed);
   unmeasured_.store(!estimate_.measured(), std::memory_order_relaxed);
+  if (signal == Signal::clean && !delegated && !keep_cap) keep(s, now);
   serve(now);
   return decreased;
+}
+
+Micros Bulkhead::anticipation() const {
+  Lock lock(mutex_);
+  return anticipation_of(estimate_);
+}
+
+bool Bulkhead::keep(const Seat& s, Micros now) {
+  const auto l = index(s.lane);
+  if (s.lane == Lane::heavy || kept_n_[l] == kMaxKept || !queue_[l].leads(s)) return false;
+  if (running_[0] + running_[1] + running_[2] >= estimate_.slots()) return false;  // none free
+  const Micros until = now + anticipation_of(estimate_);
+  kept_[l][static_cast<std::size_t>(kept_n_[l]++)] = {s.tenant, until};
+  queue_[l].held(s, +1);
+  ++running_[l];
+  if (waker_) waker_->wake_at(until);
+  return true;
+}
+
+bool Bulkhead::take_kept(Seat& s, Micros now) {
+  const auto l = index(s.lane);
+  auto& kept = kept_[l];
+  for (int i = 0; i < kept_n_[l]; ++i) {
+    if (kept[static_cast<std::size_t>(i)].tenant != s.tenant) continue;
+    kept[static_cast<std::size_t>(i)] = kept[static_cast<std::size_t>(--kept_n_[l])];
+    queue_[l].held(s, -1);
+    --running_[l];
+    seat(s, now);
+    return true;
+  }
+  return false;
+}
+
+void Bulkhead::expire_locked(Micros now) {
+  bool freed = false;
+  for (Lane lane : kLanes) {
+    const auto l = index(lane);
+    auto& kept = kept_[l];
+    for (int i = 0; i < kept_n_[l];) {
+      auto& k = kept[static_cast<std::size_t>(i)];
+      if (k.until > now) {
+        ++i;
+        continue;
+      }
+      queue_[l].held(k.tenant, -1);
+      --running_[l];
+      k = kept[static_cast<std::size_t>(--kept_n_[l])];
+      freed = true;
+    }
+  }
+  if (freed) serve(now);
+}
+
+std::optional<Micros> Bulkhead::expire(Micros now) {
+  Lock lock(mutex_);
+  expire_locked(now);
+  std::optional<Micros> next;
+  for (Lane lane : kLanes)
+    for (int i = 0; i < kept_n_[index(lane)]; ++i) {
+      const Micros until = kept_[index(lane)][static_cast<std::size_t>(i)].until;
+      next = next ? std::min(*next, until) : until;
+    }
+  return next;
 }
 
 void Bulkhead::unseat(Seat& s, bool keep_cap) {
@@ -628,6 +706,7 @@ bool Bulkhead::starving(Lane lane, const Seats& g, Micros now) const {
 
 std::array<bool, kLaneCount> Bulkhead::tick(Micros now) {
   Lock lock(mutex_);
+  expire_locked(now);
   estimate_.maybe_grow(now);
   serve(now);
   std::array<bool, kLaneCount> became{};

@@ -72,6 +72,14 @@
 //   Oldest first: a newcomer queues behind the waiting requests of its lane;
 //   between tenants, a release seats the waiting tenant that holds the fewest
 //   slots of the lane (max-min fairness on slots: fair_queue.hpp).
+//   Anticipation: a tenant that releases a slot with no request of its own
+//   waiting, while tenants holding more wait (FairQueue::leads), keeps the
+//   slot for anticipation() (a twentieth of the delay target, 0.5..5 ms): a
+//   client that sends its next request as its answer arrives finds its slot
+//   and does not wait behind a flood for the next release. Unclaimed, the slot
+//   goes to the waiters when it ends (the Waker's timer, or the next call).
+//   A kept slot counts as running; never in the heavy lane (its cap), never
+//   after a "too much", and at most kMaxKept per lane.
 //   A request that is not admitted (but for the budget guard, refused at
 //   once) waits for patience(): its lane's queue window, and at least the
 //   delay target (2 x the uncongested service time, 10..100 ms), re-asking on
@@ -260,6 +268,15 @@ class LeaseCap {
   virtual void give_back() = 0;
 };
 
+// Wakes the bulkhead when a kept slot's anticipation ends (expire()); the
+// proxy arms a timer on the calling thread. Called under the bulkhead's lock:
+// it must not call back in.
+class Waker {
+ public:
+  virtual ~Waker() = default;
+  virtual void wake_at(Micros when) = 0;
+};
+
 // A request holding or waiting for a slot. The owner keeps it alive while it is
 // queued or seated; a seat is given back exactly once by release().
 struct Seat {
@@ -368,6 +385,14 @@ class Bulkhead {
   void abandon(Seat& s);
   // Growth and a re-ask of the waiters. Returns lanes that became starving.
   std::array<bool, kLaneCount> tick(Micros now);
+  // Kept slots whose anticipation has ended go to the waiters. Returns when
+  // the next kept slot's ends (none: none kept).
+  std::optional<Micros> expire(Micros now);
+  // Set once, before any request (null: kept slots end at the next call).
+  void set_waker(Waker* waker) { waker_ = waker; }
+  // How long a released slot is kept for its tenant (anticipation).
+  Micros anticipation() const;
+  static constexpr int kMaxKept = 4;  // per lane
   // Classifies a response head for release(), without the lock: by the slow
   // line as of the last release.
   Signal classify(int status, Micros ttfb) const;
@@ -425,6 +450,9 @@ class Bulkhead {
   void unseat(Seat& s, bool keep_cap);
   void cancel_locked(Seat& s);
   void serve(Micros now);
+  bool keep(const Seat& s, Micros now);      // anticipation, after s released its slot
+  bool take_kept(Seat& s, Micros now);       // s's tenant's kept slot, if any
+  void expire_locked(Micros now);
   bool starving(Lane lane, const Seats& g, Micros now) const;
   void unqueue(Seat& s);
   std::optional<Micros> youngest_locked(Lane lane) const;
@@ -435,6 +463,13 @@ class Bulkhead {
   LanePolicy lanes_;
   Estimate estimate_;
   LeaseCap* heavy_cap_;
+  Waker* waker_ = nullptr;
+  struct Kept {
+    std::uint64_t tenant = 0;
+    Micros until{0};
+  };
+  std::array<std::array<Kept, kMaxKept>, kLaneCount> kept_{};
+  std::array<int, kLaneCount> kept_n_{};
   std::array<int, kLaneCount> running_{};
   std::array<int, kLaneCount> waiting_{};
   std::array<int, kLaneCount> delegated_{};

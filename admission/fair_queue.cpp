@@ -93,8 +93,18 @@ void FairQueue::erase(Seat& s) {
   }
 }
 
-void FairQueue::held(const Seat& s, int delta) {
-  const auto f = static_cast<std::int32_t>(flow_of(s.tenant));
+void FairQueue::held(const Seat& s, int delta) { held(s.tenant, delta); }
+
+bool FairQueue::leads(const Seat& s) const {
+  const Flow& fl = flow(static_cast<std::int32_t>(flow_of(s.tenant)));
+  if (fl.waiting || lowest_ >= kLevels) return false;
+  const double level = std::floor(static_cast<double>(std::max(0, fl.held)) /
+                                  std::clamp(s.weight, kMinWeight, kMaxWeight));
+  return level < static_cast<double>(lowest_);
+}
+
+void FairQueue::held(std::uint64_t tenant, int delta) {
+  const auto f = static_cast<std::int32_t>(flow_of(tenant));
   Flow& fl = flow(f);
   fl.held += delta;
   if (fl.waiting && level_of(fl) != fl.level) {  // to the back of its new level

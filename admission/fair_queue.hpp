@@ -58,6 +58,11 @@ class FairQueue {
   void erase(Seat& s);
   // s's tenant holds a slot of the lane more (s was seated) or fewer (released).
   void held(const Seat& s, int delta);
+  void held(std::uint64_t tenant, int delta);
+  // Would a request of s's tenant, which has none waiting, be served before
+  // every tenant waiting now (it holds fewer slots, per weight, than the
+  // lowest of them)? False when nobody waits.
+  bool leads(const Seat& s) const;
 
   static std::size_t flow_of(std::uint64_t tenant) {
     return tenant == 0 ? 0 : 1 + tenant % (kFlows - 1);

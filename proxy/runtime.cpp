@@ -27,6 +27,7 @@ Runtime::Runtime(const config::Config& c) : config(c) {
   for (std::size_t u = 0; u < c.upstreams.size(); ++u)
     bulkheads.push_back(std::make_unique<admission::Bulkhead>(
         c.admission.lanes, admission::Estimate(ep), heavy_cap.get()));
+  for (auto& b : bulkheads) b->set_waker(&kept_slot_waker);
   std::random_device rd;
   auto random64 = [&rd] { return (std::uint64_t{rd()} << 32) ^ rd(); };
   instance = random64();

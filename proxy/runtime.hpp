@@ -90,6 +90,11 @@ class Worker {
   void start();  // starts the thread
   void join();
   void begin_drain();  // posted by the drain sequence
+  // The worker running on the calling thread (null: another thread).
+  static Worker* current();
+  // A bulkhead kept a released slot for its tenant until `when`: this
+  // thread's timer hands it on then, if unclaimed (Bulkhead::expire).
+  void wake_bulkheads_at(admission::Micros when);
   void stop() { ioc_.stop(); }
   // Nanoseconds (steady clock) of the last heartbeat: the watchdog reads it.
   std::atomic<std::int64_t> heartbeat_ns{0};
@@ -121,10 +126,13 @@ class Worker {
  private:
   void arm_heartbeat();
   void on_heartbeat();
+  void on_kept_slots_end();
   Runtime& rt_;
   std::size_t index_;
   net::io_context ioc_{1};
   net::steady_timer heartbeat_;
+  net::steady_timer kept_slots_;
+  std::optional<admission::Micros> kept_slots_at_;  // kept_slots_ is armed for then
   Clock::time_point expected_{};
   Shard stats_;
   AccessLog log_;
@@ -143,6 +151,15 @@ class Worker {
   // Off the request path: the heartbeat writes, the admin thread copies.
   mutable std::mutex views_mutex_;
   std::vector<std::vector<UpstreamPool::HostView>> host_views_;
+};
+
+// Kept slots (Bulkhead's anticipation) end at the timer of the thread that
+// kept them.
+class KeptSlotWaker final : public admission::Waker {
+ public:
+  void wake_at(admission::Micros when) override {
+    if (Worker* w = Worker::current()) w->wake_bulkheads_at(when);
+  }
 };
 
 struct Runtime {
@@ -169,6 +186,7 @@ struct Runtime {
     return std::chrono::duration_cast<admission::Micros>(t - epoch);
   }
   std::unique_ptr<HeavyCap> heavy_cap;  // SLUICE_HEAVY_MAX_IN_FLIGHT, when set
+  KeptSlotWaker kept_slot_waker;
   // Per-tenant limits (SLUICE_TENANT_*, routes' own), every thread's.
   std::unique_ptr<tenants::Table> tenant_table;
   std::vector<std::unique_ptr<UpstreamGate>> gates;  // one per upstream

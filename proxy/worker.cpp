@@ -11,6 +11,7 @@
 namespace sluice::proxy {
 
 namespace {
+thread_local Worker* t_worker = nullptr;
 // One lease slot per connection this thread may hold, and some room.
 std::size_t lease_slots(const config::Config& c) {
   return c.max_connections / static_cast<std::size_t>(c.threads) + 64;
@@ -21,6 +22,7 @@ Worker::Worker(Runtime& rt, std::size_t index, int log_fd)
     : rt_(rt),
       index_(index),
       heartbeat_(ioc_),
+      kept_slots_(ioc_),
       stats_(rt.config.upstreams.size()),
       log_(log_fd),
       leases_(lease_slots(rt.config)) {
@@ -73,6 +75,7 @@ void Worker::start() {
   expected_ = now + config().lag_probe_interval;
   arm_heartbeat();
   thread_ = std::thread([this] {
+    t_worker = this;
     run_loop(ioc_, [this](std::string_view what) {
       bump(stats_.handler_exceptions);
       std::string line(what);  // one line, whatever the message holds
@@ -132,6 +135,26 @@ void Worker::on_heartbeat() {
 
   expected_ = now + config().lag_probe_interval;
   arm_heartbeat();
+}
+
+Worker* Worker::current() { return t_worker; }
+
+void Worker::wake_bulkheads_at(admission::Micros when) {
+  if (kept_slots_at_ && *kept_slots_at_ <= when) return;  // it fires first, and re-arms
+  kept_slots_at_ = when;
+  kept_slots_.expires_at(rt_.epoch + when);
+  kept_slots_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) on_kept_slots_end();
+  });
+}
+
+void Worker::on_kept_slots_end() {
+  kept_slots_at_.reset();
+  const auto now = rt_.micros(Clock::now());
+  std::optional<admission::Micros> next;
+  for (auto& b : rt_.bulkheads)
+    if (auto at = b->expire(now)) next = next ? std::min(*next, *at) : *at;
+  if (next) wake_bulkheads_at(*next);
 }
 
 void Worker::begin_drain() {

@@ -175,3 +175,132 @@ TEST_CASE(
   CHECK(quiet.seated_calls == 1);
   CHECK(quiet.seated);
 }
+
+namespace {
+
+struct RecordingWaker : Waker {
+  std::vector<Micros> at;
+  void wake_at(Micros when) override { at.push_back(when); }
+};
+
+// A bulkhead of 4 slots, 3 held by a flood (tenant 7, `backlog` more waiting)
+// and 1 by a quiet tenant (9): the quiet tenant was seated ahead of the flood.
+struct QuietBesideFlood {
+  LanePolicy p;
+  Bulkhead b{p, measured(4)};
+  Rng rng{1};
+  RecordingWaker waker;
+  std::vector<TestSeat> loud;
+  TestSeat quiet{Lane::bulk, 9};
+  explicit QuietBesideFlood(int backlog = 10, Lane lane = Lane::bulk) {
+    quiet.lane = lane;
+    b.set_waker(&waker);
+    loud.reserve(static_cast<std::size_t>(4 + backlog));
+    for (int i = 0; i < 4 + backlog; ++i) loud.emplace_back(lane, std::uint64_t{7});
+    for (auto& s : loud) b.ask(s, 0us, rng);
+    REQUIRE_FALSE(b.ask(quiet, 0us, rng));
+    b.release(*first_seated(), Signal::clean, 1ms, 1ms);
+    REQUIRE(quiet.seated);
+  }
+  TestSeat* first_seated() {
+    for (auto& s : loud)
+      if (s.seated) return &s;
+    return nullptr;
+  }
+  int loud_seated_calls() const {
+    int n = 0;
+    for (const auto& s : loud) n += s.seated_calls;
+    return n;
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "a quiet tenant's released slot is kept for its next request, ahead of the flood, for "
+    "the anticipation",
+    "[admission][bulkhead][fair_queue]") {
+  QuietBesideFlood f;
+  const int before = f.loud_seated_calls();
+  f.b.release(f.quiet, Signal::clean, 50ms, 51ms);
+  CHECK(f.loud_seated_calls() == before);  // the slot waits for the quiet tenant
+  CHECK(f.b.census().running[0] == 4);
+  REQUIRE(f.waker.at.size() == 1);
+  CHECK(f.waker.at[0] == 51ms + f.b.anticipation());
+
+  SECTION("its next request, within the anticipation, is seated at once") {
+    TestSeat again(Lane::bulk, 9);
+    Hold h = Hold::full;
+    CHECK(f.b.ask(again, 51ms + f.b.anticipation() / 2, f.rng, &h));
+    CHECK(h == Hold::none);
+    CHECK(f.b.census().running[0] == 4);
+    CHECK(f.loud_seated_calls() == before);
+  }
+  SECTION("unclaimed, the slot goes to the flood when the anticipation ends") {
+    f.b.expire(51ms + f.b.anticipation() - 1us);
+    CHECK(f.loud_seated_calls() == before);
+    f.b.expire(51ms + f.b.anticipation());
+    CHECK(f.loud_seated_calls() == before + 1);
+    CHECK(f.b.census().running[0] == 4);
+    TestSeat late(Lane::bulk, 9);
+    Hold h{};
+    CHECK_FALSE(f.b.ask(late, 52ms + f.b.anticipation(), f.rng, &h));
+    CHECK(h == Hold::behind);  // ahead of the flood again at the next release
+  }
+  SECTION("another tenant's request does not take it") {
+    TestSeat other(Lane::bulk, 7);
+    Hold h{};
+    CHECK_FALSE(f.b.ask(other, 52ms, f.rng, &h));
+    CHECK(h == Hold::behind);
+  }
+}
+
+TEST_CASE(
+    "a released slot is kept only for a tenant below every waiting one, after a clean "
+    "answer, outside the heavy lane",
+    "[admission][bulkhead][fair_queue]") {
+  SECTION("one tenant (tenants off): the next request of the lane is seated at once") {
+    LanePolicy p;
+    Bulkhead b(p, measured(4));
+    Rng rng(1);
+    std::vector<TestSeat> all;
+    all.reserve(8);
+    for (int i = 0; i < 8; ++i) all.emplace_back(Lane::bulk, 0);
+    for (auto& s : all) b.ask(s, 0us, rng);
+    TestSeat* done = nullptr;
+    for (auto& s : all)
+      if (s.seated && !done) done = &s;
+    b.release(*done, Signal::clean, 1ms, 1ms);
+    int seated_later = 0;
+    for (const auto& s : all) seated_later += s.seated_calls;
+    CHECK(seated_later == 1);
+  }
+  SECTION("the flood's own release goes to its waiters") {
+    QuietBesideFlood f;
+    const int before = f.loud_seated_calls();
+    f.b.release(*f.first_seated(), Signal::clean, 50ms, 51ms);
+    CHECK(f.loud_seated_calls() == before + 1);
+    CHECK(f.waker.at.empty());
+  }
+  SECTION("a refusal is not kept") {
+    QuietBesideFlood f;
+    const int before = f.loud_seated_calls();
+    f.b.release(f.quiet, Signal::refused, 50ms, 51ms);
+    CHECK(f.waker.at.empty());
+    CHECK(f.loud_seated_calls() == before);  // the estimate fell under the 3 still running
+    CHECK(f.b.census().running[0] == 3);
+  }
+  SECTION("not in the heavy lane") {
+    QuietBesideFlood f(10, Lane::heavy);
+    const int before = f.loud_seated_calls();
+    f.b.release(f.quiet, Signal::clean, 50ms, 51ms);
+    CHECK(f.waker.at.empty());
+    CHECK(f.loud_seated_calls() == before + 1);
+  }
+  SECTION("nobody waiting: nothing to keep it from") {
+    QuietBesideFlood f(0);
+    f.b.release(f.quiet, Signal::clean, 50ms, 51ms);
+    CHECK(f.waker.at.empty());
+    CHECK(f.b.census().running[0] == 3);
+  }
+}
