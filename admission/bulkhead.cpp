@@ -152,6 +152,7 @@ bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, 
     ++samples_;
     // A clean answer admitted after the last decrease: the pool serves the new estimate.
     if (signal == Signal::clean && seq > burst_seq_) recovered_ = true;
+    if (signal == Signal::clean && load + 1 >= k_) doubted_ = false;  // it served K at once
     if (signal == Signal::clean) return queue_window(seq, load, us, now);
   }
   if (seq <= burst_seq_) return false;  // admitted before the last decrease: the same burst
@@ -164,6 +165,16 @@ bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, 
   // it ends now, no margin either.
   const bool confirmed = signal == Signal::refused && why_ == Signal::refused &&
                          (std::abs(carrying - k_) < 1.5 || carrying > k_);
+  // One under it is that slot still held, or a capacity that fell by one: the
+  // first such refusal since the upstream last served K at once keeps K (and
+  // ends a probe past it); a second, with no answer at K in flight between,
+  // lowers it (on two cores the first kind came every few seconds, and each
+  // cost a second at K - 1).
+  if (confirmed && carrying < k_ - 0.5 && !doubted_) {
+    doubted_ = true;
+    khat_ = std::min(khat_, k_);
+    return false;
+  }
   decrease(carrying, confirmed ? 1.0 : p_.decrease, signal, now);
   return true;
 }
@@ -229,6 +240,7 @@ bool Estimate::on_head(Signal signal, Micros ttfb, bool waiting) {
 void Estimate::decrease(double carrying, double factor, Signal why, Micros now) {
   burst_seq_ = seq_;
   k_ = carrying;
+  doubted_ = false;
   khat_ = std::max(1.0, factor * std::min(khat_, k_));
   slow_start_ = false;
   recovered_ = false;

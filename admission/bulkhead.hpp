@@ -26,7 +26,9 @@
 //                K the last refusal set confirms a sharp capacity (an upstream
 //                that refuses exactly above it, and frees a slot only once its
 //                answer is written), and one above it ends a climb past it (the
-//                capacity grew): K̂ = min(K̂, K), no margin.
+//                capacity grew): K̂ = min(K̂, K), no margin. One under K
+//                twice in a row (no answer at K in flight between) for K to
+//                fall to it: the first keeps K (K̂ = min(K̂, K)).
 //                Once per burst: signals from requests admitted before the
 //                decrease are the same burst and change nothing.
 //   a queue      an upstream that queues above its capacity refuses nothing: its
@@ -199,6 +201,7 @@ class Estimate {
   double min_head_us_ = 0.0;  // the fastest clean head in slow start
   int samples_ = 0;
   bool recovered_ = true;  // a request admitted since the last decrease answered cleanly
+  bool doubted_ = false;   // refused one under K since the upstream last served K at once
   std::uint64_t seq_ = 0;
   std::uint64_t burst_seq_ = 0;  // signals from requests admitted at or before it are one burst
   std::optional<Micros> exhausted_at_;
@@ -450,8 +453,8 @@ class Bulkhead {
   void unseat(Seat& s, bool keep_cap);
   void cancel_locked(Seat& s);
   void serve(Micros now);
-  bool keep(const Seat& s, Micros now);      // anticipation, after s released its slot
-  bool take_kept(Seat& s, Micros now);       // s's tenant's kept slot, if any
+  bool keep(const Seat& s, Micros now);  // anticipation, after s released its slot
+  bool take_kept(Seat& s, Micros now);   // s's tenant's kept slot, if any
   void expire_locked(Micros now);
   bool starving(Lane lane, const Seats& g, Micros now) const;
   void unqueue(Seat& s);

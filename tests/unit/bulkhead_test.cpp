@@ -282,11 +282,22 @@ TEST_CASE(
   CHECK(e.value() == 8);  // again at 8: an upstream that refuses exactly above 8
   regrow(8, 20s);
   // One under it: the upstream had not yet freed the slot of an answer that
-  // had arrived (it frees it once the answer is written). Still sharp: K̂ = 7.
-  REQUIRE(e.observe(Signal::refused, e.next_seq(), 7, 1ms, 40s));
+  // had arrived (it frees it once the answer is written). K stays, and a probe
+  // past it ends: K̂ = 8.
+  CHECK_FALSE(e.observe(Signal::refused, e.next_seq(), 7, 1ms, 40s));
+  CHECK(e.value() == 8);
+  CHECK(e.carrying() == 8);
+  // It served 8 at once since: the next one under is that slot again.
+  e.observe(Signal::clean, e.next_seq(), 7, 1ms, 41s);
+  CHECK_FALSE(e.observe(Signal::refused, e.next_seq(), 7, 1ms, 42s));
+  CHECK(e.carrying() == 8);
+  // Again with no answer at 8 in flight between: the capacity fell by one.
+  // Still sharp: K̂ = 7.
+  e.observe(Signal::clean, e.next_seq(), 5, 1ms, 43s);
+  REQUIRE(e.observe(Signal::refused, e.next_seq(), 7, 1ms, 44s));
   CHECK(e.value() == 7);
   CHECK(e.carrying() == 7);
-  regrow(8, 40s);
+  regrow(8, 44s);
   REQUIRE(e.observe(Signal::refused, e.next_seq(), 5, 1ms, 60s));
   CHECK(e.value() == Approx(0.85 * 5));  // two under it: the margin again
   // The capacity grew: the estimate climbs past 5 and is refused at 8, which
