@@ -556,7 +556,8 @@ bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, bool kee
   bool decreased = estimate_.observe(signal, s.seq, load, ttfb, now);
   slow_above_us_.store(estimate_.slow_above_us(), std::memory_order_relaxed);
   unmeasured_.store(!estimate_.measured(), std::memory_order_relaxed);
-  if (signal == Signal::clean && !delegated && !keep_cap) keep(s, now);
+  if (waiting_[index(s.lane)] > 0 && signal == Signal::clean && !delegated && !keep_cap)
+    keep(s, now);
   serve(now);
   return decreased;
 }
@@ -593,6 +594,7 @@ bool Bulkhead::take_kept(Seat& s, Micros now) {
 }
 
 void Bulkhead::expire_locked(Micros now) {
+  if (kept_n_[0] + kept_n_[1] + kept_n_[2] == 0) return;
   bool freed = false;
   for (Lane lane : kLanes) {
     const auto l = index(lane);
