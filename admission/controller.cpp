@@ -219,7 +219,13 @@ Decision Controller::step(const Reading& r) {
 
   if (!d.changed && level_ != Level::normal && calm &&
       r.t - calm_since_ >= c.hold[idx(level_) - 1] && spacing_allows(r.t)) {
-    change(static_cast<Level>(idx(level_) - 1), Trigger::decay, r.t, d);
+    // Seed 003: emergency's own actions are restored first, in a tick of their
+    // own; the step down comes on a later tick (calm_since stays: the next
+    // calm tick steps down).
+    if (level_ == Level::emergency && restore_first_)
+      d.restoring = true;
+    else
+      change(static_cast<Level>(idx(level_) - 1), Trigger::decay, r.t, d);
   }
   d.level = level_;
   return d;

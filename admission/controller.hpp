@@ -45,6 +45,10 @@
 //   not calm), of the last level change, or of the last pin or unpin. The level
 //   steps down ONE level (trigger decay) when
 //   now - calm_since >= hold[L]; then calm_since = now.
+// Restoration (seed 003): while emergency actions are applied (set_restore_first),
+//   the tick on which emergency would decay does not step down; it reports
+//   `restoring` (the actions are undone in it) and the step down comes on the
+//   next calm tick, the hold and spacing being met already.
 // Spacing: no automatic change (rise or decay) within `spacing` of the last change
 //   (of any kind, pins included; none before the first change).
 // Signal loss: a reading with ok == false holds the level and the streak and is not
@@ -138,6 +142,9 @@ struct Decision {
   };
   // A streak the gate ended in this tick without its rise (what stats().suppressed counts).
   std::optional<Suppressed> suppressed;
+  // Emergency would have stepped down now, and was held for a restoration tick
+  // (set_restore_first): the emergency actions are undone in this one.
+  bool restoring = false;
 };
 
 struct PinState {
@@ -181,6 +188,9 @@ class Controller {
   // A new configuration (live reload): the level, the pin, the streak and the
   // calm time carry on; the new thresholds and timings apply from the next tick.
   void reconfigure(const ControllerConfig& config) { config_ = config; }
+  // Emergency actions are applied (admission/emergency_actions.hpp): a decay
+  // from emergency waits one tick, the restoration tick (Decision::restoring).
+  void set_restore_first(bool on) { restore_first_ = on; }
 
   // The least time from `now` until the level could be at or below `target`, if
   // every reading from now on were calm: the remaining hold of the current level,
@@ -205,6 +215,7 @@ class Controller {
   Trigger streak_low_trigger_ = Trigger::none;
   std::optional<PinState> pin_;
   bool changed_once_ = false;  // spacing applies only after a first change
+  bool restore_first_ = false;
   ControllerStats stats_;
 
   void change(Level to, Trigger trigger, Millis now, Decision& d);

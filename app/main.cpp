@@ -93,6 +93,7 @@ int replay(int argc, char** argv) {
     options.mode = a.mode;
     options.factors = a.factors;
     options.retry = a.retry;
+    options.actions = a.actions;
   } catch (const std::exception& e) {
     return config_error(e);
   }

@@ -1187,6 +1187,31 @@ Json statuses_json(const std::vector<int>& statuses) {
 
 std::string on_off(bool on) { return on ? "on" : "off"; }
 
+admission::ActionSet parse_actions(const std::string& text) {
+  constexpr std::string_view kValid = "valid: short_timeouts, no_keepalive, refuse_connections";
+  if (text == "none") return 0;
+  admission::ActionSet out = 0;
+  for (auto entry : split(text, ',')) {
+    auto a = admission::action_from(entry);
+    if (!a)
+      invalid(in_quotes(entry) + " is not an emergency action; " + std::string(kValid) +
+              ", comma-separated, or none");
+    if (admission::has(out, *a)) invalid(in_quotes(entry) + " is given twice; list each once");
+    out |= admission::bit(*a);
+  }
+  return out;
+}
+
+std::string actions_text(admission::ActionSet set) {
+  std::string out;
+  for (auto a : admission::kActions) {
+    if (!admission::has(set, a)) continue;
+    if (!out.empty()) out += ',';
+    out += admission::to_string(a);
+  }
+  return out.empty() ? "none" : out;
+}
+
 // The table's rows. A row is one variable: what --help and the reference say
 // about it, how it is read into the Config, how check-config shows it, and
 // whether a reload puts a new value in force at once or it waits for a restart.
@@ -1805,6 +1830,28 @@ constexpr Row kRows[] = {
         {"SLUICE_BULKHEAD_SLOW_FACTOR", "4",
          "A response head this many times slower than the upstream's recent baseline counts as too "
          "much load and lowers the estimate; 0 turns this off, otherwise at least 1.5."}),
+    field<parse_actions, actions_text, &Config::admission, &Admission::actions,
+          &admission::ActionsConfig::enabled>(
+        live, "emergency_actions",
+        {"SLUICE_EMERGENCY_ACTIONS", "none",
+         "Seed 003's switch, off by default: what Sluice itself gives up once emergency (the "
+         "process's level or an upstream's at 3) has lasted SLUICE_EMERGENCY_ACTIONS_AFTER, one "
+         "per tick in this order: short_timeouts (client header and idle timeouts cut to a tenth, "
+         "at least 1s), no_keepalive (Connection: close on every response), refuse_connections "
+         "(new client connections closed at once while SLUICE_EMERGENCY_CONNECTION_FLOOR are "
+         "open). Comma-separated, or none. All are undone in a tick of their own before the "
+         "level steps down."}),
+    field<parse_duration, format_duration, &Config::admission, &Admission::actions,
+          &admission::ActionsConfig::after>(
+        live, "emergency_actions_after",
+        {"SLUICE_EMERGENCY_ACTIONS_AFTER", "5m",
+         "How long emergency must last before the first emergency action applies (seed 003: "
+         "five more minutes), and again after a restoration (0 allowed)."}),
+    field<count_in<std::size_t, 0>, as_is, &Config::admission, &Admission::connection_floor>(
+        live, "emergency_connection_floor",
+        {"SLUICE_EMERGENCY_CONNECTION_FLOOR", "1000",
+         "Client connections always accepted while refuse_connections is applied: above this "
+         "many open, a new one is closed at once (sluice_emergency_connections_refused_total)."}),
     field<parse_close_statuses, statuses_json, &Config::admission, &Admission::close_statuses>(
         live, "close_statuses",
         {"SLUICE_CLOSE_STATUSES", "unset",

@@ -15,6 +15,7 @@
 
 #include "admission/bulkhead.hpp"
 #include "admission/controller.hpp"
+#include "admission/emergency_actions.hpp"
 #include "admission/gate.hpp"
 #include "admission/resilience.hpp"
 #include "hosts/schedule.hpp"
@@ -80,6 +81,11 @@ struct Admission {
   std::string lease_key;  // 32 hex digits (16 bytes); empty: generated at start
   std::string pins_file;  // empty: unset
   std::string tick_log;   // empty: unset
+  // SLUICE_EMERGENCY_ACTIONS, SLUICE_EMERGENCY_ACTIONS_AFTER (seed 003's switch).
+  admission::ActionsConfig actions;
+  // SLUICE_EMERGENCY_CONNECTION_FLOOR: refuse_connections closes new client
+  // connections only while this many are open.
+  std::size_t connection_floor = 1000;
 };
 
 // Tenants (SLUICE_TENANT_*): who a request belongs to, fairness between them

@@ -1,8 +1,10 @@
 #include "replay/trace.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cmath>
+#include <deque>
 #include <istream>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -27,7 +29,8 @@ constexpr std::string_view kUpstreamKeys = "upstream_wait_ms, upstream_timeout, 
 // The decision's fields, written by the tick log and the replay: ignored on input.
 bool is_output_key(std::string_view key) {
   for (std::string_view k :
-       {"level", "changed", "from", "to", "trigger", "suppressed", "admitted", "shed"})
+       {"level", "changed", "from", "to", "trigger", "suppressed", "admitted", "shed", "restoring",
+        "actions", "actions_applied", "actions_undone", "restoration"})
     if (k == key) return true;
   return false;
 }
@@ -189,6 +192,31 @@ void append_decision(std::string& out, const Decision& d) {
   } else {
     out += ",\"suppressed\":null";
   }
+  if (d.restoring) out += ",\"restoring\":true";
+}
+
+// ,"NAME":["short_timeouts",...]
+void append_action_set(std::string& out, std::string_view name, admission::ActionSet set) {
+  out += ",\"";
+  out += name;
+  out += "\":[";
+  bool first = true;
+  for (auto a : admission::kActions) {
+    if (!admission::has(set, a)) continue;
+    if (!std::exchange(first, false)) out += ',';
+    out += '"';
+    out += admission::to_string(a);
+    out += '"';
+  }
+  out += ']';
+}
+
+// ,"actions":[..] and what the tick changed: ,"actions_applied":[..],"actions_undone":[..]
+void append_actions(std::string& out, const ActionsTick& a) {
+  append_action_set(out, "actions", a.active);
+  if (a.step.applied) append_action_set(out, "actions_applied", a.step.applied);
+  if (a.step.undone) append_action_set(out, "actions_undone", a.step.undone);
+  if (a.step.restoration) out += ",\"restoration\":true";
 }
 
 std::string format_duration(Millis ms);
@@ -358,8 +386,17 @@ std::string tick_log_line(const Reading& reading, const Requests* requests,
     }
     out += '}';
   }
+  if (extras.actions) append_actions(out, *extras.actions);
   out += '}';
   return out;
+}
+
+void prepare_restoration(const admission::EmergencyActions& actions,
+                         std::span<admission::Controller* const> controllers) {
+  int at_emergency = 0;
+  for (const auto* c : controllers) at_emergency += c->level() == Level::emergency ? 1 : 0;
+  // Only a controller at emergency is affected: the flag can go to all.
+  for (auto* c : controllers) c->set_restore_first(actions.restore_first() && at_emergency == 1);
 }
 
 int run_replay(std::istream& in, std::ostream& out, std::ostream& err,
@@ -377,7 +414,10 @@ int run_replay(std::istream& in, std::ostream& out, std::ostream& err,
     admission::Controller controller;
     Level max_level = Level::normal;
   };
-  std::vector<UpstreamReplay> upstreams;
+  // A deque: the restoration tick holds pointers to every upstream's controller.
+  std::deque<UpstreamReplay> upstreams;
+  admission::EmergencyActions actions;
+  std::uint64_t actions_applied = 0, restorations = 0;
 
   std::string line;
   for (std::size_t line_no = 1; std::getline(in, line); ++line_no) {
@@ -394,9 +434,39 @@ int run_replay(std::istream& in, std::ostream& out, std::ostream& err,
     previous_t = tl.reading.t;
     const Millis t = tl.reading.t;
 
+    // Every upstream the line names has its controller before any steps: the
+    // restoration tick looks at all of them.
+    std::vector<UpstreamReplay*> named;
+    named.reserve(tl.upstreams.size());
+    for (const auto& ut : tl.upstreams) {
+      auto it = std::find_if(upstreams.begin(), upstreams.end(),
+                             [&](const UpstreamReplay& u) { return u.name == ut.name; });
+      if (it == upstreams.end())
+        it = upstreams.insert(upstreams.end(),
+                              UpstreamReplay{ut.name, admission::Controller(options.controller)});
+      named.push_back(&*it);
+    }
+    std::vector<admission::Controller*> all{&controller};
+    for (auto& u : upstreams) all.push_back(&u.controller);
+    prepare_restoration(actions, all);
+
     Decision d = replay_tick(controller, tl.pin, tl.unpin, tl.reading);
     ++ticks;
     max_level = std::max(max_level, d.level);
+    std::vector<Decision> uds;
+    uds.reserve(named.size());
+    for (std::size_t i = 0; i < named.size(); ++i) {
+      const auto& ut = tl.upstreams[i];
+      uds.push_back(replay_tick(named[i]->controller, ut.pin, ut.unpin, ut.reading));
+      named[i]->max_level = std::max(named[i]->max_level, uds.back().level);
+    }
+    bool emergency = false, restoring = d.restoring;
+    for (const auto* c : all) emergency = emergency || c->level() == Level::emergency;
+    for (const auto& ud : uds) restoring = restoring || ud.restoring;
+    ActionsTick at{actions.tick(options.actions, emergency, restoring, t), 0};
+    at.active = actions.active();
+    actions_applied += static_cast<std::uint64_t>(std::popcount(at.step.applied));
+    restorations += at.step.restoration ? 1 : 0;
 
     std::string row = "{\"t\":" + std::to_string(t.count());
     append_decision(row, d);
@@ -414,24 +484,18 @@ int run_replay(std::istream& in, std::ostream& out, std::ostream& err,
       append_lanes(row, "admitted", admitted);
       append_lanes(row, "shed", shed);
     }
-    if (!tl.upstreams.empty()) {
+    if (!named.empty()) {
       row += ",\"upstreams\":{";
-      for (std::size_t i = 0; i < tl.upstreams.size(); ++i) {
-        const auto& ut = tl.upstreams[i];
-        auto it = std::find_if(upstreams.begin(), upstreams.end(),
-                               [&](const UpstreamReplay& u) { return u.name == ut.name; });
-        if (it == upstreams.end())
-          it = upstreams.insert(upstreams.end(),
-                                UpstreamReplay{ut.name, admission::Controller(options.controller)});
-        Decision ud = replay_tick(it->controller, ut.pin, ut.unpin, ut.reading);
-        it->max_level = std::max(it->max_level, ud.level);
+      for (std::size_t i = 0; i < named.size(); ++i) {
         if (i > 0) row += ',';
         std::string decision;
-        append_decision(decision, ud);
-        row += Json(ut.name).dump() + ":{" + decision.substr(1) + '}';  // without its leading comma
+        append_decision(decision, uds[i]);
+        row += Json(named[i]->name).dump() + ":{" + decision.substr(1) +
+               '}';  // without its leading comma
       }
       row += '}';
     }
+    if (options.actions.enabled || at.active || at.step.undone) append_actions(row, at);
     row += "}\n";
     out << row;
   }
@@ -444,6 +508,9 @@ int run_replay(std::istream& in, std::ostream& out, std::ostream& err,
   append_counts(summary, controller, max_level);
   append_lanes(summary, "shed", total_shed);
   append_lanes(summary, "admitted", total_admitted);
+  if (options.actions.enabled)
+    summary += ",\"actions_applied\":" + std::to_string(actions_applied) +
+               ",\"restorations\":" + std::to_string(restorations);
   if (!upstreams.empty()) {
     summary += ",\"upstreams\":{";
     for (std::size_t i = 0; i < upstreams.size(); ++i) {

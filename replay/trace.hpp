@@ -13,6 +13,11 @@
 // suppressed, admitted, shed), at the top and per upstream: the reader ignores
 // those, so a log replays as is. Any other key is an error.
 //
+// With SLUICE_EMERGENCY_ACTIONS on, each line also says which emergency actions
+// are applied after it ("actions") and what it applied or undid
+// ("actions_applied", "actions_undone", "restoration"), as the tick log does;
+// a decision held for the restoration tick says "restoring". Ignored on input.
+//
 // Replay, per line: the pin or unpin first (at t), then Controller::step, then the
 // line's requests through the Gate at the level the tick ended with, drawn from
 // one Rng seeded once per run: the same trace and options give the same bytes.
@@ -34,6 +39,7 @@
 #include <vector>
 
 #include "admission/controller.hpp"
+#include "admission/emergency_actions.hpp"
 #include "admission/gate.hpp"
 
 namespace sluice::replay {
@@ -84,6 +90,16 @@ struct UpstreamTick {
   bool unpin = false;
 };
 
+// The emergency actions after a tick, and what the tick changed.
+struct ActionsTick {
+  admission::ActionStep step;
+  admission::ActionSet active = 0;
+};
+// Before the controllers step: a level about to leave emergency waits a tick
+// for the actions' restoration, when it is the only one at emergency.
+void prepare_restoration(const admission::EmergencyActions& actions,
+                         std::span<admission::Controller* const> controllers);
+
 // What a tick-log line may carry besides the reading and the decision.
 struct TickLogExtras {
   const PinRequest* pin = nullptr;     // a pin set since the last tick (replay applies it at t)
@@ -91,6 +107,7 @@ struct TickLogExtras {
   const Requests* admitted = nullptr;  // what the proxy admitted in this tick, for the record
   const Requests* shed = nullptr;      // ... and refused (shed or would_shed)
   std::span<const UpstreamTick> upstreams;
+  const ActionsTick* actions = nullptr;  // the emergency actions' tick (null: switch off)
 };
 
 // One tick-log line (no newline): the reading's measured fields, the requests
@@ -104,6 +121,7 @@ struct ReplayOptions {
   admission::Mode mode = admission::Mode::enforce;
   admission::LaneFactors factors = admission::default_lane_factors();
   admission::RetryBands retry = admission::default_retry_bands();
+  admission::ActionsConfig actions;  // SLUICE_EMERGENCY_ACTIONS, _AFTER
   std::uint64_t seed = 1;
 };
 

@@ -94,7 +94,7 @@ TEST_CASE("the variable table names each variable once, with a default and a mea
     CHECK_FALSE(v.meaning.empty());
     CHECK(names.insert(v.name).second);
   }
-  CHECK(names.size() == 81);
+  CHECK(names.size() == 84);
 }
 
 TEST_CASE("every variable in the table is read by load and shown by to_json", "[config]") {
@@ -537,6 +537,9 @@ TEST_CASE("every config error starts with the variable it is about", "[config]")
       {"SLUICE_BULKHEAD_GROWTH_INTERVAL", "0"},
       {"SLUICE_BULKHEAD_SLOW_FACTOR", "1"},
       {"SLUICE_CLOSE_STATUSES", "429"},
+      {"SLUICE_EMERGENCY_ACTIONS", "short_timeouts,stop"},
+      {"SLUICE_EMERGENCY_ACTIONS_AFTER", "5 minutes"},
+      {"SLUICE_EMERGENCY_CONNECTION_FLOOR", "-1"},
       {"SLUICE_CLOSE_FOR", "25h"},
       {"SLUICE_PROBE_EVERY", "50ms"},
       {"SLUICE_DELEGATION", "true"},

@@ -1,0 +1,59 @@
+#include "admission/emergency_actions.hpp"
+
+namespace sluice::admission {
+
+std::string_view to_string(Action action) {
+  switch (action) {
+    case Action::short_timeouts:
+      return "short_timeouts";
+    case Action::no_keepalive:
+      return "no_keepalive";
+    case Action::refuse_connections:
+      return "refuse_connections";
+  }
+  return "unknown";
+}
+
+std::optional<Action> action_from(std::string_view name) {
+  for (Action a : kActions)
+    if (to_string(a) == name) return a;
+  return std::nullopt;
+}
+
+ActionStep EmergencyActions::undo(ActionSet which) {
+  ActionStep step;
+  step.undone = static_cast<ActionSet>(active_ & which);
+  active_ = static_cast<ActionSet>(active_ & ~which);
+  for (Action a : kActions)
+    if (has(step.undone, a)) applied_at_[static_cast<std::size_t>(a)].reset();
+  return step;
+}
+
+ActionStep EmergencyActions::tick(const ActionsConfig& config, bool emergency, bool restoring,
+                                  Millis now) {
+  // Switched off since the last tick: undone at once.
+  ActionStep step = undo(static_cast<ActionSet>(~config.enabled));
+  if (!emergency) {
+    since_.reset();
+    step.undone |= undo(active_).undone;
+    return step;
+  }
+  if (restoring) {
+    step.undone |= undo(active_).undone;
+    step.restoration = step.undone != 0;
+    since_ = now;  // a further `after` of emergency before the first applies again
+    return step;
+  }
+  if (!since_) since_ = now;
+  if (now - *since_ < config.after) return step;
+  for (Action a : kActions) {
+    if (!has(config.enabled, a) || has(active_, a)) continue;
+    active_ |= bit(a);
+    applied_at_[static_cast<std::size_t>(a)] = now;
+    step.applied = bit(a);
+    break;  // one per tick
+  }
+  return step;
+}
+
+}  // namespace sluice::admission
