@@ -20,6 +20,16 @@ std::optional<Action> action_from(std::string_view name) {
   return std::nullopt;
 }
 
+std::string actions_text(ActionSet set) {
+  std::string out;
+  for (Action a : kActions) {
+    if (!has(set, a)) continue;
+    if (!out.empty()) out += ',';
+    out += to_string(a);
+  }
+  return out.empty() ? "none" : out;
+}
+
 ActionStep EmergencyActions::undo(ActionSet which) {
   ActionStep step;
   step.undone = static_cast<ActionSet>(active_ & which);

@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace sluice::admission {
@@ -41,9 +42,11 @@ std::optional<Action> action_from(std::string_view name);
 using ActionSet = std::uint8_t;
 constexpr ActionSet bit(Action a) { return static_cast<ActionSet>(1u << static_cast<unsigned>(a)); }
 constexpr bool has(ActionSet set, Action a) { return (set & bit(a)) != 0; }
+// "short_timeouts,no_keepalive" (in the order they apply), or "none".
+std::string actions_text(ActionSet set);
 
 struct ActionsConfig {
-  ActionSet enabled = 0;  // SLUICE_EMERGENCY_ACTIONS; none: the switch is off
+  ActionSet enabled = 0;                     // SLUICE_EMERGENCY_ACTIONS; none: the switch is off
   std::chrono::milliseconds after{300'000};  // SLUICE_EMERGENCY_ACTIONS_AFTER
 };
 

@@ -1202,16 +1202,6 @@ admission::ActionSet parse_actions(const std::string& text) {
   return out;
 }
 
-std::string actions_text(admission::ActionSet set) {
-  std::string out;
-  for (auto a : admission::kActions) {
-    if (!admission::has(set, a)) continue;
-    if (!out.empty()) out += ',';
-    out += admission::to_string(a);
-  }
-  return out.empty() ? "none" : out;
-}
-
 // The table's rows. A row is one variable: what --help and the reference say
 // about it, how it is read into the Config, how check-config shows it, and
 // whether a reload puts a new value in force at once or it waits for a restart.
@@ -1830,7 +1820,7 @@ constexpr Row kRows[] = {
         {"SLUICE_BULKHEAD_SLOW_FACTOR", "4",
          "A response head this many times slower than the upstream's recent baseline counts as too "
          "much load and lowers the estimate; 0 turns this off, otherwise at least 1.5."}),
-    field<parse_actions, actions_text, &Config::admission, &Admission::actions,
+    field<parse_actions, admission::actions_text, &Config::admission, &Admission::actions,
           &admission::ActionsConfig::enabled>(
         live, "emergency_actions",
         {"SLUICE_EMERGENCY_ACTIONS", "none",

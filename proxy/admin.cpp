@@ -642,6 +642,32 @@ const FamilySpec kFamilies[] = {
        out.add(sum_workers(
            s.rt, [](Shard & sh) -> auto& { return sh.connections_refused; }));
      }},
+    {"sluice_emergency_connections_refused_total",
+     "Client connections closed at once by the refuse_connections emergency action "
+     "(SLUICE_EMERGENCY_CONNECTION_FLOOR were open).",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       out.add(sum_workers(
+           s.rt, [](Shard & sh) -> auto& { return sh.emergency_refused; }));
+     }},
+    {"sluice_emergency_action",
+     "Emergency actions (SLUICE_EMERGENCY_ACTIONS): 1 while applied, by action.", MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       for (auto a : admission::kActions)
+         out.add(admission::has(s.ticker.emergency_actions().active(), a) ? 1 : 0,
+                 {{"action", admission::to_string(a)}});
+     }},
+    {"sluice_emergency_action_changes_total",
+     "Emergency actions applied and undone, by action and change (applied, undone).",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       for (auto a : admission::kActions) {
+         out.add(s.ticker.action_changes(a, 0),
+                 {{"action", admission::to_string(a)}, {"change", "applied"}});
+         out.add(s.ticker.action_changes(a, 1),
+                 {{"action", admission::to_string(a)}, {"change", "undone"}});
+       }
+     }},
     {"sluice_tls_handshakes_total",
      "TLS handshakes on the HTTPS listener, by result: full, resumed (a session ticket), or why "
      "one failed (http_request, protocol, no_shared_cipher, truncated, timeout, other).",

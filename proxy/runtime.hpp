@@ -65,6 +65,13 @@ struct Published {
   explicit Published(std::size_t n) : upstreams(new PublishedLevel[n]) {}
   PublishedLevel process;
   std::unique_ptr<PublishedLevel[]> upstreams;
+  // The emergency actions applied now (admission::ActionSet), and
+  // refuse_connections' floor.
+  std::atomic<std::uint8_t> actions{0};
+  std::atomic<std::int64_t> connection_floor{0};
+  bool acting(admission::Action a) const {
+    return admission::has(actions.load(std::memory_order_relaxed), a);
+  }
 };
 
 struct Runtime;

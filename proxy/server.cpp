@@ -131,9 +131,13 @@ class Acceptor {
         return;
       }
       auto open = rt_.connections.fetch_add(1, std::memory_order_relaxed) + 1;
-      if (open > static_cast<std::int64_t>(rt_.config.max_connections)) {
+      const bool over_max = open > static_cast<std::int64_t>(rt_.config.max_connections);
+      // The refuse_connections emergency action: closed at once above its floor.
+      const bool over_floor = rt_.published.acting(admission::Action::refuse_connections) &&
+                              open > rt_.published.connection_floor.load(std::memory_order_relaxed);
+      if (over_max || over_floor) {
         rt_.connections.fetch_sub(1, std::memory_order_relaxed);
-        bump(w_.stats().connections_refused);
+        bump(over_max ? w_.stats().connections_refused : w_.stats().emergency_refused);
         error_code ignored;
         s.close(ignored);
       } else {

@@ -332,8 +332,21 @@ class Session : public Tracked,
     ex_.started = true;
     ex_.start = Clock::now();
     ex_.start_wall = std::chrono::system_clock::now();
-    ex_.head_deadline = ex_.start + cfg_.header_timeout;
+    ex_.head_deadline = ex_.start + client_timeout(cfg_.header_timeout);
     ex_.level = published_level();
+  }
+
+  // A client header or idle timeout, cut to a tenth (at least 1 s) while the
+  // short_timeouts emergency action is applied.
+  std::chrono::milliseconds client_timeout(std::chrono::milliseconds t) const {
+    if (!w_.runtime().published.acting(admission::Action::short_timeouts)) return t;
+    return std::min(t, std::max(std::chrono::milliseconds{1000}, t / 10));
+  }
+  // Responses say Connection: close: draining, or the no_keepalive emergency action.
+  bool closing_connections() const {
+    const auto& rt = w_.runtime();
+    return rt.draining.load(std::memory_order_relaxed) ||
+           rt.published.acting(admission::Action::no_keepalive);
   }
 
   // The process's level, or once the route is known, the higher of that and
@@ -355,7 +368,8 @@ class Session : public Tracked,
       return;
     }
     deadline = ex_.started ? ex_.head_deadline
-                           : Clock::now() + (first_ ? cfg_.header_timeout : cfg_.idle_timeout);
+                           : Clock::now() +
+                                 client_timeout(first_ ? cfg_.header_timeout : cfg_.idle_timeout);
     std::size_t room = buf_.max_size() - buf_.size();
     if (room == 0) {
       respond_error(431, "header_too_large", true);
@@ -1035,9 +1049,8 @@ class Session : public Tracked,
     ex_.upstream_keep_alive = res_->keep_alive();
     std::optional<std::uint64_t> len;
     if (auto l = res_->content_length()) len = *l;
-    auto framing =
-        frame_response(ex_.method == http::verb::head, status, len, ex_.version,
-                       ex_.keep_alive && !w_.runtime().draining.load(std::memory_order_relaxed));
+    auto framing = frame_response(ex_.method == http::verb::head, status, len, ex_.version,
+                                  ex_.keep_alive && !closing_connections());
     ex_.keep_alive = framing.keep_alive;
     ex_.chunked_out = framing.chunked;
     out_.clear();
@@ -1284,8 +1297,7 @@ class Session : public Tracked,
   // Every answer Sluice makes itself goes out here (heads.hpp's append_own_answer).
   void write_own_answer(OwnAnswer& a, bool close_after) {
     a.request_id = ex_.request_id;
-    a.close =
-        close_after || !ex_.keep_alive || w_.runtime().draining.load(std::memory_order_relaxed);
+    a.close = close_after || !ex_.keep_alive || closing_connections();
     out_.clear();
     append_own_answer(out_, own_body_, a);
     ex_.header_sent = true;

@@ -139,6 +139,7 @@ struct Shard {
   LagHistogram lag{kLagBounds};
   std::atomic<std::int64_t> client_connections{0};
   std::atomic<std::uint64_t> connections_refused{0};  // over SLUICE_MAX_CONNECTIONS
+  std::atomic<std::uint64_t> emergency_refused{0};    // refuse_connections, above its floor
   std::array<std::atomic<std::uint64_t>, kStatusSlots> client_errors{};  // answered before routing
   std::atomic<std::uint64_t> websocket_tunnels{0};
   std::array<std::atomic<std::uint64_t>, kClientTimeouts> client_timeouts{};  // by ClientTimeout

@@ -18,6 +18,23 @@ using admission::Level;
 using admission::Millis;
 using Json = nlohmann::json;
 
+namespace {
+
+// An audit line's first fields: its time and what it records.
+Json audit_head(std::string_view what) {
+  Json j;
+  auto secs = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char ts[32];
+  std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  j["ts"] = ts;
+  j["audit"] = what;
+  return j;
+}
+
+}  // namespace
+
 Ticker::Ticker(Runtime& rt, Watchdog& watchdog, net::io_context& ioc, int log_fd)
     : rt_(rt),
       timer_(ioc),
@@ -79,11 +96,16 @@ void Ticker::on_tick() {
             std::nullopt, upstream);
     return decision;
   };
+  replay::prepare_restoration(actions_, controllers());
   auto decision = step(controller_, last_sample_.process, std::nullopt);
   std::vector<admission::Decision> decisions;
   decisions.reserve(upstream_controllers_.size());
-  for (std::size_t u = 0; u < upstream_controllers_.size(); ++u)
+  bool restoring = decision.restoring;
+  for (std::size_t u = 0; u < upstream_controllers_.size(); ++u) {
     decisions.push_back(step(upstream_controllers_[u], last_sample_.upstreams[u], u));
+    restoring = restoring || decisions.back().restoring;
+  }
+  const auto actions = act(t, restoring);
   publish();
   if (tick_log_fd_ >= 0) {
     // Replay applies a pin at this tick: give it what was left of its TTL
@@ -102,6 +124,8 @@ void Ticker::on_tick() {
       ups.push_back({rt_.config.upstreams[u].name, &last_sample_.upstreams[u], &decisions[u],
                      pin_of(logged_upstreams_[u]), logged_upstreams_[u].unpin});
     extras.upstreams = ups;
+    if (in_force().admission.actions.enabled || actions.active || actions.step.undone)
+      extras.actions = &actions;
     std::string line =
         replay::tick_log_line(last_sample_.process, &sampler_.arrivals(), decision, extras);
     line += '\n';
@@ -115,6 +139,42 @@ void Ticker::on_tick() {
   auto current = Clock::now();
   if (next_ < current) next_ = current;
   arm();
+}
+
+std::vector<admission::Controller*> Ticker::controllers() {
+  std::vector<admission::Controller*> all{&controller_};
+  for (auto& c : upstream_controllers_) all.push_back(&c);
+  return all;
+}
+
+replay::ActionsTick Ticker::act(Millis t, bool restoring) {
+  bool emergency = false;
+  for (const auto* c : controllers()) emergency = emergency || c->level() == Level::emergency;
+  const auto& config = in_force().admission;
+  replay::ActionsTick out{actions_.tick(config.actions, emergency, restoring, t), 0};
+  out.active = actions_.active();
+  rt_.published.connection_floor.store(static_cast<std::int64_t>(config.connection_floor),
+                                       std::memory_order_relaxed);
+  rt_.published.actions.store(out.active, std::memory_order_relaxed);
+  for (auto a : admission::kActions) {
+    const int change = admission::has(out.step.applied, a)  ? 0
+                       : admission::has(out.step.undone, a) ? 1
+                                                            : -1;
+    if (change < 0) continue;
+    ++action_changes_[static_cast<std::size_t>(a)][static_cast<std::size_t>(change)];
+    Json j = audit_head("emergency_action");
+    j["action"] = admission::to_string(a);
+    j["change"] = change == 0 ? "applied" : "undone";
+    if (change == 1)
+      j["why"] = out.step.restoration ? "restoration"
+                 : emergency          ? "switched_off"
+                                      : "left_emergency";
+    j["level"] = static_cast<int>(controller_.level());
+    j["active"] = admission::actions_text(out.active);
+    audit_.write_line(j.dump());
+    audit_.flush();
+  }
+  return out;
 }
 
 void Ticker::publish() {
@@ -165,15 +225,7 @@ void Ticker::unpin(std::string who, std::optional<std::size_t> upstream) {
 void Ticker::audit(std::string_view what, Level from, Level to, const std::string& who,
                    const std::string& reason, std::optional<Millis> ttl,
                    std::optional<std::size_t> upstream) {
-  Json j;
-  auto wall = std::chrono::system_clock::now();
-  auto secs = std::chrono::system_clock::to_time_t(wall);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char ts[32];
-  std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  j["ts"] = ts;
-  j["audit"] = what;
+  Json j = audit_head(what);
   j["from"] = static_cast<int>(from);
   j["to"] = static_cast<int>(to);
   j["who"] = who;
@@ -286,6 +338,24 @@ std::string Ticker::state_json() const {
   j["tick_ms"] = in_force().admission.tick.count();
   j["reloads"] = {{"ok", reloads(true)}, {"failed", reloads(false)}};
   j["tenants"] = tenants_json(rt_);
+  {
+    // Seed 003's switch: what is enabled, since when a level has been at
+    // emergency, what is applied now and since when.
+    const auto& ac = in_force().admission;
+    Json applied = Json::object();
+    for (auto a : admission::kActions)
+      if (auto at = actions_.applied_at(a))
+        applied[std::string(admission::to_string(a))] =
+            static_cast<double>((t - *at).count()) / 1000.0;
+    auto since = actions_.emergency_since();
+    j["emergency_actions"] = {
+        {"enabled", admission::actions_text(ac.actions.enabled)},
+        {"after_s", static_cast<double>(ac.actions.after.count()) / 1000.0},
+        {"connection_floor", ac.connection_floor},
+        {"emergency_for_s",
+         since ? Json(static_cast<double>((t - *since).count()) / 1000.0) : Json(nullptr)},
+        {"applied_for_s", applied}};
+  }
   // The bulkheads (seed 001 §11): per upstream, then per lane x upstream.
   auto views = rt_.bulkhead_views();
   auto now_us = rt_.micros(Clock::now());
@@ -451,6 +521,9 @@ config::Config Ticker::running() const {
   // The tick is the ticker's own; the profile only names the timings above.
   c.admission.tick = in_force().admission.tick;
   c.admission.profile = in_force().admission.profile;
+  // The emergency actions' switch and floor: read at each tick.
+  c.admission.actions = in_force().admission.actions;
+  c.admission.connection_floor = in_force().admission.connection_floor;
   return c;
 }
 

@@ -57,11 +57,20 @@ class Ticker {
     return upstream_controllers_[u];
   }
   std::uint64_t tick_log_errors() const { return tick_log_errors_; }
+  const admission::EmergencyActions& emergency_actions() const { return actions_; }
+  // Emergency actions applied (change 0) and undone (1) since start.
+  std::uint64_t action_changes(admission::Action a, int change) const {
+    return action_changes_[static_cast<std::size_t>(a)][static_cast<std::size_t>(change)];
+  }
 
  private:
   void arm();
   void on_tick();
   void publish();
+  // The emergency actions' tick, after the controllers stepped: published,
+  // counted and audited.
+  replay::ActionsTick act(admission::Millis t, bool restoring);
+  std::vector<admission::Controller*> controllers();
   void audit(std::string_view what, admission::Level from, admission::Level to,
              const std::string& who, const std::string& reason,
              std::optional<admission::Millis> ttl, std::optional<std::size_t> upstream);
@@ -96,6 +105,8 @@ class Ticker {
   std::uint64_t tick_log_errors_ = 0;
   Sample last_sample_;  // shown by /admin/state
   LoggedPin logged_;
+  admission::EmergencyActions actions_;
+  std::array<std::array<std::uint64_t, 2>, admission::kActionCount> action_changes_{};
   std::vector<LoggedPin> logged_upstreams_;
 };
 
