@@ -48,6 +48,8 @@ std::string_view to_string(Reason reason) {
       return "unresolved";
     case Reason::tenant_limit:
       return "tenant_limit";
+    case Reason::ingest_budget:
+      return "ingest_budget";
   }
   return "none";
 }

@@ -49,10 +49,11 @@ enum class Reason : std::uint8_t {
   heavy_cap,
   budget,
   reserved,
-  unresolved,   // the upstream has no address: none of its names resolves
-  tenant_limit  // its tenant is at its concurrency or out of its rate (429)
+  unresolved,    // the upstream has no address: none of its names resolves
+  tenant_limit,  // its tenant is at its concurrency or out of its rate (429)
+  ingest_budget  // its body did not fit SLUICE_INGEST_BUDGET within its wait
 };
-inline constexpr std::size_t kReasonCount = 9;
+inline constexpr std::size_t kReasonCount = 10;
 std::string_view to_string(Reason reason);
 
 // factor[lane][level] in [0, 1].

@@ -1069,6 +1069,27 @@ admission::Micros parse_starved_after(const std::string& v, const Variable& vari
   return to_micros(v, parse_timeout(v, variable));
 }
 
+std::optional<std::uint64_t> parse_ingest_budget(const std::string& v) {
+  return bytes_in<std::uint64_t, 1>(v);
+}
+
+Json budget_json(const std::optional<std::uint64_t>& b) { return b ? Json(*b) : Json(nullptr); }
+
+LaneNumbers parse_shares(std::string_view text, LaneNumbers out) {
+  parse_per_lane(
+      text, out,
+      [&](std::string_view v) {
+        double f = parse_decimal(v);
+        if (f <= 0 || f > 1)
+          invalid(in_quotes(v) +
+                  " is out of range; a share is a fraction above 0, at most 1, "
+                  "of SLUICE_INGEST_BUDGET");
+        return f;
+      },
+      "bulk=0.4;standard=1;heavy=0.4");
+  return out;
+}
+
 std::optional<std::size_t> parse_heavy_cap(const std::string& v) {
   return count_in<std::size_t, 1>(v);
 }
@@ -1745,6 +1766,21 @@ constexpr Row kRows[] = {
          "lasts the whole response, an SSE stream included); unset, heavy requests are limited "
          "only "
          "relative to the measured capacity."}),
+    field<parse_ingest_budget, budget_json, &Config::admission, &Admission::ingest_budget>(
+        restart, "ingest_budget",
+        {"SLUICE_INGEST_BUDGET", "unset",
+         "Optional: request body bytes in flight across the process (a size such as 64MiB): a "
+         "declared body is held whole from admission until written upstream, a chunked one as it "
+         "is read. A body that does not fit waits in its lane's queue (its queue window, at "
+         "least 1s) and is then refused with 503 ingest_budget, its Retry-After from the drain "
+         "rate measured. Requests without a body never meet it."}),
+    field<parse_shares, numbers_text, &Config::admission, &Admission::ingest_shares>(
+        restart, "ingest_shares",
+        {"SLUICE_INGEST_SHARES", "bulk=0.4;standard=1;heavy=0.4",
+         "Per lane, the fraction of SLUICE_INGEST_BUDGET its requests may hold (above 0, at most "
+         "1): uploads in bulk and heavy leave standard's bodies room; a body larger than its "
+         "lane's share goes alone in its lane. Lanes left out keep their defaults."})
+        .after("ingest_budget"),
     field<parse_tenant_key, tenant_key_text, &Config::tenants, &Tenants::key>(
         restart, "tenant_key",
         {"SLUICE_TENANT_KEY", "none",

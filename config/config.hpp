@@ -83,6 +83,10 @@ struct Admission {
   std::string tick_log;   // empty: unset
   // SLUICE_EMERGENCY_ACTIONS, SLUICE_EMERGENCY_ACTIONS_AFTER (seed 003's switch).
   admission::ActionsConfig actions;
+  // SLUICE_INGEST_BUDGET: request body bytes in flight (unset: no budget),
+  // and per lane the fraction of it the lane may hold (SLUICE_INGEST_SHARES).
+  std::optional<std::uint64_t> ingest_budget;
+  std::array<double, admission::kLaneCount> ingest_shares{0.4, 1.0, 0.4};
   // SLUICE_EMERGENCY_CONNECTION_FLOOR: refuse_connections closes new client
   // connections only while this many are open.
   std::size_t connection_floor = 1000;

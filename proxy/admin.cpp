@@ -642,6 +642,38 @@ const FamilySpec kFamilies[] = {
        out.add(sum_workers(
            s.rt, [](Shard & sh) -> auto& { return sh.connections_refused; }));
      }},
+    {"sluice_ingest_budget_bytes",
+     "SLUICE_INGEST_BUDGET: request body bytes allowed in flight (absent: no budget).",
+     MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       if (s.rt.ingest) out.add(static_cast<double>(s.rt.ingest->view().budget));
+     }},
+    {"sluice_ingest_bytes",
+     "Request body bytes in flight under SLUICE_INGEST_BUDGET (declared and not yet written "
+     "upstream, chunked as read), by lane.",
+     MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       if (!s.rt.ingest) return;
+       auto v = s.rt.ingest->view();
+       for (auto lane : admission::kLanes)
+         out.add(static_cast<double>(v.in_flight[admission::index(lane)]),
+                 {{"lane", admission::to_string(lane)}});
+     }},
+    {"sluice_ingest_waiting", "Requests waiting for room in SLUICE_INGEST_BUDGET, by lane.",
+     MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       if (!s.rt.ingest) return;
+       auto v = s.rt.ingest->view();
+       for (auto lane : admission::kLanes)
+         out.add(v.waiting[admission::index(lane)], {{"lane", admission::to_string(lane)}});
+     }},
+    {"sluice_ingest_drain_bytes_per_second",
+     "Request body bytes written upstream per second under SLUICE_INGEST_BUDGET, as measured "
+     "for the Retry-After of ingest_budget refusals (0: not measured yet).",
+     MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       if (s.rt.ingest) out.add(s.rt.ingest->view().drain_bytes_per_s);
+     }},
     {"sluice_emergency_connections_refused_total",
      "Client connections closed at once by the refuse_connections emergency action "
      "(SLUICE_EMERGENCY_CONNECTION_FLOOR were open).",

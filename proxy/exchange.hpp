@@ -22,6 +22,7 @@
 #include <string_view>
 #include <utility>
 
+#include "admission/ingest.hpp"
 #include "admission/placement.hpp"
 #include "proxy/runtime.hpp"
 #include "tenants/key.hpp"
@@ -117,6 +118,57 @@ class TenantHold {
   tenants::Grant grant_;
 };
 
+// A request's bytes in SLUICE_INGEST_BUDGET (admission/ingest.hpp): what it
+// reserved, more as a chunked body grows past it, less as pieces are written
+// upstream; the rest goes back when the exchange ends.
+class IngestHold {
+ public:
+  IngestHold() = default;
+  IngestHold(admission::IngestBudget& b, admission::Lane lane, std::uint64_t reserved)
+      : budget_(&b), lane_(lane), held_(reserved), reserved_(reserved) {}
+  IngestHold(IngestHold&& o) noexcept { *this = std::move(o); }
+  IngestHold& operator=(IngestHold&& o) noexcept {
+    if (this != &o) {
+      give_back();
+      budget_ = std::exchange(o.budget_, nullptr);
+      lane_ = o.lane_;
+      held_ = o.held_;
+      reserved_ = o.reserved_;
+      read_ = o.read_;
+    }
+    return *this;
+  }
+  IngestHold(const IngestHold&) = delete;
+  IngestHold& operator=(const IngestHold&) = delete;
+  ~IngestHold() { give_back(); }
+  bool on() const { return budget_ != nullptr; }
+  // n more body bytes read: past what was reserved (a chunked body), metered.
+  void read(std::uint64_t n) {
+    if (!budget_) return;
+    const std::uint64_t before = std::max(read_, reserved_);
+    read_ += n;
+    if (read_ > before) {
+      budget_->meter(lane_, read_ - before);
+      held_ += read_ - before;
+    }
+  }
+  // n body bytes written upstream at `now`: given back, counted as drained.
+  void written(std::uint64_t n, admission::Micros now) {
+    if (!budget_ || n == 0) return;
+    n = std::min(n, held_);
+    held_ -= n;
+    budget_->release(lane_, n, now);
+  }
+  void give_back() {
+    if (budget_) std::exchange(budget_, nullptr)->release(lane_, held_, std::nullopt);
+  }
+
+ private:
+  admission::IngestBudget* budget_ = nullptr;
+  admission::Lane lane_ = admission::Lane::standard;
+  std::uint64_t held_ = 0, reserved_ = 0, read_ = 0;
+};
+
 // Everything one request and its response hold, reset by assignment.
 struct Exchange {
   // The request.
@@ -151,6 +203,8 @@ struct Exchange {
 
   // What it holds.
   std::array<TenantHold, 2> tenant_holds;  // under its route's own limits, under the process's
+  IngestHold ingest;                       // its body's bytes in SLUICE_INGEST_BUDGET
+  std::size_t piece = 0;                   // body bytes in the write upstream under way
   admission::Lease lease;
   LeaseSlot slot;
   InFlight in_flight;

@@ -18,6 +18,9 @@ Runtime::Runtime(const config::Config& c) : config(c) {
   if (c.admission.heavy_max_in_flight)
     heavy_cap =
         std::make_unique<HeavyCap>(static_cast<std::int64_t>(*c.admission.heavy_max_in_flight));
+  if (c.admission.ingest_budget)
+    ingest = std::make_unique<admission::IngestBudget>(*c.admission.ingest_budget,
+                                                       c.admission.ingest_shares);
   tenant_table = std::make_unique<tenants::Table>(c.tenants.table);
   // The fleet's windows are wall-clock seconds: the wall clock at this epoch.
   tenant_table->set_wall_offset(std::chrono::duration_cast<admission::Micros>(

@@ -22,6 +22,7 @@
 
 #include "admission/bulkhead.hpp"
 #include "admission/gate.hpp"
+#include "admission/ingest.hpp"
 #include "admission/lease_token.hpp"
 #include "admission/resilience.hpp"
 #include "config/config.hpp"
@@ -194,6 +195,7 @@ struct Runtime {
   }
   std::unique_ptr<HeavyCap> heavy_cap;  // SLUICE_HEAVY_MAX_IN_FLIGHT, when set
   KeptSlotWaker kept_slot_waker;
+  std::unique_ptr<admission::IngestBudget> ingest;  // SLUICE_INGEST_BUDGET, when set
   // Per-tenant limits (SLUICE_TENANT_*, routes' own), every thread's.
   std::unique_ptr<tenants::Table> tenant_table;
   std::vector<std::unique_ptr<UpstreamGate>> gates;  // one per upstream

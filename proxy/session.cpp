@@ -76,6 +76,7 @@ enum class Phase : std::uint8_t {
   handshake,      // the TLS handshake of an HTTPS connection
   head,           // waiting for / reading a request head
   queued,         // waiting for a bulkhead slot
+  ingest_wait,    // waiting for room in SLUICE_INGEST_BUDGET
   acquire,        // waiting for an upstream connection
   request_body,   // reading the request body from the client
   send_upstream,  // writing the request to the upstream
@@ -89,6 +90,7 @@ enum class Phase : std::uint8_t {
 class Session : public Tracked,
                 public PoolWaiter,
                 public admission::Seat,
+                public admission::IngestWaiter,
                 public std::enable_shared_from_this<Session> {
  public:
   Session(Worker& w, Socket s, bool tls)
@@ -99,6 +101,7 @@ class Session : public Tracked,
   ~Session() override {
     // Whatever the exchange still holds goes back with it (a session dropped
     // mid-exchange, after a handler threw).
+    if (ingest_queued) w_.runtime().ingest->cancel(*this);
     ex_ = Exchange{};
     if (tls_notes_.renegotiations > 0)
       bump(st_.tls_renegotiations, std::uint64_t{tls_notes_.renegotiations});
@@ -160,6 +163,24 @@ class Session : public Tracked,
         note_queue_wait(now);
         note_upstream_wait(now, seat_wait());
         if (apply(std::move(p), now)) carry_on();
+        break;
+      }
+      case Phase::ingest_wait: {
+        // Its wait for room in the ingest budget is over: refused, told how
+        // long the bytes ahead take to drain, unless room came just now.
+        auto& budget = *w_.runtime().ingest;
+        if (!budget.cancel(*this)) {  // granted: its post carries on
+          ex_.timed_out = false;
+          break;
+        }
+        auto self = std::move(self_);
+        auto now = Clock::now();
+        note_queue_wait(now);
+        ex_.decision = {admission::Outcome::shed, admission::Reason::ingest_budget};
+        count_decision();
+        auto wait = budget.wait_for(ingest_lane, ingest_bytes);
+        refuse(wait ? std::optional<admission::Millis>(std::chrono::ceil<admission::Millis>(*wait))
+                    : std::nullopt);
         break;
       }
       case Phase::acquire:
@@ -611,9 +632,73 @@ class Session : public Tracked,
     }
     auto now = Clock::now();
     if (!ex_.delegated && !within_tenant_limits(micros(now))) return;
+    if (!within_ingest_budget(now)) return;
+    place(now);
+  }
+
+  void place(Clock::time_point now) {
     if (!apply(admission::place(ask(), *this, ups_, micros(now), w_.rng()), now)) return;
     count_decision();
     forward();
+  }
+
+  // SLUICE_INGEST_BUDGET: a request with a body holds its bytes (a declared
+  // Content-Length whole, a chunked body one block, then as read) before it
+  // is placed. True when it goes on now; false when it waits for room
+  // (on_granted) or was refused. A delegated request is part of its parent's
+  // work: its bytes are held, never waited for. Observe mode goes on, counted
+  // would_shed ingest_budget.
+  bool within_ingest_budget(Clock::time_point now) {
+    auto* budget = w_.runtime().ingest.get();
+    if (!budget || (req_->is_done() && ex_.prebuffered == 0)) return true;
+    const auto declared = req_->content_length();
+    if (declared && *declared == 0) return true;
+    ingest_lane = ex_.lane;
+    ingest_bytes = declared ? *declared : admission::IngestBudget::kChunkedReserve;
+    const bool observe = ex_.live->gate.mode() == admission::Mode::observe;
+    if (ex_.delegated) {
+      budget->meter(ingest_lane, ingest_bytes);
+      hold_ingest();
+      return true;
+    }
+    if (budget->reserve(*this, micros(now), !observe)) {
+      hold_ingest();
+      return true;
+    }
+    if (observe) {
+      if (ex_.decision.outcome == admission::Outcome::admitted)
+        ex_.decision = {admission::Outcome::would_shed, admission::Reason::ingest_budget};
+      return true;
+    }
+    phase_ = Phase::ingest_wait;
+    ex_.queue_start = now;
+    const auto window = ex_.live->lanes.queue_window[admission::index(ex_.lane)];
+    deadline = now + std::max<Clock::duration>(std::chrono::seconds(1), window);
+    self_ = shared_from_this();
+    return false;
+  }
+
+  void hold_ingest() {
+    ex_.ingest = IngestHold(*w_.runtime().ingest, ingest_lane, ingest_bytes);
+    ex_.ingest.read(ex_.prebuffered);
+  }
+
+  // ---- IngestWaiter ----
+  // Room in the ingest budget, inside another request's release on any thread
+  // and under the budget's lock: only a post to this session's own thread.
+  void on_granted() override {
+    net::post(w_.ioc(), [self = shared_from_this()] {
+      if (self->phase_ != Phase::ingest_wait) {  // gone meanwhile: the bytes go back
+        self->w_.runtime().ingest->release(self->ingest_lane, self->ingest_bytes, std::nullopt);
+        return;
+      }
+      auto keep = std::move(self->self_);
+      auto now = Clock::now();
+      self->deadline = Clock::time_point::max();
+      self->hold_ingest();
+      self->note_queue_wait(now);
+      self->place(now);
+    });
   }
 
   // Its tenant's limits, its route's own first, then the process's (a
@@ -920,10 +1005,12 @@ class Session : public Tracked,
       return;
     }
     ex_.bytes_in += n;
+    ex_.ingest.read(n);
     write_upstream(n);
   }
 
   void write_upstream(std::size_t n) {
+    ex_.piece = n;
     phase_ = Phase::send_upstream;
     deadline = Clock::now() + cfg_.send_timeout;
     ex_.request_sent = req_->is_done();
@@ -936,6 +1023,7 @@ class Session : public Tracked,
       upstream_failed(ec, "upstream_write");
       return;
     }
+    if (ex_.ingest.on()) ex_.ingest.written(std::exchange(ex_.piece, 0), micros(Clock::now()));
     if (!ex_.request_sent) {
       request_body_step();
       return;
@@ -1283,6 +1371,7 @@ class Session : public Tracked,
     // Refused after its tenant's limits let it through: it was not admitted,
     // and takes nothing of its tenant's rate.
     for (auto& h : ex_.tenant_holds) h.give_back(/*refund=*/true);
+    ex_.ingest.give_back();  // its body goes nowhere
     OwnAnswer a;
     a.status = status;
     if (status == 429) a.fields = rate_fields_;

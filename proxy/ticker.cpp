@@ -338,6 +338,21 @@ std::string Ticker::state_json() const {
   j["tick_ms"] = in_force().admission.tick.count();
   j["reloads"] = {{"ok", reloads(true)}, {"failed", reloads(false)}};
   j["tenants"] = tenants_json(rt_);
+  if (rt_.ingest) {
+    auto v = rt_.ingest->view();
+    Json lanes = Json::object();
+    for (auto lane : admission::kLanes) {
+      auto l = admission::index(lane);
+      lanes[std::string(admission::to_string(lane))] = {
+          {"in_flight", v.in_flight[l]}, {"cap", v.cap[l]}, {"waiting", v.waiting[l]}};
+    }
+    j["ingest"] = {{"budget", v.budget},
+                   {"in_flight", v.total},
+                   {"drain_bytes_per_s", v.drain_bytes_per_s},
+                   {"lanes", lanes}};
+  } else {
+    j["ingest"] = nullptr;
+  }
   {
     // Seed 003's switch: what is enabled, since when a level has been at
     // emergency, what is applied now and since when.

@@ -94,7 +94,7 @@ TEST_CASE("the variable table names each variable once, with a default and a mea
     CHECK_FALSE(v.meaning.empty());
     CHECK(names.insert(v.name).second);
   }
-  CHECK(names.size() == 84);
+  CHECK(names.size() == 86);
 }
 
 TEST_CASE("every variable in the table is read by load and shown by to_json", "[config]") {
@@ -132,6 +132,7 @@ TEST_CASE("the defaults in the table are the defaults load applies", "[config]")
                                                   "SLUICE_TICK_LOG",
                                                   "SLUICE_CONFIG_FILE",
                                                   "SLUICE_HEAVY_MAX_IN_FLIGHT",
+                                                  "SLUICE_INGEST_BUDGET",
                                                   "SLUICE_LEASE_KEY",
                                                   "SLUICE_CLOSE_STATUSES",
                                                   "SLUICE_TENANT_JWT_KEY",
@@ -540,6 +541,8 @@ TEST_CASE("every config error starts with the variable it is about", "[config]")
       {"SLUICE_EMERGENCY_ACTIONS", "short_timeouts,stop"},
       {"SLUICE_EMERGENCY_ACTIONS_AFTER", "5 minutes"},
       {"SLUICE_EMERGENCY_CONNECTION_FLOOR", "-1"},
+      {"SLUICE_INGEST_BUDGET", "0"},
+      {"SLUICE_INGEST_SHARES", "bulk=0"},
       {"SLUICE_CLOSE_FOR", "25h"},
       {"SLUICE_PROBE_EVERY", "50ms"},
       {"SLUICE_DELEGATION", "true"},
