@@ -63,10 +63,10 @@ void IngestBudget::meter(Lane lane, std::uint64_t bytes) {
 }
 
 void IngestBudget::release(Lane lane, std::uint64_t bytes, std::optional<Micros> written) {
-  if (bytes == 0) return;
   Lock lock(mutex_);
   const auto l = index(lane);
   bytes = std::min(bytes, in_flight_[l]);
+  if (bytes == 0) return;
   in_flight_[l] -= bytes;
   total_ -= bytes;
   if (written) note_drained(bytes, *written);
@@ -74,7 +74,13 @@ void IngestBudget::release(Lane lane, std::uint64_t bytes, std::optional<Micros>
 }
 
 void IngestBudget::note_drained(std::uint64_t bytes, Micros now) {
-  if (window_start_ < Micros{0}) window_start_ = now;
+  // Bytes written after the window began; after an idle spell (or at first) a
+  // window begins now: idleness is no measure of how fast bodies drain.
+  if (window_start_ < Micros{0} || now - window_start_ > 4 * kWindow) {
+    window_start_ = now;
+    window_bytes_ = 0;
+    return;
+  }
   window_bytes_ += bytes;
   const Micros span = now - window_start_;
   if (span < kWindow) return;
@@ -109,7 +115,8 @@ std::optional<IngestBudget::Micros> IngestBudget::wait_for(Lane lane, std::uint6
   // What must drain first: the excess over the budget, or over the lane's
   // share, once the requests waiting ahead and this one are in.
   const std::uint64_t ahead = waiting_bytes_[0] + waiting_bytes_[1] + waiting_bytes_[2];
-  const std::uint64_t over_total = total_ + ahead + bytes > budget_ ? total_ + ahead + bytes - budget_ : 0;
+  const std::uint64_t over_total =
+      total_ + ahead + bytes > budget_ ? total_ + ahead + bytes - budget_ : 0;
   const std::uint64_t lane_need = in_flight_[l] + waiting_bytes_[l] + std::min(bytes, cap_[l]);
   const std::uint64_t over_lane = lane_need > cap_[l] ? lane_need - cap_[l] : 0;
   const double seconds = static_cast<double>(std::max(over_total, over_lane)) / rate_;

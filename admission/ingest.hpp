@@ -20,8 +20,8 @@
 // fit waits in its lane's queue, oldest first; every release seats the heads
 // that fit now, the longest waiting first. At the end of its wait it is
 // refused (503 ingest_budget) and told how long the bytes ahead of it take to
-// drain at the rate measured (bytes given back per second, an average over
-// windows of kWindow): wait_for().
+// drain at the rate measured (bytes written upstream per second, an average
+// over windows of kWindow, idle spells left out): wait_for().
 // Requests without a body never meet the budget.
 //
 // Threading: one mutex for every thread of the process, held for a few dozen

@@ -205,6 +205,7 @@ struct Exchange {
   std::array<TenantHold, 2> tenant_holds;  // under its route's own limits, under the process's
   IngestHold ingest;                       // its body's bytes in SLUICE_INGEST_BUDGET
   std::size_t piece = 0;                   // body bytes in the write upstream under way
+  bool body_streamed = false;              // more body than its first block (read after admission)
   admission::Lease lease;
   LeaseSlot slot;
   InFlight in_flight;

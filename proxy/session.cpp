@@ -992,6 +992,7 @@ class Session : public Tracked,
     auto& body = req_->get().body();
     body.data = block_.get();
     body.size = BlockPool::kBlockSize;
+    ex_.body_streamed = true;
     read_body(&Session::on_request_body);
   }
 
@@ -1028,6 +1029,9 @@ class Session : public Tracked,
       request_body_step();
       return;
     }
+    // The upstream's time runs from the end of a body streamed at the
+    // client's pace: an upload's minutes are the client's, not slowness.
+    if (ex_.body_streamed) ex_.sent_at = Clock::now();
     read_response_head();
   }
 

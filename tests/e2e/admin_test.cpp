@@ -201,7 +201,7 @@ TEST_CASE(
     decisions.insert(prefix + R"(admitted",reason="none")");
     for (auto outcome : {"shed", "would_shed"})
       for (auto reason : {"level", "queue_timeout", "pool_closed", "heavy_cap", "budget",
-                          "reserved", "tenant_limit"})
+                          "reserved", "tenant_limit", "ingest_budget"})
         decisions.insert(prefix + outcome + "\",reason=\"" + reason + "\"");
     decisions.insert(prefix + R"(shed",reason="unresolved")");  // never would_shed
   }
