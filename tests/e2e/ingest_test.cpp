@@ -98,8 +98,8 @@ TEST_CASE(
         ++(r.status == 200 ? standard_ok : standard_other);
         if (r.status != 200) {
           std::lock_guard lock(m);
-          standard_failures.push_back(std::to_string(r.status) + " " +
-                                      r.header("X-Sluice-Reject") + " " + r.body);
+          standard_failures.push_back(std::to_string(r.status) + " " + r.header("X-Sluice-Reject") +
+                                      " " + r.body);
         }
         std::this_thread::sleep_for(20ms);
       }
@@ -132,9 +132,10 @@ TEST_CASE(
   for (const auto& ra : retry_afters) CHECK(std::stoi(ra) >= 1);
   CHECK(standard_ok > 20);
   CHECK(standard_other == 0);
-  CHECK(s.metric(
-            R"(sluice_admission_decisions_total{lane="heavy",outcome="shed",reason="ingest_budget"})") ==
-        uploads[503]);
+  CHECK(
+      s.metric(
+          R"(sluice_admission_decisions_total{lane="heavy",outcome="shed",reason="ingest_budget"})") ==
+      uploads[503]);
   CHECK(s.metric("sluice_ingest_drain_bytes_per_second") > 0);
   // All given back at the end.
   CHECK(eventually(

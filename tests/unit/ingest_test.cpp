@@ -46,8 +46,7 @@ TEST_CASE("a body that fits is held at once, one that does not waits in its lane
   CHECK(b.view().in_flight[index(Lane::heavy)] == 4 * kMiB);
 }
 
-TEST_CASE("the total holds under the budget whatever the lanes' shares",
-          "[admission][ingest]") {
+TEST_CASE("the total holds under the budget whatever the lanes' shares", "[admission][ingest]") {
   IngestBudget b(10 * kMiB, {1.0, 1.0, 1.0});
   std::vector<Upload> ups;
   ups.reserve(8);
@@ -66,8 +65,7 @@ TEST_CASE("the total holds under the budget whatever the lanes' shares",
   }
 }
 
-TEST_CASE("a body larger than its lane's share goes alone in its lane",
-          "[admission][ingest]") {
+TEST_CASE("a body larger than its lane's share goes alone in its lane", "[admission][ingest]") {
   auto b = budget();
   Upload big(Lane::bulk, 6 * kMiB), other(Lane::bulk, 1 * kMiB), after(Lane::bulk, 6 * kMiB);
   CHECK(b.reserve(big, 0us));  // nothing of bulk in flight: it goes, though over 4 MiB
@@ -92,8 +90,7 @@ TEST_CASE("a waiting request that leaves is out of the queue, and one granted me
   CHECK(b.view().in_flight[index(Lane::heavy)] == 4 * kMiB);
 }
 
-TEST_CASE("the wait told is the bytes ahead over the drain rate measured",
-          "[admission][ingest]") {
+TEST_CASE("the wait told is the bytes ahead over the drain rate measured", "[admission][ingest]") {
   auto b = budget();
   Upload a(Lane::heavy, 4 * kMiB);
   REQUIRE(b.reserve(a, 0us));
