@@ -185,3 +185,48 @@ TEST_CASE("every action is undone one tick before emergency steps down",
     CHECK(q.actions.active() == 0);
   }
 }
+
+TEST_CASE(
+    "seed 003's timeline on the sentinel profile: actions five minutes into emergency, a "
+    "minute apart, restored in a tick of their own before emergency steps down",
+    "[admission][emergency_actions][controller]") {
+  Controller c(ControllerConfig::sentinel());
+  EmergencyActions a;
+  const ActionsConfig config{kAll, 300'000ms};  // SLUICE_EMERGENCY_ACTIONS_AFTER's default
+  Millis t{0};
+  std::vector<Controller*> all{&c};
+  Decision d;
+  ActionStep step;
+  auto tick = [&](double lag_ms) {
+    t += 60'000ms;  // the sentinel's tick: one minute
+    sluice::replay::prepare_restoration(a, all);
+    Reading r;
+    r.t = t;
+    r.lag_ms = lag_ms;
+    d = c.step(r);
+    step = a.tick(config, c.level() == Level::emergency, d.restoring, t);
+  };
+  // Critical readings: critical after three, emergency once critical has lasted
+  // three minutes and five since the last change (spacing).
+  while (c.level() != Level::emergency && t < 60min) tick(300);
+  REQUIRE(c.level() == Level::emergency);
+  const Millis entered = t;
+  std::vector<Millis> applied;
+  while (applied.size() < 3 && t < entered + 30min) {
+    tick(300);
+    if (step.applied) applied.push_back(t - entered);
+  }
+  CHECK(applied == std::vector<Millis>{5min, 6min, 7min});
+  // Calm: five below-critical readings, then the restoration tick, then the step down.
+  std::vector<Millis> restored, stepped;
+  while (c.level() == Level::emergency && t < entered + 60min) {
+    tick(10);
+    if (step.restoration) restored.push_back(t);
+    if (d.changed) stepped.push_back(t);
+  }
+  REQUIRE(restored.size() == 1);
+  REQUIRE(stepped.size() == 1);
+  CHECK(stepped[0] == restored[0] + 1min);
+  CHECK(c.level() == Level::critical);
+  CHECK(a.active() == 0);
+}
