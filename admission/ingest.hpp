@@ -60,7 +60,7 @@ struct IngestView {
 class IngestBudget {
  public:
   using Micros = std::chrono::microseconds;
-  static constexpr std::uint64_t kChunkedReserve = 16 * 1024;
+  static constexpr std::uint64_t kChunkedReserve = std::uint64_t{16} * 1024;
   static constexpr Micros kWindow{250'000};
 
   // shares: per lane, the fraction of the budget its requests may hold (0..1).
