@@ -66,4 +66,12 @@ ActionStep EmergencyActions::tick(const ActionsConfig& config, bool emergency, b
   return step;
 }
 
+void prepare_restoration(const EmergencyActions& actions,
+                         std::span<Controller* const> controllers) {
+  int at_emergency = 0;
+  for (const auto* c : controllers) at_emergency += c->level() == Level::emergency ? 1 : 0;
+  // Only a controller at emergency is affected: the flag can go to all.
+  for (auto* c : controllers) c->set_restore_first(actions.restore_first() && at_emergency == 1);
+}
+
 }  // namespace sluice::admission

@@ -26,8 +26,11 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+
+#include "admission/controller.hpp"
 
 namespace sluice::admission {
 
@@ -76,5 +79,10 @@ class EmergencyActions {
   std::array<std::optional<Millis>, kActionCount> applied_at_{};
   ActionStep undo(ActionSet which);
 };
+
+// Before the controllers of one process (its own and each upstream's) step:
+// while actions are applied, the one at emergency, if it is the only one
+// there, holds its step down for the restoration tick.
+void prepare_restoration(const EmergencyActions& actions, std::span<Controller* const> controllers);
 
 }  // namespace sluice::admission

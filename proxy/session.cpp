@@ -101,7 +101,7 @@ class Session : public Tracked,
   ~Session() override {
     // Whatever the exchange still holds goes back with it (a session dropped
     // mid-exchange, after a handler threw).
-    if (ingest_queued) w_.runtime().ingest->cancel(*this);
+    if (auto* budget = w_.runtime().ingest.get()) budget->cancel(*this);
     ex_ = Exchange{};
     if (tls_notes_.renegotiations > 0)
       bump(st_.tls_renegotiations, std::uint64_t{tls_notes_.renegotiations});
@@ -174,8 +174,7 @@ class Session : public Tracked,
           break;
         }
         auto self = std::move(self_);
-        auto now = Clock::now();
-        note_queue_wait(now);
+        ex_.queue_wait = Clock::now() - ex_.queue_start;
         ex_.decision = {admission::Outcome::shed, admission::Reason::ingest_budget};
         count_decision();
         auto wait = budget.wait_for(ingest_lane, ingest_bytes);
@@ -696,7 +695,7 @@ class Session : public Tracked,
       auto now = Clock::now();
       self->deadline = Clock::time_point::max();
       self->hold_ingest();
-      self->note_queue_wait(now);
+      self->ex_.queue_wait = now - self->ex_.queue_start;  // the log's queue_ms; no seat wait
       self->place(now);
     });
   }

@@ -96,7 +96,7 @@ void Ticker::on_tick() {
             std::nullopt, upstream);
     return decision;
   };
-  replay::prepare_restoration(actions_, controllers());
+  admission::prepare_restoration(actions_, controllers());
   auto decision = step(controller_, last_sample_.process, std::nullopt);
   std::vector<admission::Decision> decisions;
   decisions.reserve(upstream_controllers_.size());

@@ -391,14 +391,6 @@ std::string tick_log_line(const Reading& reading, const Requests* requests,
   return out;
 }
 
-void prepare_restoration(const admission::EmergencyActions& actions,
-                         std::span<admission::Controller* const> controllers) {
-  int at_emergency = 0;
-  for (const auto* c : controllers) at_emergency += c->level() == Level::emergency ? 1 : 0;
-  // Only a controller at emergency is affected: the flag can go to all.
-  for (auto* c : controllers) c->set_restore_first(actions.restore_first() && at_emergency == 1);
-}
-
 int run_replay(std::istream& in, std::ostream& out, std::ostream& err,
                const ReplayOptions& options) {
   admission::Controller controller(options.controller);
@@ -448,7 +440,7 @@ int run_replay(std::istream& in, std::ostream& out, std::ostream& err,
     }
     std::vector<admission::Controller*> all{&controller};
     for (auto& u : upstreams) all.push_back(&u.controller);
-    prepare_restoration(actions, all);
+    admission::prepare_restoration(actions, all);
 
     Decision d = replay_tick(controller, tl.pin, tl.unpin, tl.reading);
     ++ticks;

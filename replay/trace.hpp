@@ -95,11 +95,6 @@ struct ActionsTick {
   admission::ActionStep step;
   admission::ActionSet active = 0;
 };
-// Before the controllers step: a level about to leave emergency waits a tick
-// for the actions' restoration, when it is the only one at emergency.
-void prepare_restoration(const admission::EmergencyActions& actions,
-                         std::span<admission::Controller* const> controllers);
-
 // What a tick-log line may carry besides the reading and the decision.
 struct TickLogExtras {
   const PinRequest* pin = nullptr;     // a pin set since the last tick (replay applies it at t)

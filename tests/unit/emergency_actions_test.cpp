@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "admission/controller.hpp"
-#include "replay/trace.hpp"
 
 using namespace std::chrono_literals;
 using namespace sluice::admission;
@@ -120,7 +119,7 @@ struct Process {
   void tick(bool stall = false) {
     now += 1000ms;
     std::vector<Controller*> all{&process, &upstream};
-    sluice::replay::prepare_restoration(actions, all);
+    prepare_restoration(actions, all);
     Reading r;
     r.t = now;
     r.lag_ms = 1;
@@ -199,7 +198,7 @@ TEST_CASE(
   ActionStep step;
   auto tick = [&](double lag_ms) {
     t += 60'000ms;  // the sentinel's tick: one minute
-    sluice::replay::prepare_restoration(a, all);
+    prepare_restoration(a, all);
     Reading r;
     r.t = t;
     r.lag_ms = lag_ms;
