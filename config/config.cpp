@@ -264,6 +264,7 @@ Json route_json(const routes::Route& r, const std::vector<Upstream>& upstreams) 
   j["alternatives"] = Json::array();
   for (std::size_t a : r.alternatives) j["alternatives"].push_back(upstream_name(a));
   j["pin"] = r.pin;
+  if (r.sse_keepalive) j["sse_keepalive"] = format_duration(*r.sse_keepalive);
   return j;
 }
 
@@ -2299,6 +2300,10 @@ std::string reference_markdown() {
       "| `retry_after` | `\"floor:cap\"` (ms, s or m; floor at least 1s) | the lane's band | the "
       "band of its refusals' Retry-After, in place of the lane's `SLUICE_RETRY_AFTER` (seed 000's "
       "`/logs` exception: `\"2s:4s\"`) |\n"
+      "| `sse_keepalive` | a duration, 100ms..60m | none | an SSE stream's client gets a "
+      "`: keep-alive` comment line after this long without a byte, before the first event and "
+      "between events, never inside one (so a load balancer's idle cut on the path does not end "
+      "a silent stream); the upstream's own silence is still cut at `SLUICE_SSE_IDLE_TIMEOUT` |\n"
       "| `tenant_key` | as `SLUICE_TENANT_KEY` (`\"header:X-Org-Id\"`, `\"client_ip\"`, "
       "`\"jwt:sub\"`, `\"none\"`) | `SLUICE_TENANT_KEY` | who its requests belong to |\n"
       "| `tenant_concurrency` | a count, 1..1000000 | none | a tenant's requests in flight on "

@@ -773,6 +773,14 @@ const FamilySpec kFamilies[] = {
        out.add(sum_workers(
            s.rt, [](Shard & sh) -> auto& { return sh.stalled_writes; }));
      }},
+    {"sluice_sse_keepalives_total",
+     "Keep-alive comment lines sent to SSE clients during the upstream's silence (routes with "
+     "sse_keepalive).",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       out.add(sum_workers(
+           s.rt, [](Shard & sh) -> auto& { return sh.sse_keepalives; }));
+     }},
     {"sluice_websocket_tunnels_total", "Upgraded connections tunnelled.", MetricType::Counter,
      [](const Scrape& s, Samples& out) {
        out.add(sum_workers(

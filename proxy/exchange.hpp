@@ -235,6 +235,12 @@ struct Exchange {
   // The response.
   bool sse = false;
   bool end_stream = false;  // draining: an SSE stream ends at its next event boundary
+  // An SSE stream's keep-alive comments (its route's sse_keepalive): the last
+  // body bytes sent to the client (an event boundary ends in a blank line),
+  // when a byte last went, and when the upstream's silence is cut.
+  std::uint32_t sse_tail = 0;
+  bool sse_started = false;
+  Clock::time_point client_written_at{}, idle_cut{};
   bool header_sent = false;
   bool response_sent = false;         // the last piece of the response was written
   bool chunked_out = false;           // the client's response is chunked by Sluice

@@ -135,6 +135,10 @@ class Session : public Tracked,
 
   // ---- Tracked ----
   void on_deadline() override {
+    if (phase_ == Phase::response_body && Clock::now() < ex_.idle_cut) {
+      keep_alive();  // an SSE keep-alive is due, well before the idle cut
+      return;
+    }
     if (phase_ == Phase::write_client && Clock::now() < ex_.write_started + cfg_.send_timeout) {
       // The client reads slower than the upstream sends: the response now
       // waits on the client, not on the upstream, so its bulkhead slot goes
@@ -1206,7 +1210,8 @@ class Session : public Tracked,
     body.data = block_.get();
     body.size = BlockPool::kBlockSize;
     phase_ = Phase::response_body;
-    deadline = Clock::now() + (ex_.sse ? cfg_.sse_idle_timeout : cfg_.response_timeout);
+    ex_.idle_cut = Clock::now() + (ex_.sse ? cfg_.sse_idle_timeout : cfg_.response_timeout);
+    deadline = keep_alive_due();
     http::async_read_some(
         ex_.up->stream, ex_.up->buffer, *res_,
         beast::bind_front_handler(&Session::on_response_body, shared_from_this()));
@@ -1222,8 +1227,9 @@ class Session : public Tracked,
       // An SSE stream cut for idling is the stream's silence, not the upstream timing out.
       if (ex_.timed_out && !ex_.sse) bump(st_.upstream[ex_.upstream].timeouts);
       // The head is out: the only honest signal left is a cut connection, so
-      // the client never mistakes a truncated body for a complete one.
-      ex_.status_override = 502;
+      // the client never mistakes a truncated body for a complete one (499: the
+      // client left first, during a keep-alive comment).
+      if (ex_.status_override == 0) ex_.status_override = 502;
       abort();
       return;
     }
@@ -1235,7 +1241,75 @@ class Session : public Tracked,
     write_client(n, res_->is_done());
   }
 
+  // ---------------------------------------------------------------- SSE keep-alive
+  // A route's sse_keepalive: while the upstream is silent, before the first
+  // event or between two, the client gets a comment line (which EventSource
+  // ignores) so that an idle cut on the path does not end the stream.
+  static constexpr std::string_view kKeepAlive = ": keep-alive\n\n";
+  static constexpr std::string_view kKeepAliveChunk = "e\r\n: keep-alive\n\n\r\n";
+
+  Clock::time_point keep_alive_due() const {
+    if (!ex_.sse || !ex_.route->sse_keepalive) return ex_.idle_cut;
+    return std::min(ex_.idle_cut, ex_.client_written_at + *ex_.route->sse_keepalive);
+  }
+
+  // At an event boundary: nothing of the body sent yet, or it ends in a blank line.
+  bool sse_at_boundary() const {
+    const std::uint32_t t = ex_.sse_tail;
+    return !ex_.sse_started || (t & 0xFFFF) == 0x0A0A || t == 0x0D0A0D0A || (t & 0xFFFF) == 0x0D0D;
+  }
+
+  void note_sse_bytes(std::size_t n) {
+    if (!ex_.sse || n == 0) return;
+    ex_.sse_started = true;
+    for (std::size_t i = n > 4 ? n - 4 : 0; i < n; ++i)
+      ex_.sse_tail = (ex_.sse_tail << 8) | static_cast<unsigned char>(block_.get()[i]);
+  }
+
+  void keep_alive() {
+    if (!ex_.sse || !ex_.route->sse_keepalive) return;
+    const auto now = Clock::now();
+    if (keep_alive_writing_ || !sse_at_boundary()) {  // mid-event: not now
+      deadline = std::min(ex_.idle_cut, now + *ex_.route->sse_keepalive);
+      return;
+    }
+    keep_alive_writing_ = true;
+    deadline = ex_.idle_cut;
+    const auto text = ex_.chunked_out ? kKeepAliveChunk : kKeepAlive;
+    net::async_write(sock_, net::buffer(text.data(), text.size()),
+                     [self = shared_from_this()](error_code ec, std::size_t n) {
+                       self->on_keep_alive_written(ec, n);
+                     });
+  }
+
+  void on_keep_alive_written(error_code ec, std::size_t n) {
+    keep_alive_writing_ = false;
+    ex_.bytes_out += n;
+    if (ec) {
+      // The client is gone. The upstream read still pending ends now, and its
+      // handler ends the exchange (abort() here would free what it reads into).
+      error_code ignored;
+      ex_.status_override = 499;
+      sock_.socket().close(ignored);
+      if (ex_.up) ex_.up->stream.socket().cancel(ignored);
+      return;
+    }
+    bump(st_.sse_keepalives);
+    ex_.client_written_at = Clock::now();
+    if (deferred_) {  // a piece of the body arrived meanwhile
+      auto [pn, last] = *std::exchange(deferred_, std::nullopt);
+      write_client(pn, last);
+      return;
+    }
+    if (phase_ == Phase::response_body) deadline = keep_alive_due();
+  }
+
   void write_client(std::size_t n, bool last) {
+    if (keep_alive_writing_) {  // one write at a time: after the comment
+      deferred_ = {n, last};
+      return;
+    }
+    note_sse_bytes(n);
     phase_ = Phase::write_client;
     ex_.write_started = Clock::now();
     // A seated request looks again after kStalledWrite: a write still pending
@@ -1255,6 +1329,7 @@ class Session : public Tracked,
       abort();
       return;
     }
+    if (ex_.sse) ex_.client_written_at = Clock::now();
     if (!ex_.response_sent) {
       response_body_step();
       return;
@@ -1460,8 +1535,11 @@ class Session : public Tracked,
   std::string out_;                // the next head to write
   std::string sending_;            // a head being written
   std::string own_body_;           // scratch for the body of an answer Sluice writes itself
-  std::string rate_fields_;        // the RateLimit fields of a 429 tenant_limit
-  ChunkFrame frame_;               // the framing of the piece being written
+  std::string rate_fields_;
+  bool keep_alive_writing_ = false;  // an SSE keep-alive comment is being written
+  std::optional<std::pair<std::size_t, bool>> deferred_;  // a body piece that waits for it // the
+                                                          // RateLimit fields of a 429 tenant_limit
+  ChunkFrame frame_;  // the framing of the piece being written
   Phase phase_ = Phase::head;
   bool first_ = true;  // no request finished on this connection yet
   char client_[46];

@@ -142,6 +142,7 @@ struct Shard {
   std::atomic<std::uint64_t> emergency_refused{0};    // refuse_connections, above its floor
   std::array<std::atomic<std::uint64_t>, kStatusSlots> client_errors{};  // answered before routing
   std::atomic<std::uint64_t> websocket_tunnels{0};
+  std::atomic<std::uint64_t> sse_keepalives{0};  // ": keep-alive" comments sent
   std::array<std::atomic<std::uint64_t>, kClientTimeouts> client_timeouts{};  // by ClientTimeout
   std::atomic<std::uint64_t> stalled_writes{0};      // slots given back by slow readers
   std::atomic<std::uint64_t> handler_exceptions{0};  // handlers that threw; the loop went on

@@ -60,6 +60,10 @@ struct Route {
   // Its refusals' Retry-After band, in place of the lane's (SLUICE_RETRY_AFTER):
   // "floor:cap", e.g. seed 000's "2s:4s" for /logs.
   std::optional<admission::RetryBand> retry_after;
+  // An SSE stream's client gets a ": keep-alive" comment line after this long
+  // without a byte, at event boundaries only (a load balancer's idle cut on the
+  // path would end a stream silent for longer).
+  std::optional<admission::Millis> sse_keepalive;
   // Who its requests belong to, in place of SLUICE_TENANT_KEY.
   std::optional<tenants::Key> tenant_key;
   // Per-tenant limits of its own (tenant_concurrency, tenant_rate): counted

@@ -488,6 +488,7 @@ class Session : public std::enable_shared_from_this<Session> {
   //   short_length   a body shorter than its Content-Length
   //   short_chunked  chunks without the last chunk
   //   sse_reset      an SSE stream reset after two events
+  //   sse_split      an SSE event sent in two halves 1 s apart, then the end
   void write_raw() {
     const std::string port = std::string(kPortHeader) + ": " + shared_.port_text + "\r\n";
     bool reset = false;
@@ -504,6 +505,22 @@ class Session : public std::enable_shared_from_this<Session> {
               "Content-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
               "f\r\ndata: event 1\n\n\r\nf\r\ndata: event 2\n\n\r\n";
       reset = true;
+    } else if (raw_kind_ == "sse_split") {
+      body_ = "HTTP/1.1 200 OK\r\n" + port +
+              "Content-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+              "10\r\nid: 1\ndata: half\r\n";
+      stream_.expires_after(kIoTimeout);
+      net::async_write(
+          stream_, net::buffer(body_), [self = shared_from_this()](error_code ec, std::size_t) {
+            if (ec) return;
+            self->timer_.expires_after(std::chrono::seconds(1));
+            self->timer_.async_wait([self](error_code) {
+              self->body_ = "9\r\n and all\n\r\n1\r\n\n\r\n0\r\n\r\n";
+              net::async_write(self->stream_, net::buffer(self->body_),
+                               [self](error_code, std::size_t) { self->close_now(false); });
+            });
+          });
+      return;
     } else {
       return write_small(prepare_small(http::status::bad_request, "text/plain", "unknown kind\n"));
     }

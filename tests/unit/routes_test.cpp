@@ -330,8 +330,8 @@ TEST_CASE("routes must be a non-empty JSON array of objects", "[routes][errors]"
 TEST_CASE("an unknown route field is refused with the list of valid fields", "[routes][errors]") {
   CHECK(error_of(R"([{"prefx":"/"}])") ==
         "route 0: unknown field \"prefx\"; valid fields: name, prefix, regex, methods, header, "
-        "sse, min_body_bytes, lane, upstream, alternatives, pin, retry_after, tenant_key, "
-        "tenant_concurrency, tenant_rate");
+        "sse, min_body_bytes, lane, upstream, alternatives, pin, retry_after, sse_keepalive, "
+        "tenant_key, tenant_concurrency, tenant_rate");
 }
 
 TEST_CASE("a route's retry_after band replaces its lane's, floor:cap of at least 1s",
@@ -348,6 +348,16 @@ TEST_CASE("a route's retry_after band replaces its lane's, floor:cap of at least
   CHECK_THAT(error_of(R"([{"prefix":"/","retry_after":"5s:4s"}])"),
              Catch::Contains("cap is below the floor"));
   CHECK_THAT(error_of(R"([{"prefix":"/","retry_after":2}])"), Catch::Contains("not a string"));
+}
+
+TEST_CASE("a route's sse_keepalive is a duration of 100ms..60m", "[routes][errors]") {
+  auto t = Table::parse(R"([{"prefix":"/events","sse_keepalive":"15s"},{"prefix":"/"}])", {"api"});
+  REQUIRE(t.routes()[0].sse_keepalive);
+  CHECK(*t.routes()[0].sse_keepalive == std::chrono::milliseconds(15000));
+  CHECK_FALSE(t.routes()[1].sse_keepalive);
+  for (auto bad : {R"("50ms")", R"("61m")", R"("15")", R"(15)"})
+    CHECK_THAT(error_of(std::string(R"([{"prefix":"/","sse_keepalive":)") + bad + "}]"),
+               Catch::Contains("sse_keepalive"));
 }
 
 TEST_CASE("a lane that does not exist is refused with the valid lanes", "[routes][errors]") {
