@@ -1539,7 +1539,7 @@ class Session : public Tracked,
   bool keep_alive_writing_ = false;  // an SSE keep-alive comment is being written
   std::optional<std::pair<std::size_t, bool>> deferred_;  // a body piece that waits for it // the
                                                           // RateLimit fields of a 429 tenant_limit
-  ChunkFrame frame_;  // the framing of the piece being written
+  ChunkFrame frame_;                                      // the framing of the piece being written
   Phase phase_ = Phase::head;
   bool first_ = true;  // no request finished on this connection yet
   char client_[46];
