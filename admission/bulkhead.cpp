@@ -530,7 +530,7 @@ void Bulkhead::seat(Seat& s, Micros now) {
   queue_[l].held(s, +1);
   s.seated = true;
   s.seq = estimate_.next_seq();
-  s.load = running_[0] + running_[1] + running_[2];
+  s.load = running_[0] + running_[1] + running_[2] - kept();  // kept slots carry nothing
   s.since = now;
   ++running_[l];
   live_[l].push_back(s);
@@ -552,11 +552,12 @@ bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, bool kee
   // build up over its life, so they answer the larger of that and the load at its end.
   int load = s.load;
   if (signal == Signal::slow || signal == Signal::timeout)
-    load = std::max(load, running_[0] + running_[1] + running_[2]);
+    load = std::max(load, running_[0] + running_[1] + running_[2] - kept());
   bool decreased = estimate_.observe(signal, s.seq, load, ttfb, now);
   slow_above_us_.store(estimate_.slow_above_us(), std::memory_order_relaxed);
   unmeasured_.store(!estimate_.measured(), std::memory_order_relaxed);
-  if (waiting_[index(s.lane)] > 0 && signal == Signal::clean && !delegated && !keep_cap)
+  if (waiting_[index(s.lane)] > 0 && signal == Signal::clean && !decreased && !delegated &&
+      !keep_cap)
     keep(s, now);
   serve(now);
   return decreased;
@@ -567,16 +568,15 @@ Micros Bulkhead::anticipation() const {
   return anticipation_of(estimate_);
 }
 
-bool Bulkhead::keep(const Seat& s, Micros now) {
+void Bulkhead::keep(const Seat& s, Micros now) {
   const auto l = index(s.lane);
-  if (s.lane == Lane::heavy || kept_n_[l] == kMaxKept || !queue_[l].leads(s)) return false;
-  if (running_[0] + running_[1] + running_[2] >= estimate_.slots()) return false;  // none free
+  if (s.lane == Lane::heavy || kept_n_[l] == kMaxKept || !queue_[l].leads(s)) return;
+  if (running_[0] + running_[1] + running_[2] >= estimate_.slots()) return;  // none free
   const Micros until = now + anticipation_of(estimate_);
   kept_[l][static_cast<std::size_t>(kept_n_[l]++)] = {s.tenant, until};
   queue_[l].held(s, +1);
   ++running_[l];
   if (waker_) waker_->wake_at(until);
-  return true;
 }
 
 bool Bulkhead::take_kept(Seat& s, Micros now) {
@@ -594,7 +594,7 @@ bool Bulkhead::take_kept(Seat& s, Micros now) {
 }
 
 void Bulkhead::expire_locked(Micros now) {
-  if (kept_n_[0] + kept_n_[1] + kept_n_[2] == 0) return;
+  if (kept() == 0) return;
   bool freed = false;
   for (Lane lane : kLanes) {
     const auto l = index(lane);

@@ -453,9 +453,10 @@ class Bulkhead {
   void unseat(Seat& s, bool keep_cap);
   void cancel_locked(Seat& s);
   void serve(Micros now);
-  bool keep(const Seat& s, Micros now);  // anticipation, after s released its slot
+  void keep(const Seat& s, Micros now);  // anticipation, after s released its slot
   bool take_kept(Seat& s, Micros now);   // s's tenant's kept slot, if any
   void expire_locked(Micros now);
+  int kept() const { return kept_n_[0] + kept_n_[1] + kept_n_[2]; }
   bool starving(Lane lane, const Seats& g, Micros now) const;
   void unqueue(Seat& s);
   std::optional<Micros> youngest_locked(Lane lane) const;

@@ -53,6 +53,7 @@ bool IngestBudget::cancel(IngestWaiter& w) {
   Lock lock(mutex_);
   if (!w.ingest_queued) return false;
   unqueue(w);
+  serve();  // a smaller body behind it may fit now
   return true;
 }
 

@@ -240,6 +240,7 @@ struct Exchange {
   // when a byte last went, and when the upstream's silence is cut.
   std::uint32_t sse_tail = 0;
   bool sse_started = false;
+  bool sse_open_ended = false;  // chunked or close-delimited, not encoded: comments fit
   Clock::time_point client_written_at{}, idle_cut{};
   bool header_sent = false;
   bool response_sent = false;         // the last piece of the response was written

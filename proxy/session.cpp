@@ -135,6 +135,18 @@ class Session : public Tracked,
 
   // ---- Tracked ----
   void on_deadline() override {
+    if (phase_ == Phase::response_body && keep_alive_writing_ &&
+        Clock::now() >= keep_alive_started_ + cfg_.send_timeout) {
+      // A keep-alive comment not written within SLUICE_SEND_TIMEOUT: a client
+      // that stopped reading. Its write handler ends the exchange.
+      count_timeout(ClientTimeout::send);
+      ex_.status_override = 408;
+      ex_.reason = "send_timeout";
+      error_code ec;
+      sock_.socket().close(ec);
+      if (ex_.up) ex_.up->stream.socket().close(ec);
+      return;
+    }
     if (phase_ == Phase::response_body && Clock::now() < ex_.idle_cut) {
       keep_alive();  // an SSE keep-alive is due, well before the idle cut
       return;
@@ -1148,6 +1160,9 @@ class Session : public Tracked,
                                   ex_.keep_alive && !closing_connections());
     ex_.keep_alive = framing.keep_alive;
     ex_.chunked_out = framing.chunked;
+    // An SSE body keep-alive comments can go into: not length-delimited, not encoded.
+    ex_.sse_open_ended =
+        ex_.sse && (framing.chunked || !len) && m.find(http::field::content_encoding) == m.end();
     out_.clear();
     append_response_head(out_, m, len, ex_.version, framing, ex_.request_id);
     response_body_step();
@@ -1248,8 +1263,12 @@ class Session : public Tracked,
   static constexpr std::string_view kKeepAlive = ": keep-alive\n\n";
   static constexpr std::string_view kKeepAliveChunk = "e\r\n: keep-alive\n\n\r\n";
 
+  // Never before the head went (the first write's end), and only where a
+  // comment can be framed: a chunked or close-delimited body, not encoded.
   Clock::time_point keep_alive_due() const {
-    if (!ex_.sse || !ex_.route->sse_keepalive) return ex_.idle_cut;
+    if (!ex_.sse || !ex_.route->sse_keepalive || !ex_.sse_open_ended ||
+        ex_.client_written_at == Clock::time_point{})
+      return ex_.idle_cut;
     return std::min(ex_.idle_cut, ex_.client_written_at + *ex_.route->sse_keepalive);
   }
 
@@ -1274,7 +1293,8 @@ class Session : public Tracked,
       return;
     }
     keep_alive_writing_ = true;
-    deadline = ex_.idle_cut;
+    keep_alive_started_ = now;
+    deadline = std::min(ex_.idle_cut, now + cfg_.send_timeout);
     const auto text = ex_.chunked_out ? kKeepAliveChunk : kKeepAlive;
     net::async_write(sock_, net::buffer(text.data(), text.size()),
                      [self = shared_from_this()](error_code ec, std::size_t n) {
@@ -1286,10 +1306,14 @@ class Session : public Tracked,
     keep_alive_writing_ = false;
     ex_.bytes_out += n;
     if (ec) {
-      // The client is gone. The upstream read still pending ends now, and its
-      // handler ends the exchange (abort() here would free what it reads into).
+      if (ex_.status_override == 0) ex_.status_override = 499;  // the client is gone
+      if (std::exchange(deferred_, std::nullopt)) {
+        abort();  // no upstream read is pending: nothing reads into what abort() frees
+        return;
+      }
+      // The upstream read still pending ends now, and its handler ends the
+      // exchange (abort() here would free what it reads into).
       error_code ignored;
-      ex_.status_override = 499;
       sock_.socket().close(ignored);
       if (ex_.up) ex_.up->stream.socket().cancel(ignored);
       return;
@@ -1535,11 +1559,13 @@ class Session : public Tracked,
   std::string out_;                // the next head to write
   std::string sending_;            // a head being written
   std::string own_body_;           // scratch for the body of an answer Sluice writes itself
-  std::string rate_fields_;
-  bool keep_alive_writing_ = false;  // an SSE keep-alive comment is being written
-  std::optional<std::pair<std::size_t, bool>> deferred_;  // a body piece that waits for it // the
-                                                          // RateLimit fields of a 429 tenant_limit
-  ChunkFrame frame_;                                      // the framing of the piece being written
+  std::string rate_fields_;        // the RateLimit fields of a 429 tenant_limit
+  ChunkFrame frame_;               // the framing of the piece being written
+  // An SSE keep-alive comment being written, since when, and a body piece
+  // that waits for it to end.
+  bool keep_alive_writing_ = false;
+  Clock::time_point keep_alive_started_{};
+  std::optional<std::pair<std::size_t, bool>> deferred_;
   Phase phase_ = Phase::head;
   bool first_ = true;  // no request finished on this connection yet
   char client_[46];

@@ -148,8 +148,9 @@ std::vector<admission::Controller*> Ticker::controllers() {
 }
 
 replay::ActionsTick Ticker::act(Millis t, bool restoring) {
-  bool emergency = false;
-  for (const auto* c : controllers()) emergency = emergency || c->level() == Level::emergency;
+  Level highest = Level::normal;  // the process's level or an upstream's
+  for (const auto* c : controllers()) highest = std::max(highest, c->level());
+  const bool emergency = highest == Level::emergency;
   const auto& config = in_force().admission;
   replay::ActionsTick out{actions_.tick(config.actions, emergency, restoring, t), 0};
   out.active = actions_.active();
@@ -166,10 +167,10 @@ replay::ActionsTick Ticker::act(Millis t, bool restoring) {
     j["action"] = admission::to_string(a);
     j["change"] = change == 0 ? "applied" : "undone";
     if (change == 1)
-      j["why"] = out.step.restoration ? "restoration"
-                 : emergency          ? "switched_off"
-                                      : "left_emergency";
-    j["level"] = static_cast<int>(controller_.level());
+      j["why"] = !admission::has(config.actions.enabled, a) ? "switched_off"
+                 : out.step.restoration                     ? "restoration"
+                                                            : "left_emergency";
+    j["level"] = static_cast<int>(highest);
     j["active"] = admission::actions_text(out.active);
     audit_.write_line(j.dump());
     audit_.flush();

@@ -109,3 +109,15 @@ TEST_CASE("the wait told is the bytes ahead over the drain rate measured", "[adm
   b.release(Lane::heavy, 4 * kMiB, std::nullopt);
   CHECK(b.view().drain_bytes_per_s == rate);
 }
+
+TEST_CASE("a waiting body that leaves lets a smaller one behind it go, if it fits",
+          "[admission][ingest]") {
+  auto b = budget();
+  Upload a(Lane::heavy, 3 * kMiB), big(Lane::heavy, 2 * kMiB), small(Lane::heavy, 1 * kMiB);
+  REQUIRE(b.reserve(a, 0us));
+  REQUIRE_FALSE(b.reserve(big, 1ms));
+  REQUIRE_FALSE(b.reserve(small, 2ms));  // it fits, but waits behind the older one
+  CHECK(b.cancel(big));
+  CHECK(small.granted == 1);
+  CHECK(b.view().in_flight[index(Lane::heavy)] == 4 * kMiB);
+}
