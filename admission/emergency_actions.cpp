@@ -1,5 +1,7 @@
 #include "admission/emergency_actions.hpp"
 
+#include <algorithm>
+
 namespace sluice::admission {
 
 std::string_view to_string(Action action) {
@@ -64,6 +66,12 @@ ActionStep EmergencyActions::tick(const ActionsConfig& config, bool emergency, b
     break;  // one per tick
   }
   return step;
+}
+
+Level highest_level(std::span<Controller* const> controllers) {
+  Level highest = Level::normal;
+  for (const auto* c : controllers) highest = std::max(highest, c->level());
+  return highest;
 }
 
 void prepare_restoration(const EmergencyActions& actions,

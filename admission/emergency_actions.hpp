@@ -84,5 +84,7 @@ class EmergencyActions {
 // while actions are applied, the one at emergency, if it is the only one
 // there, holds its step down for the restoration tick.
 void prepare_restoration(const EmergencyActions& actions, std::span<Controller* const> controllers);
+// The highest of their levels: emergency, when one of them is at 3.
+Level highest_level(std::span<Controller* const> controllers);
 
 }  // namespace sluice::admission

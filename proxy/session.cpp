@@ -702,11 +702,9 @@ class Session : public Tracked,
   // Room in the ingest budget, inside another request's release on any thread
   // and under the budget's lock: only a post to this session's own thread.
   void on_granted() override {
+    // (It is still waiting then: a wait that ended cancelled it first, and
+    // one cancelled too late stays in ingest_wait for this post.)
     net::post(w_.ioc(), [self = shared_from_this()] {
-      if (self->phase_ != Phase::ingest_wait) {  // gone meanwhile: the bytes go back
-        self->w_.runtime().ingest->release(self->ingest_lane, self->ingest_bytes, std::nullopt);
-        return;
-      }
       auto keep = std::move(self->self_);
       auto now = Clock::now();
       self->deadline = Clock::time_point::max();

@@ -96,7 +96,8 @@ void Ticker::on_tick() {
             std::nullopt, upstream);
     return decision;
   };
-  admission::prepare_restoration(actions_, controllers());
+  const auto all = controllers();
+  admission::prepare_restoration(actions_, all);
   auto decision = step(controller_, last_sample_.process, std::nullopt);
   std::vector<admission::Decision> decisions;
   decisions.reserve(upstream_controllers_.size());
@@ -105,7 +106,7 @@ void Ticker::on_tick() {
     decisions.push_back(step(upstream_controllers_[u], last_sample_.upstreams[u], u));
     restoring = restoring || decisions.back().restoring;
   }
-  const auto actions = act(t, restoring);
+  const auto actions = act(t, restoring, all);
   publish();
   if (tick_log_fd_ >= 0) {
     // Replay applies a pin at this tick: give it what was left of its TTL
@@ -147,9 +148,9 @@ std::vector<admission::Controller*> Ticker::controllers() {
   return all;
 }
 
-replay::ActionsTick Ticker::act(Millis t, bool restoring) {
-  Level highest = Level::normal;  // the process's level or an upstream's
-  for (const auto* c : controllers()) highest = std::max(highest, c->level());
+replay::ActionsTick Ticker::act(Millis t, bool restoring,
+                                std::span<admission::Controller* const> all) {
+  const Level highest = admission::highest_level(all);  // the process's level or an upstream's
   const bool emergency = highest == Level::emergency;
   const auto& config = in_force().admission;
   replay::ActionsTick out{actions_.tick(config.actions, emergency, restoring, t), 0};

@@ -12,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "admission/controller.hpp"
@@ -69,7 +70,8 @@ class Ticker {
   void publish();
   // The emergency actions' tick, after the controllers stepped: published,
   // counted and audited.
-  replay::ActionsTick act(admission::Millis t, bool restoring);
+  replay::ActionsTick act(admission::Millis t, bool restoring,
+                          std::span<admission::Controller* const> all);
   std::vector<admission::Controller*> controllers();
   void audit(std::string_view what, admission::Level from, admission::Level to,
              const std::string& who, const std::string& reason,

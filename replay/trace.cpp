@@ -452,8 +452,8 @@ int run_replay(std::istream& in, std::ostream& out, std::ostream& err,
       uds.push_back(replay_tick(named[i]->controller, ut.pin, ut.unpin, ut.reading));
       named[i]->max_level = std::max(named[i]->max_level, uds.back().level);
     }
-    bool emergency = false, restoring = d.restoring;
-    for (const auto* c : all) emergency = emergency || c->level() == Level::emergency;
+    const bool emergency = admission::highest_level(all) == Level::emergency;
+    bool restoring = d.restoring;
     for (const auto& ud : uds) restoring = restoring || ud.restoring;
     ActionsTick at{actions.tick(options.actions, emergency, restoring, t), 0};
     at.active = actions.active();

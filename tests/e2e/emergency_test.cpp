@@ -69,15 +69,12 @@ TEST_CASE(
       {"SLUICE_ADMISSION_HOLD", "1s,1s,1s"},
       {"SLUICE_LANE_FACTORS", "standard=1,1,1,1"}};
   auto env = actions;
-  env.insert({{"SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(api.port) +
-                                       ";search=127.0.0.1:" + std::to_string(search.port)},
-              {"SLUICE_ROUTES", R"([{"prefix":"/search","upstream":"search"},{"prefix":"/"}])"},
-              {"SLUICE_THREADS", "2"},
+  env.insert({{"SLUICE_THREADS", "2"},
               {"SLUICE_TICK", "100ms"},
               {"SLUICE_TICK_LOG", tick_log.string()},
               {"SLUICE_EMERGENCY_CONNECTION_FLOOR", "2"},
               {"SLUICE_HEADER_TIMEOUT", "20s"}});
-  Sluice s(kSluice, env);
+  Sluice s(kSluice, sluice::test::two_upstreams(api, search, env));
   auto action = [&](const char* name) {
     return s.metric(std::string(R"(sluice_emergency_action{action=")") + name + "\"}");
   };

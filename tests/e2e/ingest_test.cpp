@@ -61,13 +61,13 @@ TEST_CASE(
   Upstream api(kUpstream), search(kUpstream);
   // Bodies of 256 KiB or more on /v1 are heavy (the route's min_body_bytes), on `search`.
   Sluice s(kSluice,
-           {{"SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(api.port) +
-                                     ";search=127.0.0.1:" + std::to_string(search.port)},
-            {"SLUICE_ROUTES",
-             R"([{"prefix":"/v1/","min_body_bytes":262144,"lane":"heavy","upstream":"search"},)"
-             R"({"prefix":"/search","upstream":"search"},{"prefix":"/","lane":"standard"}])"},
-            {"SLUICE_THREADS", "2"},
-            {"SLUICE_INGEST_BUDGET", "4MiB"}});
+           sluice::test::two_upstreams(
+               api, search,
+               {{"SLUICE_ROUTES",
+                 R"([{"prefix":"/v1/","min_body_bytes":262144,"lane":"heavy","upstream":"search"},)"
+                 R"({"prefix":"/search","upstream":"search"},{"prefix":"/","lane":"standard"}])"},
+                {"SLUICE_THREADS", "2"},
+                {"SLUICE_INGEST_BUDGET", "4MiB"}}));
   constexpr double kBudget = 4.0 * 1024 * 1024;
   constexpr double kHeavyCap = 0.4 * kBudget;  // SLUICE_INGEST_SHARES' default
 
@@ -151,12 +151,8 @@ TEST_CASE(
 TEST_CASE("a chunked body is metered as it arrives and given back when written upstream",
           "[e2e][ingest]") {
   Upstream api(kUpstream), search(kUpstream);
-  Sluice s(kSluice,
-           {{"SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(api.port) +
-                                     ";search=127.0.0.1:" + std::to_string(search.port)},
-            {"SLUICE_ROUTES", R"([{"prefix":"/search","upstream":"search"},{"prefix":"/"}])"},
-            {"SLUICE_THREADS", "2"},
-            {"SLUICE_INGEST_BUDGET", "1MiB"}});
+  Sluice s(kSluice, sluice::test::two_upstreams(
+                        api, search, {{"SLUICE_THREADS", "2"}, {"SLUICE_INGEST_BUDGET", "1MiB"}}));
   auto in_flight = [&] {
     return json::parse(request(s.admin, "GET", "/admin/state")
                            .body)["ingest"]["lanes"]["standard"]["in_flight"]

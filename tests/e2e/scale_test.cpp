@@ -29,6 +29,7 @@ using sluice::test::Load;
 using sluice::test::request;
 using sluice::test::Sluice;
 using sluice::test::Tally;
+using sluice::test::two_upstreams;
 using sluice::test::Upstream;
 using sluice::test::upstream_stats;
 
@@ -42,16 +43,6 @@ double decisions(Sluice& s, const std::string& lane, const std::string& outcome,
                  const std::string& reason) {
   return s.metric(R"(sluice_admission_decisions_total{lane=")" + lane + R"(",outcome=")" + outcome +
                   R"(",reason=")" + reason + "\"}");
-}
-
-// Sluice in front of `api` and `search` (routes: /search to search, the rest to api),
-// with `extra` on top.
-std::map<std::string, std::string> two_upstreams(const Upstream& api, const Upstream& search,
-                                                 std::map<std::string, std::string> extra) {
-  extra.emplace("SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(api.port) +
-                                        ";search=127.0.0.1:" + std::to_string(search.port));
-  extra.emplace("SLUICE_ROUTES", R"([{"prefix":"/search","upstream":"search"},{"prefix":"/"}])");
-  return extra;
 }
 
 // The series of the metric family that `prefix` starts ("name{" or "name{label=..."), and
@@ -262,15 +253,14 @@ TEST_CASE(
     "[e2e][scale][concurrency]") {
   Upstream api(kUpstream, {"--service-ms", "50", "--threads", "2"});
   Upstream search(kUpstream, {"--service-ms", "50", "--threads", "2"});
-  const std::map<std::string, std::string> env{
-      {"SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(api.port) +
-                               ";search=127.0.0.1:" + std::to_string(search.port)},
-      {"SLUICE_THREADS", "2"},
-      {"SLUICE_ACCESS_LOG", "off"},
-      {"SLUICE_ROUTES", R"([{"prefix":"/search","upstream":"search"},)"
-                        R"({"prefix":"/bulk","lane":"bulk"},)"
-                        R"({"prefix":"/sse","sse":true,"lane":"heavy"},)"
-                        R"({"prefix":"/","lane":"standard"}])"}};
+  const auto env =
+      two_upstreams(api, search,
+                    {{"SLUICE_THREADS", "2"},
+                     {"SLUICE_ACCESS_LOG", "off"},
+                     {"SLUICE_ROUTES", R"([{"prefix":"/search","upstream":"search"},)"
+                                       R"({"prefix":"/bulk","lane":"bulk"},)"
+                                       R"({"prefix":"/sse","sse":true,"lane":"heavy"},)"
+                                       R"({"prefix":"/","lane":"standard"}])"}});
   using sluice::test::Conn;
   using sluice::test::format_request;
   SECTION("200 requests: standard and bulk to one upstream, standard to the other") {

@@ -68,13 +68,14 @@ TEST_CASE(
     "event boundaries only, so no gap reaches an idle cut on the path",
     "[e2e][sse][keepalive]") {
   Upstream api(kUpstream), search(kUpstream);
-  Sluice s(kSluice, {{"SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(api.port) +
-                                              ";search=127.0.0.1:" + std::to_string(search.port)},
-                     {"SLUICE_ROUTES",
-                      R"([{"prefix":"/sse","header":{"name":"X-Keepalive","value":"on"},)"
-                      R"("sse_keepalive":"300ms","lane":"heavy"},)"
-                      R"({"prefix":"/search","upstream":"search"},{"prefix":"/","lane":"heavy"}])"},
-                     {"SLUICE_THREADS", "2"}});
+  Sluice s(kSluice,
+           sluice::test::two_upstreams(
+               api, search,
+               {{"SLUICE_ROUTES",
+                 R"([{"prefix":"/sse","header":{"name":"X-Keepalive","value":"on"},)"
+                 R"("sse_keepalive":"300ms","lane":"heavy"},)"
+                 R"({"prefix":"/search","upstream":"search"},{"prefix":"/","lane":"heavy"}])"},
+                {"SLUICE_THREADS", "2"}}));
   // An idle cut on the path (a load balancer's 60 s, here 800 ms) would end a
   // stream silent for longer.
   constexpr auto kIdleCut = 800ms;
@@ -107,11 +108,12 @@ TEST_CASE(
 TEST_CASE("an SSE keep-alive comment never goes inside an event: it waits for the boundary",
           "[e2e][sse][keepalive]") {
   Upstream api(kUpstream), search(kUpstream);
-  Sluice s(kSluice, {{"SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(api.port) +
-                                              ";search=127.0.0.1:" + std::to_string(search.port)},
-                     {"SLUICE_ROUTES", R"([{"prefix":"/search","upstream":"search"},)"
-                                       R"({"prefix":"/","lane":"heavy","sse_keepalive":"200ms"}])"},
-                     {"SLUICE_THREADS", "2"}});
+  Sluice s(kSluice,
+           sluice::test::two_upstreams(
+               api, search,
+               {{"SLUICE_ROUTES", R"([{"prefix":"/search","upstream":"search"},)"
+                                  R"({"prefix":"/","lane":"heavy","sse_keepalive":"200ms"}])"},
+                {"SLUICE_THREADS", "2"}}));
   // One event sent in two halves 1 s apart: the silence inside it gets no comment.
   auto c = Conn::open(s.port);
   REQUIRE(c.send(sluice::test::format_request("GET", "/raw?kind=sse_split", s.port,

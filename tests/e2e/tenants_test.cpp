@@ -33,14 +33,12 @@ namespace {
 // Sluice in front of `api` and `search`, every route in the bulk lane, with `extra`.
 std::map<std::string, std::string> bulk_env(const Upstream& api, const Upstream& search,
                                             std::map<std::string, std::string> extra) {
-  extra.emplace("SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(api.port) +
-                                        ";search=127.0.0.1:" + std::to_string(search.port));
   extra.emplace(
       "SLUICE_ROUTES",
       R"([{"prefix":"/search","upstream":"search","lane":"bulk"},)"
       R"({"prefix":"/jwt","lane":"bulk","tenant_key":"jwt:sub"},{"prefix":"/","lane":"bulk"}])");
   extra.emplace("SLUICE_THREADS", "2");
-  return extra;
+  return sluice::test::two_upstreams(api, search, std::move(extra));
 }
 
 // The fleet link as an instance's /admin/state shows it.

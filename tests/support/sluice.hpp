@@ -32,6 +32,17 @@ inline std::map<std::string, std::string> upstream_env(
   return extra;
 }
 
+// extra, plus SLUICE_UPSTREAMS naming `api` and `search` and, unless extra has
+// its own, routes sending /search to search and the rest to api: the production
+// shape of the admission tests (Sluice runs 2 threads unless told otherwise).
+inline std::map<std::string, std::string> two_upstreams(
+    const Upstream& api, const Upstream& search, std::map<std::string, std::string> extra = {}) {
+  extra.emplace("SLUICE_UPSTREAMS", "api=127.0.0.1:" + std::to_string(api.port) +
+                                        ";search=127.0.0.1:" + std::to_string(search.port));
+  extra.emplace("SLUICE_ROUTES", R"([{"prefix":"/search","upstream":"search"},{"prefix":"/"}])");
+  return extra;
+}
+
 // Polls pred every 20 ms until it holds or timeout passes; returns the last answer.
 template <class Pred>
 bool eventually(Pred pred, std::chrono::milliseconds timeout) {
