@@ -1138,7 +1138,7 @@ std::string parse_tick_log(const std::string& v) {
   return v;
 }
 
-bool parse_debug_endpoints(const std::string& v) {
+bool parse_bool(const std::string& v) {
   if (v == "true" || v == "1") return true;
   if (v == "false" || v == "0") return false;
   invalid(in_quotes(v) + " is not a boolean; valid: true, false");
@@ -1645,6 +1645,34 @@ constexpr Row kRows[] = {
         restart, "sse_idle_timeout",
         {"SLUICE_SSE_IDLE_TIMEOUT", "5m",
          "An SSE stream that receives nothing from the upstream for this long is closed."}),
+    field<parse_bool, as_is, &Config::h2>(
+        restart, "h2",
+        {"SLUICE_H2", "true",
+         "Offer HTTP/2 by ALPN (h2) on the TLS listener; false offers HTTP/1.1 only. Each stream "
+         "is a request with its own lane, admission decision and refusal; upstreams stay "
+         "HTTP/1.1."}),
+    field<parse_bool, as_is, &Config::h2c>(
+        restart, "h2c",
+        {"SLUICE_H2C", "false",
+         "true: the plain listener also speaks HTTP/2 to clients that start with its preface "
+         "(h2c prior knowledge); HTTP/1.1 clients are served as before."}),
+    field<count_in<std::uint32_t, 1, 10'000>, as_is, &Config::h2_max_streams>(
+        restart, "h2_max_streams",
+        {"SLUICE_H2_MAX_STREAMS", "128",
+         "HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: streams one client connection may have open at "
+         "once (1..10000); a stream over it is reset with REFUSED_STREAM."}),
+    field<bytes_in<std::uint32_t, 65'535, 16ull << 20>, as_is, &Config::h2_window>(
+        restart, "h2_window",
+        {"SLUICE_H2_WINDOW", "256KiB",
+         "HTTP/2 flow control: the request body bytes one stream may send ahead of what its "
+         "upstream took (64KiB-1..16MiB); the connection's window is four times this."}),
+    field<count_in<std::uint32_t, 1, 1'000'000>, as_is, &Config::h2_frame_budget>(
+        restart, "h2_frame_budget",
+        {"SLUICE_H2_FRAME_BUDGET", "200",
+         "HTTP/2 stream resets and other frames that cost Sluice work but carry no request (PING, "
+         "SETTINGS, PRIORITY, empty DATA, streams reset before their answer) one connection may "
+         "send per second, in a bucket of twice this: over it the connection gets GOAWAY "
+         "ENHANCE_YOUR_CALM and closes (rapid reset, CVE-2023-44487)."}),
     field<duration_in<10, 1'000>, format_duration, &Config::lag_probe_interval>(
         restart, "lag_probe_interval",
         {"SLUICE_LAG_PROBE_INTERVAL", "50ms",
@@ -1919,7 +1947,7 @@ constexpr Row kRows[] = {
          "Append every tick's reading and decision to this file in the trace format `sluice "
          "replay` "
          "reads."}),
-    field<parse_debug_endpoints, as_is, &Config::debug_endpoints>(
+    field<parse_bool, as_is, &Config::debug_endpoints>(
         restart, "debug_endpoints",
         {"SLUICE_DEBUG_ENDPOINTS", "false",
          "true enables fault injection on the admin listener (POST /admin/debug/block stalls an "

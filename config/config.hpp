@@ -161,6 +161,14 @@ struct Config {
   Duration response_timeout{30'000};   // upstream response head (504)
   Duration sse_idle_timeout{300'000};  // between two reads of an SSE stream
 
+  // HTTP/2 for clients (proxy/h2.cpp); upstreams stay HTTP/1.1
+  bool h2 = true;                      // SLUICE_H2: h2 by ALPN on the TLS listener
+  bool h2c = false;                    // SLUICE_H2C: h2c (prior knowledge) on the plain one
+  std::uint32_t h2_max_streams = 128;  // SETTINGS_MAX_CONCURRENT_STREAMS
+  std::uint32_t h2_window =
+      256 * 1024;  // each stream's receive window (SETTINGS_INITIAL_WINDOW_SIZE)
+  std::uint32_t h2_frame_budget = 200;  // resets and other cheap frames per second per connection
+
   // measurement
   Duration lag_probe_interval{50};  // event-loop lag probe period per I/O thread
 

@@ -38,7 +38,7 @@ bool Reloader::certificates_changed() {
 
 std::shared_ptr<const tls::ServerContexts> Reloader::build_certificates() {
   certificates_built_ = std::chrono::steady_clock::now();
-  return server_contexts(rt_.config.tls);
+  return server_contexts(rt_.config.tls, rt_.config.h2);
 }
 
 void Reloader::publish_certificates(std::shared_ptr<const tls::ServerContexts> next) {

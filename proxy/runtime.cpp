@@ -49,7 +49,7 @@ Runtime::Runtime(const config::Config& c) : config(c) {
   // since (reported as the variable's error).
   try {
     if (c.tls.on()) {
-      server_tls = server_contexts(c.tls);
+      server_tls = server_contexts(c.tls, c.h2);
     }
     bool any = std::any_of(c.upstreams.begin(), c.upstreams.end(),
                            [](const config::Upstream& u) { return u.tls; });
@@ -64,11 +64,11 @@ Runtime::Runtime(const config::Config& c) : config(c) {
 
 Runtime::~Runtime() = default;
 
-std::shared_ptr<const tls::ServerContexts> server_contexts(const config::Tls& t) {
+std::shared_ptr<const tls::ServerContexts> server_contexts(const config::Tls& t, bool h2) {
   // Tickets are good for two periods, so it is the rotation that ends them
   // (each set of contexts has its own key): at most one period, while it works.
   auto lifetime = 2 * std::chrono::duration_cast<std::chrono::seconds>(t.ticket_rotate);
-  return std::make_shared<const tls::ServerContexts>(t.pairs, t.protocol, lifetime);
+  return std::make_shared<const tls::ServerContexts>(t.pairs, t.protocol, lifetime, h2);
 }
 
 std::vector<admission::BulkheadView> Runtime::bulkhead_views() const {

@@ -221,7 +221,7 @@ Live make_live(const config::Config& c);
 
 // The HTTPS listener's contexts for these settings (throws tls::Error): at
 // start-up, on a certificate reload and at each ticket key rotation.
-std::shared_ptr<const tls::ServerContexts> server_contexts(const config::Tls& t);
+std::shared_ptr<const tls::ServerContexts> server_contexts(const config::Tls& t, bool h2);
 
 // Starts a client session on the worker that owns the socket's io_context:
 // plain HTTP, or HTTPS with the worker's certificates (a handshake first).

@@ -27,6 +27,7 @@
 #include <optional>
 
 #include "proxy/exchange.hpp"
+#include "proxy/h2.hpp"
 #include "proxy/heads.hpp"
 #include "proxy/request_fields.hpp"
 #include "proxy/request_head.hpp"
@@ -97,6 +98,14 @@ class Session : public Tracked,
       : w_(w), cfg_(w.config()), st_(w.stats()), ups_(w), sock_(std::move(s)) {
     if (tls) tls_ = w.server_tls();
   }
+  // One stream of an HTTP/2 connection (proxy/h2.hpp): one request, then the end.
+  Session(Worker& w, std::shared_ptr<H2Stream> stream)
+      : w_(w),
+        cfg_(w.config()),
+        st_(w.stats()),
+        ups_(w),
+        sock_(w.ioc(), std::move(stream)),
+        connection_(false) {}
 
   ~Session() override {
     // Whatever the exchange still holds goes back with it (a session dropped
@@ -105,14 +114,27 @@ class Session : public Tracked,
     ex_ = Exchange{};
     if (tls_notes_.renegotiations > 0)
       bump(st_.tls_renegotiations, std::uint64_t{tls_notes_.renegotiations});
-    bump(st_.client_connections, std::int64_t{-1});
-    w_.runtime().connections.fetch_sub(1, std::memory_order_relaxed);
+    if (auto* h2 = sock_.h2()) h2->watch(nullptr);
+    if (connection_) {  // an accepted connection (an HTTP/2 one counts itself)
+      bump(st_.client_connections, std::int64_t{-1});
+      if (!handed_over_) w_.runtime().connections.fetch_sub(1, std::memory_order_relaxed);
+    }
     bump(w_.active_sessions, std::int64_t{-1});
   }
 
   void run() {
-    bump(st_.client_connections, std::int64_t{1});
     bump(w_.active_sessions, std::int64_t{1});
+    buf_.max_size(cfg_.max_header_bytes + kReadChunk);
+    if (auto* h2 = sock_.h2()) {
+      auto client = h2->client();
+      client_len_ = std::min(client.size(), sizeof client_);
+      std::memcpy(client_, client.data(), client_len_);
+      w_.track(*this);
+      h2->watch(this);
+      start_request();
+      return;
+    }
+    bump(st_.client_connections, std::int64_t{1});
     error_code ec;
     sock_.socket().set_option(tcp::no_delay(true), ec);
     if (cfg_.client_send_buffer != 0)
@@ -124,7 +146,6 @@ class Session : public Tracked,
       client_len_ = std::min(s.size(), sizeof client_);
       std::memcpy(client_, s.data(), client_len_);
     }
-    buf_.max_size(cfg_.max_header_bytes + kReadChunk);
     w_.track(*this);
     if (tls_) {
       start_handshake();
@@ -135,6 +156,10 @@ class Session : public Tracked,
 
   // ---- Tracked ----
   void on_deadline() override {
+    if (sock_.gone() && phase_ != Phase::closing) {
+      client_gone();
+      return;
+    }
     if (phase_ == Phase::response_body && keep_alive_writing_ &&
         Clock::now() >= keep_alive_started_ + cfg_.send_timeout) {
       // A keep-alive comment not written within SLUICE_SEND_TIMEOUT: a client
@@ -143,7 +168,7 @@ class Session : public Tracked,
       ex_.status_override = 408;
       ex_.reason = "send_timeout";
       error_code ec;
-      sock_.socket().close(ec);
+      sock_.close();
       if (ex_.up) ex_.up->stream.socket().close(ec);
       return;
     }
@@ -215,7 +240,7 @@ class Session : public Tracked,
       case Phase::handshake:
       case Phase::head:
       case Phase::request_body:
-        sock_.socket().cancel(ec);
+        sock_.cancel();
         break;
       case Phase::write_client:
         // A client that stopped reading: the write was not done within SLUICE_SEND_TIMEOUT.
@@ -223,12 +248,12 @@ class Session : public Tracked,
         count_timeout(ClientTimeout::send);
         ex_.status_override = 408;
         ex_.reason = "send_timeout";
-        sock_.socket().close(ec);
+        sock_.close();
         if (ex_.up) ex_.up->stream.socket().close(ec);
         break;
       case Phase::tunnel:  // the 101 is still being written (then the Tunnel's deadlines apply)
       case Phase::closing:
-        sock_.socket().close(ec);
+        sock_.close();
         if (ex_.up) ex_.up->stream.socket().close(ec);
         break;
     }
@@ -237,10 +262,47 @@ class Session : public Tracked,
   void on_drain() override {
     error_code ec;
     if (phase_ == Phase::head && !ex_.started) {
-      sock_.socket().cancel(ec);  // idle keep-alive connection: close it now
+      sock_.cancel();  // idle keep-alive connection: close it now
     } else if (phase_ == Phase::response_body && ex_.sse && ex_.up) {
       ex_.end_stream = true;  // end the SSE stream cleanly at this event boundary
       ex_.up->stream.socket().cancel(ec);
+    }
+  }
+
+  // An HTTP/2 stream the client reset, or whose connection ended, while the
+  // exchange waited on something other than the stream: what it holds goes
+  // back, nothing is held against the upstream, and it is logged 499. A read
+  // or write pending on the stream fails by itself; one pending on the
+  // upstream is cancelled, and its handler ends the exchange.
+  void client_gone() {
+    error_code ec;
+    switch (phase_) {
+      case Phase::queued: {
+        auto self = std::move(self_);
+        ex_.lease.cancel();
+        abort();
+        return;
+      }
+      case Phase::ingest_wait:
+        if (w_.runtime().ingest->cancel(*this)) {  // else granted: its post carries on, and stops
+          auto self = std::move(self_);
+          abort();
+        }
+        return;
+      case Phase::acquire:
+        if (w_.pool(ex_.upstream).cancel(*this)) {  // else a connect calls back, and stops
+          auto self = std::move(self_);
+          ex_.lease.cancel();
+          abort();
+        }
+        return;
+      case Phase::send_upstream:
+      case Phase::response_head:
+      case Phase::response_body:
+        if (ex_.up) ex_.up->stream.socket().cancel(ec);
+        return;
+      default:
+        return;
     }
   }
 
@@ -261,6 +323,12 @@ class Session : public Tracked,
   // ---- PoolWaiter ----
   void on_connection(std::unique_ptr<UpstreamConnection> c, error_code ec) override {
     auto self = std::move(self_);
+    if (sock_.gone()) {  // its HTTP/2 stream went meanwhile: the connection is for the next
+      if (!ec && c) w_.pool(ex_.upstream).release(std::move(c), true);
+      ex_.lease.cancel();
+      abort();
+      return;
+    }
     auto now = Clock::now();
     ex_.upstream_wait = now - wait_start;
     note_upstream_wait(now, seat_wait() + ex_.upstream_wait);
@@ -317,6 +385,10 @@ class Session : public Tracked,
       bump(st_.tls_handshakes[static_cast<std::size_t>(
           SSL_session_reused(sock_.ssl()) == 1 ? TlsResult::resumed : TlsResult::full)]);
       if (tls_notes_.sni_unknown) bump(st_.tls_sni_unknown);
+      if (cfg_.h2 && tls::negotiated_h2(sock_.ssl())) {
+        hand_over({});
+        return;
+      }
       start_request();
       return;
     }
@@ -433,7 +505,34 @@ class Session : public Tracked,
     parse_head();
   }
 
+  // The connection speaks HTTP/2 (ALPN h2, or an h2c preface): an HTTP/2
+  // connection takes its stream and what was read of it, and this session ends.
+  void hand_over(std::string_view preread) {
+    handed_over_ = true;
+    phase_ = Phase::closing;
+    deadline = Clock::time_point::max();
+    start_h2(w_, std::move(sock_), preread, std::string_view(client_, client_len_));
+  }
+
+  // SLUICE_H2C: a plain connection whose first bytes are HTTP/2's preface is
+  // an HTTP/2 one. True when it was handed over or more bytes are needed.
+  bool h2c_preface() {
+    static constexpr std::string_view kPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    std::string_view got(static_cast<const char*>(buf_.data().data()), buf_.size());
+    const auto n = std::min(got.size(), kPreface.size());
+    if (got.substr(0, n) != kPreface.substr(0, n)) {
+      sniffed_ = true;
+      return false;
+    }
+    if (n < kPreface.size())
+      read_head();
+    else
+      hand_over(got);
+    return true;
+  }
+
   void parse_head() {
+    if (!sniffed_ && cfg_.h2c && !tls_ && !sock_.h2() && h2c_preface()) return;
     // Empty lines (CRLF) before a request line are ignored (RFC 9112 section
     // 2.2): some clients send one after a body. Only whole CRLF pairs go.
     while (buf_.size() >= 2 && !req_->got_some()) {
@@ -905,6 +1004,11 @@ class Session : public Tracked,
 
   // ---------------------------------------------------------------- upstream connection
   void acquire() {
+    if (sock_.gone()) {  // its HTTP/2 stream was reset while it waited: nothing goes out
+      ex_.lease.cancel();
+      abort();
+      return;
+    }
     must_check = !is_idempotent(ex_.method);
     phase_ = Phase::acquire;
     deadline = Clock::now() + cfg_.response_timeout;
@@ -955,7 +1059,7 @@ class Session : public Tracked,
     auto passed = append_upstream_head(out_, *req_, ex_.close_both, own_host);
     Forwarding f;
     if (!passed.has_host) f.default_host = w_.pool(ex_.upstream).authority(ex_.up->host);
-    f.https = tls_ != nullptr;
+    f.https = sock_.ssl() != nullptr;
     f.client = std::string_view(client_, client_len_);
     f.replace_forwarded_for = cfg_.forwarded_for_replace;
     f.request_id = ex_.request_id;
@@ -1071,6 +1175,12 @@ class Session : public Tracked,
 
   // An upstream failed before any of its response reached the client.
   void upstream_failed(error_code ec, std::string_view what) {
+    if (sock_.gone()) {  // cancelled because the client left: the upstream did nothing wrong
+      ex_.lease.cancel();
+      ex_.up.reset();
+      abort();
+      return;
+    }
     bool timed_out = ex_.timed_out;
     std::size_t failed_host = ex_.up ? ex_.up->host : SIZE_MAX;
     ex_.up.reset();
@@ -1239,6 +1349,7 @@ class Session : public Tracked,
       }
       // An SSE stream cut for idling is the stream's silence, not the upstream timing out.
       if (ex_.timed_out && !ex_.sse) bump(st_.upstream[ex_.upstream].timeouts);
+      if (sock_.gone() && ex_.status_override == 0) ex_.status_override = 499;
       // The head is out: the only honest signal left is a cut connection, so
       // the client never mistakes a truncated body for a complete one (499: the
       // client left first, during a keep-alive comment).
@@ -1312,7 +1423,7 @@ class Session : public Tracked,
       // The upstream read still pending ends now, and its handler ends the
       // exchange (abort() here would free what it reads into).
       error_code ignored;
-      sock_.socket().close(ignored);
+      sock_.close();
       if (ex_.up) ex_.up->stream.socket().cancel(ignored);
       return;
     }
@@ -1435,7 +1546,7 @@ class Session : public Tracked,
     if (req_ && req_->is_header_done()) method = req_->get().method_string();
     auto record =
         access_record(ex_, status, method, std::string_view(client_, client_len_), cfg_, now);
-    if (tls_) record.tls = tls::version(sock_.ssl());
+    if (auto* ssl = sock_.ssl()) record.tls = tls::version(ssl);
     log.write(record);
   }
 
@@ -1515,8 +1626,7 @@ class Session : public Tracked,
 
   // Something broke mid-exchange: both connections go, nothing is reused.
   void abort() {
-    error_code ec;
-    sock_.socket().close(ec);
+    sock_.close();
     ex_.up.reset();
     block_.reset();
     if (ex_.started && phase_ != Phase::closing)
@@ -1526,15 +1636,12 @@ class Session : public Tracked,
 
   void graceful_close() {
     phase_ = Phase::closing;
-    error_code ec;
-    sock_.socket().shutdown(tcp::socket::shutdown_send, ec);
-    sock_.socket().close(ec);
+    sock_.shutdown_close();
   }
 
   void close() {
     phase_ = Phase::closing;
-    error_code ec;
-    sock_.socket().close(ec);
+    sock_.close();
   }
 
   Worker& w_;
@@ -1565,7 +1672,10 @@ class Session : public Tracked,
   Clock::time_point keep_alive_started_{};
   std::optional<std::pair<std::size_t, bool>> deferred_;
   Phase phase_ = Phase::head;
-  bool first_ = true;  // no request finished on this connection yet
+  bool first_ = true;         // no request finished on this connection yet
+  bool connection_ = true;    // an accepted connection, not an HTTP/2 stream
+  bool handed_over_ = false;  // the connection is an HTTP/2 one's now
+  bool sniffed_ = false;      // its first bytes were looked at for an h2c preface
   char client_[46];
   std::size_t client_len_ = 0;
   std::array<char, 128> id_;  // the request id's bytes (ex_.request_id)
@@ -1576,6 +1686,10 @@ class Session : public Tracked,
 
 void start_session(Worker& worker, Socket socket, bool tls) {
   std::make_shared<Session>(worker, std::move(socket), tls)->run();
+}
+
+void start_stream_session(Worker& worker, std::shared_ptr<H2Stream> stream) {
+  std::make_shared<Session>(worker, std::move(stream))->run();
 }
 
 }  // namespace sluice::proxy

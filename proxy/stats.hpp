@@ -129,6 +129,32 @@ struct LaneStats {
   std::atomic<std::uint64_t> delegated{0};  // requests seated on a parent's lease
 };
 
+// What an HTTP/2 client connection was stopped at (proxy/h2.cpp), for
+// sluice_h2_limited_total{reason}.
+enum class H2Limit : std::uint8_t {
+  concurrent_streams,  // a stream over SETTINGS_MAX_CONCURRENT_STREAMS, refused
+  header_list,         // a header list over SLUICE_MAX_HEADER_BYTES: 431
+  frame_budget,        // resets and cheap frames over SLUICE_H2_FRAME_BUDGET: GOAWAY
+  unread,              // output it did not read within SLUICE_SEND_TIMEOUT: closed
+  protocol,            // a frame nghttp2 rejected: its stream or connection ended
+};
+inline constexpr std::size_t kH2Limits = 5;
+constexpr std::string_view to_string(H2Limit l) {
+  switch (l) {
+    case H2Limit::concurrent_streams:
+      return "concurrent_streams";
+    case H2Limit::header_list:
+      return "header_list";
+    case H2Limit::frame_budget:
+      return "frame_budget";
+    case H2Limit::unread:
+      return "unread";
+    case H2Limit::protocol:
+      return "protocol";
+  }
+  return "protocol";
+}
+
 struct Shard {
   explicit Shard(std::size_t upstreams) : upstream(upstreams) {
     for (auto& u : upstream)
@@ -143,6 +169,11 @@ struct Shard {
   std::array<std::atomic<std::uint64_t>, kStatusSlots> client_errors{};  // answered before routing
   std::atomic<std::uint64_t> websocket_tunnels{0};
   std::atomic<std::uint64_t> sse_keepalives{0};  // ": keep-alive" comments sent
+  // HTTP/2 clients: connections and streams open now, streams begun, limits met.
+  std::atomic<std::int64_t> h2_connections{0};
+  std::atomic<std::int64_t> h2_streams{0};
+  std::atomic<std::uint64_t> h2_streams_total{0};
+  std::array<std::atomic<std::uint64_t>, kH2Limits> h2_limited{};
   std::array<std::atomic<std::uint64_t>, kClientTimeouts> client_timeouts{};  // by ClientTimeout
   std::atomic<std::uint64_t> stalled_writes{0};      // slots given back by slow readers
   std::atomic<std::uint64_t> handler_exceptions{0};  // handlers that threw; the loop went on

@@ -8,10 +8,40 @@ void TlsLayerDelete::operator()(TlsLayer* t) const noexcept {
   delete t;
 }
 
+Stream::Stream(net::io_context& ioc, std::shared_ptr<H2Stream> h2)
+    : plain_(ioc.get_executor()), h2_(std::move(h2)) {}
+Stream::Stream(Stream&&) noexcept = default;
+Stream& Stream::operator=(Stream&&) noexcept = default;
+Stream::~Stream() = default;
+
 void Stream::start_tls(net::ssl::context& ctx) { tls_.reset(new TlsLayer(std::move(plain_), ctx)); }
 
-SSL* Stream::ssl() const { return tls_ ? tls_->stream.native_handle() : nullptr; }
+SSL* Stream::ssl() const {
+  if (h2_) return h2_->ssl();
+  return tls_ ? tls_->stream.native_handle() : nullptr;
+}
 
 Socket& Stream::tls_socket() { return tls_->stream.next_layer(); }
+
+bool Stream::gone() const { return h2_ && h2_->gone(); }
+
+void Stream::cancel() {
+  if (h2_) return h2_->cancel();
+  boost::system::error_code ignored;
+  socket().cancel(ignored);
+}
+
+void Stream::close() {
+  if (h2_) return h2_->close(false);
+  boost::system::error_code ignored;
+  socket().close(ignored);
+}
+
+void Stream::shutdown_close() {
+  if (h2_) return h2_->close(true);
+  boost::system::error_code ignored;
+  socket().shutdown(tcp::socket::shutdown_send, ignored);
+  socket().close(ignored);
+}
 
 }  // namespace sluice::proxy

@@ -1,7 +1,9 @@
 #pragma once
-// A connection's byte stream: a TCP socket, or TLS over one. The request path
-// reads and writes a Stream whichever it is, so HTTP and HTTPS share one code
-// path; only the handshake differs. The TLS half is Beast's ssl_stream (over
+// A connection's byte stream: a TCP socket, TLS over one, or one HTTP/2
+// stream of a client connection (proxy/h2.hpp), read as the HTTP/1.1 request
+// it carries and written as the HTTP/1.1 response it answers with. The request
+// path reads and writes a Stream whichever it is, so HTTP, HTTPS and HTTP/2
+// share one code path; only the handshake differs. The TLS half is Beast's ssl_stream (over
 // OpenSSL), which also gathers a write's buffers into one TLS record.
 //
 // This header is light (it is in UpstreamConnection, which the runtime holds):
@@ -18,6 +20,7 @@ class context;
 
 namespace sluice::proxy {
 
+class H2Stream;   // proxy/h2.hpp
 struct TlsLayer;  // proxy/stream_io.hpp
 struct TlsLayerDelete {
   void operator()(TlsLayer* t) const noexcept;
@@ -28,14 +31,27 @@ class Stream {
   using executor_type = Socket::executor_type;
   explicit Stream(Socket s) : plain_(std::move(s)) {}
   explicit Stream(net::io_context& ioc) : plain_(ioc.get_executor()) {}
-  Stream(Stream&&) noexcept = default;
-  Stream& operator=(Stream&&) noexcept = default;
-  ~Stream() = default;
+  Stream(net::io_context& ioc, std::shared_ptr<H2Stream> h2);
+  Stream(Stream&&) noexcept;
+  Stream& operator=(Stream&&) noexcept;
+  ~Stream();
 
   // From now on TLS over the socket this holds, with ctx's settings (the
   // handshake is still to do: stream_io.hpp's async_handshake).
   void start_tls(net::ssl::context& ctx);
-  SSL* ssl() const;  // nullptr when plain
+  SSL* ssl() const;  // nullptr when plain (an HTTP/2 stream's: its connection's)
+  H2Stream* h2() const { return h2_.get(); }
+  // The peer is gone: an HTTP/2 stream the client reset or whose connection
+  // ended (a socket says so only at its next read or write).
+  bool gone() const;
+
+  // Pending reads and writes end with operation_aborted.
+  void cancel();
+  // Closed now: an HTTP/2 stream whose response is not whole is reset.
+  void close();
+  // Closed after what was written: a TCP FIN first; an HTTP/2 stream ends
+  // its response (reset when it is not whole).
+  void shutdown_close();
 
   Socket& socket() { return tls_ ? tls_socket() : plain_; }
   executor_type get_executor() { return plain_.get_executor(); }
@@ -53,6 +69,7 @@ class Stream {
   Socket& tls_socket();
   Socket plain_;  // the socket while plain; moved into tls_ by start_tls
   std::unique_ptr<TlsLayer, TlsLayerDelete> tls_;
+  std::shared_ptr<H2Stream> h2_;
 };
 
 }  // namespace sluice::proxy

@@ -4,6 +4,7 @@
 #include <boost/beast/ssl/ssl_stream.hpp>
 #include <utility>
 
+#include "proxy/h2.hpp"
 #include "proxy/stream.hpp"
 
 namespace sluice::proxy {
@@ -15,7 +16,16 @@ struct TlsLayer {
 
 template <class MutableBuffers, class Handler>
 void Stream::async_read_some(const MutableBuffers& buffers, Handler&& handler) {
-  if (tls_)
+  if (h2_) {
+    net::mutable_buffer first;
+    for (auto it = net::buffer_sequence_begin(buffers); it != net::buffer_sequence_end(buffers);
+         ++it)
+      if (net::mutable_buffer b(*it); b.size() > 0) {
+        first = b;
+        break;
+      }
+    h2_->read_some(first, H2Stream::Handler(std::forward<Handler>(handler)));
+  } else if (tls_)
     tls_->stream.async_read_some(buffers, std::forward<Handler>(handler));
   else
     plain_.async_read_some(buffers, std::forward<Handler>(handler));
@@ -23,7 +33,13 @@ void Stream::async_read_some(const MutableBuffers& buffers, Handler&& handler) {
 
 template <class ConstBuffers, class Handler>
 void Stream::async_write_some(const ConstBuffers& buffers, Handler&& handler) {
-  if (tls_)
+  if (h2_) {
+    H2Stream::Pieces pieces;
+    for (auto it = net::buffer_sequence_begin(buffers);
+         it != net::buffer_sequence_end(buffers) && pieces.count < pieces.items.size(); ++it)
+      if (net::const_buffer b(*it); b.size() > 0) pieces.items[pieces.count++] = b;
+    h2_->write_some(pieces, H2Stream::Handler(std::forward<Handler>(handler)));
+  } else if (tls_)
     tls_->stream.async_write_some(buffers, std::forward<Handler>(handler));
   else
     plain_.async_write_some(buffers, std::forward<Handler>(handler));

@@ -13,6 +13,8 @@ packages=(
   python3-dnslib             # the re-resolution tests answer DNS from a small server on loopback
   libssl-dev openssl         # TLS both ways (OpenSSL 3); the tests make their certificates with openssl req
   sslscan                    # the HTTPS listener's protocols and ciphers, scanned by a test
+  libnghttp2-dev             # HTTP/2 for clients (h2 by ALPN, h2c): nghttp2 frames, HPACK and flow control
+  nghttp2-client             # h2load and nghttp, which the HTTP/2 tests and bench drive
   curl python3
   python3-yaml               # the corpus suite reads http-desync-guardian's cases
   clang libclang-rt-14-dev   # libFuzzer targets (the fuzz preset)

@@ -108,12 +108,17 @@ void apply_protocol(SSL_CTX* ctx, const Protocol& p, std::string_view who) {
                     "\" are not valid: " + openssl_error("no ciphersuite"));
 }
 
+// The server's preference, first to last: h2 (when offered), then http/1.1.
+constexpr unsigned char kWithH2[] = "\x02h2\x08http/1.1";
+constexpr unsigned char kHttp11[] = "\x08http/1.1";
+
 int on_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
-            unsigned int inlen, void*) {
-  static constexpr unsigned char kProtocols[] = "\x08http/1.1";
+            unsigned int inlen, void* arg) {
+  const bool h2 = arg != nullptr;
   unsigned char* chosen = nullptr;
-  if (SSL_select_next_proto(&chosen, outlen, kProtocols, sizeof kProtocols - 1, in, inlen) !=
-      OPENSSL_NPN_NEGOTIATED)
+  if (SSL_select_next_proto(&chosen, outlen, h2 ? kWithH2 : kHttp11,
+                            h2 ? sizeof kWithH2 - 1 : sizeof kHttp11 - 1, in,
+                            inlen) != OPENSSL_NPN_NEGOTIATED)
     return SSL_TLSEXT_ERR_NOACK;  // nothing in common: no ALPN, HTTP/1.1 all the same
   *out = chosen;
   return SSL_TLSEXT_ERR_OK;
@@ -127,8 +132,15 @@ void on_info(const SSL* s, int where, int) {
 
 }  // namespace
 
+bool negotiated_h2(SSL* ssl) {
+  const unsigned char* p = nullptr;
+  unsigned int n = 0;
+  SSL_get0_alpn_selected(ssl, &p, &n);
+  return n == 2 && p[0] == 'h' && p[1] == '2';
+}
+
 ServerContexts::ServerContexts(const std::vector<Pair>& pairs, const Protocol& protocol,
-                               std::chrono::seconds ticket_lifetime) {
+                               std::chrono::seconds ticket_lifetime, bool h2) {
   if (pairs.empty()) throw Error(Error::Part::cert, "no certificate given");
   for (const auto& pair : pairs) {
     auto ctx = std::make_unique<ssl::context>(ssl::context::tls_server);
@@ -148,7 +160,8 @@ ServerContexts::ServerContexts(const std::vector<Pair>& pairs, const Protocol& p
     SSL_CTX_set_session_cache_mode(native, SSL_SESS_CACHE_OFF);
     SSL_CTX_set_num_tickets(native, 1);
     SSL_CTX_set_timeout(native, static_cast<long>(ticket_lifetime.count()));
-    SSL_CTX_set_alpn_select_cb(native, on_alpn, nullptr);
+    // Any non-null argument says h2 is offered (the callback reads no more of it).
+    SSL_CTX_set_alpn_select_cb(native, on_alpn, h2 ? this : nullptr);
     SSL_CTX_set_info_callback(native, on_info);
     certs_.push_back(describe(SSL_CTX_get0_certificate(native), pair.cert));
     contexts_.push_back(std::move(ctx));

@@ -79,13 +79,16 @@ struct Certificate {
   std::int64_t not_after = 0;          // Unix seconds
 };
 
+// The protocol a handshake agreed by ALPN: true for h2.
+bool negotiated_h2(SSL* ssl);
+
 class ServerContexts {
  public:
   // Loads every pair (throws Error naming the file and what is wrong). Session
   // tickets are good for `ticket_lifetime`, and only under these contexts: each
-  // set has its own ticket key.
+  // set has its own ticket key. ALPN offers h2 before http/1.1 when `h2`.
   ServerContexts(const std::vector<Pair>& pairs, const Protocol& protocol,
-                 std::chrono::seconds ticket_lifetime);
+                 std::chrono::seconds ticket_lifetime, bool h2 = false);
   ~ServerContexts();
   ServerContexts(const ServerContexts&) = delete;
   ServerContexts& operator=(const ServerContexts&) = delete;
