@@ -635,6 +635,36 @@ const FamilySpec kFamilies[] = {
        out.add(sum_workers(
            s.rt, [](Shard & sh) -> auto& { return sh.client_connections; }));
      }},
+    {"sluice_h2_connections", "Open HTTP/2 client connections (h2 and h2c).", MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       out.add(sum_workers(
+           s.rt, [](Shard & sh) -> auto& { return sh.h2_connections; }));
+     }},
+    {"sluice_h2_streams",
+     "Open HTTP/2 streams: requests under way on the HTTP/2 connections (over "
+     "sluice_h2_connections: streams per connection).",
+     MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       out.add(sum_workers(
+           s.rt, [](Shard & sh) -> auto& { return sh.h2_streams; }));
+     }},
+    {"sluice_h2_streams_total", "HTTP/2 streams whose request head arrived.", MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       out.add(sum_workers(
+           s.rt, [](Shard & sh) -> auto& { return sh.h2_streams_total; }));
+     }},
+    {"sluice_h2_limited_total",
+     "HTTP/2 limits met, by reason: concurrent_streams (a stream over SLUICE_H2_MAX_STREAMS, "
+     "refused), header_list (over SLUICE_MAX_HEADER_BYTES: 431), frame_budget (resets and cheap "
+     "frames over SLUICE_H2_FRAME_BUDGET: GOAWAY), unread (output not read within "
+     "SLUICE_SEND_TIMEOUT: closed), protocol (a frame nghttp2 rejected).",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       for (std::size_t l = 0; l < kH2Limits; ++l)
+         out.add(sum_workers(
+                     s.rt, [&](Shard & sh) -> auto& { return sh.h2_limited[l]; }),
+                 {{"reason", to_string(static_cast<H2Limit>(l))}});
+     }},
     {"sluice_client_connections_refused_total",
      "Client connections closed at once because SLUICE_MAX_CONNECTIONS were open.",
      MetricType::Counter,

@@ -85,8 +85,8 @@ class Connection;
 
 class StreamImpl final : public H2Stream, public std::enable_shared_from_this<StreamImpl> {
  public:
-  StreamImpl(Connection& c, net::io_context& ioc, std::int32_t id)
-      : conn_(&c), ioc_(ioc), id_(id) {}
+  StreamImpl(Connection& c, net::io_context& ioc, std::int32_t id, std::string_view tls_version)
+      : conn_(&c), ioc_(ioc), id_(id), tls_version_(tls_version) {}
 
   // ---- H2Stream (the Session's side) ----
   void read_some(net::mutable_buffer into, Handler h) override;
@@ -98,6 +98,7 @@ class StreamImpl final : public H2Stream, public std::enable_shared_from_this<St
   void close(bool graceful) override;
   bool gone() const override { return gone_; }
   SSL* ssl() const override;
+  std::string_view tls_version() const override { return tls_version_; }
   std::string_view client() const override;
   void watch(Tracked* session) override { watcher_ = session; }
 
@@ -135,6 +136,7 @@ class StreamImpl final : public H2Stream, public std::enable_shared_from_this<St
   Connection* conn_;  // null once the connection ended
   net::io_context& ioc_;
   std::int32_t id_;
+  std::string_view tls_version_;  // a static string of OpenSSL's
   // The request: pseudo-headers and fields as they come, then its HTTP/1.1 bytes.
   std::string method_, path_, authority_, host_, cookies_, fields_;
   std::size_t header_bytes_ = 0;
@@ -460,7 +462,7 @@ bool StreamImpl::on_response_head(error_code& ec) {
     return true;
   }
   submitted_ = true;
-  if (res_->is_done()) {
+  if (res_->is_done() && !output_waiting()) {  // no body: END_STREAM on the HEADERS
     res_done_ = true;
     return nghttp2_submit_response(s, id_, nva.data(), nva.size(), nullptr) == 0 ||
            (ec = http::error::bad_status, false);
@@ -773,8 +775,9 @@ void Connection::answer_431(StreamImpl& s) {
 int Connection::on_begin_headers(nghttp2_session*, const nghttp2_frame* f, void* ud) {
   auto* c = static_cast<Connection*>(ud);
   if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
-  c->streams_.emplace(f->hd.stream_id,
-                      std::make_shared<StreamImpl>(*c, c->w_.ioc(), f->hd.stream_id));
+  c->streams_.emplace(
+      f->hd.stream_id,
+      std::make_shared<StreamImpl>(*c, c->w_.ioc(), f->hd.stream_id, c->sock_.tls_version()));
   return 0;
 }
 

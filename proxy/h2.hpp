@@ -47,7 +47,8 @@ class H2Stream {
   // response is not whole, reset.
   virtual void close(bool graceful) = 0;
   virtual bool gone() const = 0;
-  virtual SSL* ssl() const = 0;
+  virtual SSL* ssl() const = 0;                      // its connection's, while that lasts
+  virtual std::string_view tls_version() const = 0;  // its connection's ("TLSv1.3"), or empty
   virtual std::string_view client() const = 0;
   // The Session reading it: told (its deadline set to now) when the stream
   // goes while it waits on something else (a seat, an upstream).

@@ -1546,7 +1546,7 @@ class Session : public Tracked,
     if (req_ && req_->is_header_done()) method = req_->get().method_string();
     auto record =
         access_record(ex_, status, method, std::string_view(client_, client_len_), cfg_, now);
-    if (auto* ssl = sock_.ssl()) record.tls = tls::version(ssl);
+    record.tls = sock_.tls_version();
     log.write(record);
   }
 

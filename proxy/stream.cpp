@@ -21,6 +21,11 @@ SSL* Stream::ssl() const {
   return tls_ ? tls_->stream.native_handle() : nullptr;
 }
 
+std::string_view Stream::tls_version() const {
+  if (h2_) return h2_->tls_version();
+  return tls_ ? tls::version(tls_->stream.native_handle()) : std::string_view{};
+}
+
 Socket& Stream::tls_socket() { return tls_->stream.next_layer(); }
 
 bool Stream::gone() const { return h2_ && h2_->gone(); }

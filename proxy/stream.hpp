@@ -10,6 +10,7 @@
 // the asynchronous operations are defined in proxy/stream_io.hpp, which the files
 // that do I/O include.
 #include <memory>
+#include <string_view>
 
 #include "proxy/net.hpp"
 
@@ -41,6 +42,8 @@ class Stream {
   void start_tls(net::ssl::context& ctx);
   SSL* ssl() const;  // nullptr when plain (an HTTP/2 stream's: its connection's)
   H2Stream* h2() const { return h2_.get(); }
+  // The TLS version agreed ("TLSv1.3"; an HTTP/2 stream's connection's), or empty.
+  std::string_view tls_version() const;
   // The peer is gone: an HTTP/2 stream the client reset or whose connection
   // ended (a socket says so only at its next read or write).
   bool gone() const;

@@ -516,6 +516,20 @@ std::string Ticker::state_json() const {
   j["heavy_leases"] = {{"count", heavy},
                        {"youngest_age_s", age_s(youngest)},
                        {"cap", rt_.heavy_cap ? Json(rt_.heavy_cap->cap()) : Json(nullptr)}};
+  // Client connections, and the HTTP/2 ones' streams (the status page's streams per connection).
+  std::int64_t connections = 0, h2_connections = 0, h2_streams = 0;
+  for (const auto& w : rt_.workers) {
+    connections += w->stats().client_connections.load(std::memory_order_relaxed);
+    h2_connections += w->stats().h2_connections.load(std::memory_order_relaxed);
+    h2_streams += w->stats().h2_streams.load(std::memory_order_relaxed);
+  }
+  j["clients"] = {{"connections", connections},
+                  {"h2_connections", h2_connections},
+                  {"h2_streams", h2_streams},
+                  {"h2_streams_per_connection",
+                   h2_connections > 0
+                       ? Json(static_cast<double>(h2_streams) / static_cast<double>(h2_connections))
+                       : Json(nullptr)}};
   for (auto& entry : starving) closed_upstreams.push_back(entry);
   j["starving"] = closed_upstreams;
   j["config"] = Json::parse(config::to_json(running()));
