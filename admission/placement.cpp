@@ -14,6 +14,8 @@ std::string_view to_string(Fallback f) {
       return "connect_failed";
     case Fallback::replay:
       return "replay";
+    case Fallback::first_event:
+      return "first_event";
   }
   return "closed";
 }

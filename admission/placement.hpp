@@ -60,8 +60,11 @@
 namespace sluice::admission {
 
 // Why a request left its route's upstream for an alternative.
-enum class Fallback : std::uint8_t { closed, full, connect_failed, replay };
-inline constexpr std::size_t kFallbackWhys = 4;
+// Why a request moved off its upstream: it was closed or full, a connect
+// failed, a replay after a cut, or its first event was late (a route's
+// first_event_timeout).
+enum class Fallback : std::uint8_t { closed, full, connect_failed, replay, first_event };
+inline constexpr std::size_t kFallbackWhys = 5;
 std::string_view to_string(Fallback f);
 
 struct Ask {

@@ -265,6 +265,7 @@ Json route_json(const routes::Route& r, const std::vector<Upstream>& upstreams) 
   for (std::size_t a : r.alternatives) j["alternatives"].push_back(upstream_name(a));
   j["pin"] = r.pin;
   if (r.sse_keepalive) j["sse_keepalive"] = format_duration(*r.sse_keepalive);
+  if (r.first_event_timeout) j["first_event_timeout"] = format_duration(*r.first_event_timeout);
   return j;
 }
 
@@ -2332,6 +2333,11 @@ std::string reference_markdown() {
       "`: keep-alive` comment line after this long without a byte, before the first event and "
       "between events, never inside one (so a load balancer's idle cut on the path does not end "
       "a silent stream); the upstream's own silence is still cut at `SLUICE_SSE_IDLE_TIMEOUT` |\n"
+      "| `first_event_timeout` | a duration, 100ms..60m | none | a request whose upstream sends "
+      "no response head within this after the request went (an SSE response: no first event), "
+      "before any byte went to the client, moves once to one of its `alternatives` (counted and "
+      "logged with `fallback_why` `first_event`); with none open it is sent again to its own "
+      "upstream. Its body goes again only when it was read whole before admission (16KiB) |\n"
       "| `tenant_key` | as `SLUICE_TENANT_KEY` (`\"header:X-Org-Id\"`, `\"client_ip\"`, "
       "`\"jwt:sub\"`, `\"none\"`) | `SLUICE_TENANT_KEY` | who its requests belong to |\n"
       "| `tenant_concurrency` | a count, 1..1000000 | none | a tenant's requests in flight on "

@@ -231,6 +231,12 @@ struct Exchange {
   admission::Signal signal = admission::Signal::none;
   bool closing_status = false;  // the upstream answered a status that closes it
   bool upstream_keep_alive = false;
+  // Its route's first_event_timeout: when the head (an SSE response: its
+  // first event) is due while it may still move, that it came late and the
+  // upstream is being cut, and that it moved once already.
+  std::optional<Clock::time_point> first_event_due;
+  bool first_event_late = false;
+  bool first_event_moved = false;
 
   // The response.
   bool sse = false;

@@ -160,6 +160,14 @@ class Session : public Tracked,
       client_gone();
       return;
     }
+    if (first_event_overdue()) {
+      // No head (or first event) in time: the upstream is cut, and the
+      // handler of its pending read moves the request (first_event_failover).
+      ex_.first_event_late = true;
+      error_code ec;
+      ex_.up->stream.socket().cancel(ec);
+      return;
+    }
     if (phase_ == Phase::response_body && keep_alive_writing_ &&
         Clock::now() >= keep_alive_started_ + cfg_.send_timeout) {
       // A keep-alive comment not written within SLUICE_SEND_TIMEOUT: a client
@@ -419,6 +427,7 @@ class Session : public Tracked,
     phase_ = Phase::head;
     // The last request's state and fields go, and their memory with them, at once.
     ex_ = Exchange{};
+    replay_body_.clear();
     res_.reset();
     req_.reset();
     arena_.release();
@@ -1077,6 +1086,11 @@ class Session : public Tracked,
   void send_request() {
     phase_ = Phase::send_upstream;
     ex_.sent_at = Clock::now();
+    // A route that may move a late stream keeps a body read whole before
+    // admission, to send it again.
+    if (ex_.route->first_event_timeout && !ex_.first_event_moved && ex_.prebuffered > 0 &&
+        req_->is_done())
+      replay_body_.assign(block_.get(), ex_.prebuffered);
     build_request_head();
     if (ex_.expect_continue && buf_.size() == 0) {
       ex_.expect_continue = false;
@@ -1175,6 +1189,10 @@ class Session : public Tracked,
 
   // An upstream failed before any of its response reached the client.
   void upstream_failed(error_code ec, std::string_view what) {
+    if (ex_.first_event_late) {
+      first_event_failover();
+      return;
+    }
     if (sock_.gone()) {  // cancelled because the client left: the upstream did nothing wrong
       ex_.lease.cancel();
       ex_.up.reset();
@@ -1215,10 +1233,53 @@ class Session : public Tracked,
     }
   }
 
+  // ---------------------------------------------------------------- first-event failover
+  // A route's first_event_timeout: armed once the request is with the upstream,
+  // when it can be sent again as it was (no body, or one read whole before
+  // admission) and has not moved for it before.
+  void arm_first_event() {
+    const auto& t = ex_.route->first_event_timeout;
+    if (!t || ex_.first_event_moved || ex_.first_event_due || ex_.body_streamed ||
+        !req_->is_done() || ex_.upgrade)
+      return;
+    ex_.first_event_due = ex_.sent_at + *t;
+  }
+
+  bool first_event_overdue() const {
+    return ex_.first_event_due && !ex_.first_event_late && !ex_.header_sent && ex_.up &&
+           (phase_ == Phase::response_head || phase_ == Phase::response_body) &&
+           Clock::now() >= *ex_.first_event_due;
+  }
+
+  // Its upstream sent no head (or first event) in time and nothing reached the
+  // client: it moves once to an alternative (admission::relocate, counted and
+  // logged as fallback first_event), or, with none open or none at all, goes
+  // again to its own upstream. The late upstream's connection is closed.
+  void first_event_failover() {
+    ex_.first_event_late = false;
+    ex_.first_event_due.reset();
+    ex_.first_event_moved = true;
+    ex_.up.reset();
+    res_.reset();
+    ex_.sse = false;
+    ex_.signal = admission::Signal::none;
+    ex_.request_sent = false;
+    if (!replay_body_.empty()) {  // the body read before admission goes again
+      std::memcpy(block_.get(), replay_body_.data(), replay_body_.size());
+      ex_.prebuffered = replay_body_.size();
+    }
+    if (movable() && go_elsewhere(Clock::now(), admission::Fallback::first_event)) return;
+    if (phase_ == Phase::closing || ex_.header_sent) return;  // refused where it stayed
+    bump(st_.upstream[ex_.upstream].retries);
+    acquire();
+  }
+
   // ---------------------------------------------------------------- response
   void read_response_head() {
     phase_ = Phase::response_head;
     deadline = Clock::now() + cfg_.response_timeout;
+    arm_first_event();
+    if (ex_.first_event_due) deadline = std::min(deadline, *ex_.first_event_due);
     res_.emplace(std::piecewise_construct, std::make_tuple(), std::make_tuple(HeadAlloc(&arena_)));
     res_->header_limit(kMaxResponseHeader);
     res_->body_limit(boost::none);
@@ -1261,6 +1322,7 @@ class Session : public Tracked,
     }
     if (auto ct = m.find(http::field::content_type); ct != m.end())
       ex_.sse = ct->value().starts_with("text/event-stream");
+    if (!ex_.sse) ex_.first_event_due.reset();  // its head is its first byte: it came
     ex_.upstream_keep_alive = res_->keep_alive();
     std::optional<std::uint64_t> len;
     if (auto l = res_->content_length()) len = *l;
@@ -1322,9 +1384,10 @@ class Session : public Tracked,
       write_client(0, true);
       return;
     }
-    if (!ex_.header_sent && ex_.up->buffer.size() == 0) {
+    if (!ex_.header_sent && ex_.up->buffer.size() == 0 && !ex_.first_event_due) {
       // No body bytes are here yet: send the head now so the client sees it at
-      // once (an SSE stream's first event may be far off).
+      // once (an SSE stream's first event may be far off). Unless the stream
+      // may still move for a late first event: then the head waits for it.
       write_client(0, false);
       return;
     }
@@ -1335,6 +1398,8 @@ class Session : public Tracked,
     phase_ = Phase::response_body;
     ex_.idle_cut = Clock::now() + (ex_.sse ? cfg_.sse_idle_timeout : cfg_.response_timeout);
     deadline = keep_alive_due();
+    if (ex_.first_event_due && !ex_.header_sent)
+      deadline = std::min(deadline, *ex_.first_event_due);
     http::async_read_some(
         ex_.up->stream, ex_.up->buffer, *res_,
         beast::bind_front_handler(&Session::on_response_body, shared_from_this()));
@@ -1342,6 +1407,10 @@ class Session : public Tracked,
 
   void on_response_body(error_code ec, std::size_t) {
     if (ec == http::error::need_buffer) ec = {};
+    if (ec && ex_.first_event_late) {
+      first_event_failover();
+      return;
+    }
     if (ec) {
       if (ex_.end_stream && ec == net::error::operation_aborted) {
         response_body_step();  // draining: the stream ends cleanly here
@@ -1443,6 +1512,7 @@ class Session : public Tracked,
       return;
     }
     note_sse_bytes(n);
+    ex_.first_event_due.reset();  // the head goes: it stays where it is
     phase_ = Phase::write_client;
     ex_.write_started = Clock::now();
     // A seated request looks again after kStalledWrite: a write still pending
@@ -1665,6 +1735,7 @@ class Session : public Tracked,
   std::string sending_;            // a head being written
   std::string own_body_;           // scratch for the body of an answer Sluice writes itself
   std::string rate_fields_;        // the RateLimit fields of a 429 tenant_limit
+  std::string replay_body_;        // a body a first-event failover sends again
   ChunkFrame frame_;               // the framing of the piece being written
   // An SSE keep-alive comment being written, since when, and a body piece
   // that waits for it to end.

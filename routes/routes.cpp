@@ -13,7 +13,8 @@ using nlohmann::json;
 
 constexpr std::string_view kValidFields =
     "name, prefix, regex, methods, header, sse, min_body_bytes, lane, upstream, alternatives, pin, "
-    "retry_after, sse_keepalive, tenant_key, tenant_concurrency, tenant_rate";
+    "retry_after, sse_keepalive, first_event_timeout, tenant_key, tenant_concurrency, "
+    "tenant_rate";
 constexpr std::string_view kExample = R"([{"prefix":"/","lane":"standard"}])";
 
 std::string in_quotes(std::string_view s) { return json(std::string(s)).dump(); }
@@ -213,6 +214,13 @@ Route parse_route(const json& obj, std::size_t index, const std::vector<std::str
         fail(index, key,
              in_quotes(text) + " is not a duration in 100ms..60m (ms, s or m); e.g. \"15s\"");
       r.sse_keepalive = *d;
+    } else if (key == "first_event_timeout") {
+      const auto& text = string_field(v, index, key, "\"10s\"");
+      auto d = duration_of(text);
+      if (!d || *d < admission::Millis{100} || *d > admission::Millis{3'600'000})
+        fail(index, key,
+             in_quotes(text) + " is not a duration in 100ms..60m (ms, s or m); e.g. \"10s\"");
+      r.first_event_timeout = *d;
     } else if (key == "tenant_concurrency") {
       if (!v.is_number_unsigned() || v.get<std::uint64_t>() < 1 ||
           v.get<std::uint64_t>() > 1'000'000)

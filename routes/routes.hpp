@@ -64,6 +64,10 @@ struct Route {
   // without a byte, at event boundaries only (a load balancer's idle cut on the
   // path would end a stream silent for longer).
   std::optional<admission::Millis> sse_keepalive;
+  // A request whose upstream sends no response head within this after the
+  // request went (for an SSE response, no first event), before a byte went to
+  // the client, moves once to one of its alternatives.
+  std::optional<admission::Millis> first_event_timeout;
   // Who its requests belong to, in place of SLUICE_TENANT_KEY.
   std::optional<tenants::Key> tenant_key;
   // Per-tenant limits of its own (tenant_concurrency, tenant_rate): counted

@@ -30,6 +30,7 @@ constexpr std::string_view kUsage =
     "usage: sluice-upstream [--listen HOST:PORT] [--threads N] [--capacity C] [--over-capacity "
     "429|queue]\n"
     "                       [--capacity-schedule T:C,...] [--service-ms S] [--keepalive-ms K]\n"
+    "                       [--sse-first-ms F]\n"
     "  --listen HOST:PORT  address to bind (default 127.0.0.1:0, a free port)\n"
     "  --threads N         I/O threads, one io_context each (default 1)\n"
     "  --capacity C        requests in flight before the over-capacity shape applies (default 0, "
@@ -44,6 +45,7 @@ constexpr std::string_view kUsage =
     "                      from 10 s, 8 again from 20 s. /stats reports the capacity in force\n"
     "                      and schedule_ms (since that first request; null before it)\n"
     "  --service-ms S      extra time before each response except /sse and /stats (default 0)\n"
+    "  --sse-first-ms F    /sse's first event F ms after its head (default: its interval)\n"
     "  --keepalive-ms K    close a keep-alive connection idle this long (default 120000)\n"
     "endpoints: /echo /headers /slow?ms=N /sse?n=N&interval_ms=M[&echo=HEADER] "
     "/status/NNN[?ratelimit=LIMIT,REMAINING,RESET&retry_after=S] /drop[?reset=1] "
@@ -157,6 +159,9 @@ sluice::upstream::Options parse_args(int argc, char** argv) {
     } else if (arg == "--keepalive-ms") {
       options.keepalive =
           std::chrono::milliseconds(parse_number<std::int64_t>(arg, value, 1, 86'400'000));
+    } else if (arg == "--sse-first-ms") {
+      options.sse_first =
+          std::chrono::milliseconds(parse_number<std::int64_t>(arg, value, 0, 86'400'000));
     } else if (arg == "--service-ms") {
       options.service_time =
           std::chrono::milliseconds(parse_number<std::int64_t>(arg, value, 0, 86'400'000));

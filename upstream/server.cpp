@@ -790,7 +790,9 @@ class Session : public std::enable_shared_from_this<Session> {
                         beast::bind_front_handler(&Session::on_sse_end, shared_from_this()));
       return;
     }
-    timer_.expires_after(std::chrono::milliseconds(sse_interval_ms_));
+    const auto first = shared_.options.sse_first;
+    timer_.expires_after(
+        sse_sent_ == 0 && first.count() >= 0 ? first : std::chrono::milliseconds(sse_interval_ms_));
     timer_.async_wait(beast::bind_front_handler(&Session::on_sse_tick, shared_from_this()));
   }
 

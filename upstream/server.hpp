@@ -40,6 +40,8 @@ struct Options {
   // (it waits for a slot, however long; its latency grows with the queue).
   bool queue_over_capacity = false;
   std::chrono::milliseconds service_time{0};
+  std::chrono::milliseconds sse_first{
+      -1};  // /sse's first event this long after its head (-1: the interval)
   std::chrono::milliseconds keepalive{120'000};  // an idle keep-alive connection is closed after
 };
 

@@ -118,8 +118,8 @@ TEST_CASE("h2c: streams on one connection get their own lanes, and a refusal is 
               .status == 200);
   // nghttp: one connection, the three streams on it at once (curl 7.88.1
   // cannot reuse an h2c connection: its issue 10634).
-  auto r = run({"nghttp", "-nv", url(s.port, "/bulk/x"), url(s.port, "/search/q"),
-                url(s.port, "/echo")});
+  auto r = run(
+      {"nghttp", "-nv", url(s.port, "/bulk/x"), url(s.port, "/search/q"), url(s.port, "/echo")});
   INFO(r.out << r.err);
   REQUIRE(r.code == 0);
   auto streams = frames_by_stream(r.out);
@@ -154,9 +154,8 @@ TEST_CASE("h2c: streams on one connection get their own lanes, and a refusal is 
   std::ofstream(path) << body;
   auto echo = run({"curl", "-sS", "--http2-prior-knowledge", "--data-binary", "@" + path.string(),
                    url(s.port, "/echo")});
-  auto chunked =
-      run({"curl", "-sS", "--http2-prior-knowledge", "-H", "Transfer-Encoding: chunked",
-           "--data-binary", "@" + path.string(), url(s.port, "/echo")});
+  auto chunked = run({"curl", "-sS", "--http2-prior-knowledge", "-H", "Transfer-Encoding: chunked",
+                      "--data-binary", "@" + path.string(), url(s.port, "/echo")});
   std::filesystem::remove(path);
   CHECK(echo.out == body);
   CHECK(chunked.out == body);
@@ -172,7 +171,7 @@ TEST_CASE("h2c is off unless SLUICE_H2C says so: the preface gets no HTTP/2", "[
   CHECK(request(s.port, "GET", "/echo").status == 200);
 }
 
-TEST_CASE("h2 by ALPN on the TLS listener, on by default; SLUICE_H2=false offers HTTP/1.1 only",
+TEST_CASE("h2 by ALPN on the TLS listener, on by default, and SLUICE_H2=false offers HTTP/1.1 only",
           "[e2e][h2][concurrency]") {
   Certs c;
   c.make("a", "localhost", "DNS:localhost,IP:127.0.0.1");
@@ -236,7 +235,8 @@ TEST_CASE("many SSE streams share one HTTP/2 connection, each flushed event by e
   CHECK(metric(s, "sluice_h2_connections") == 1);
   REQUIRE(client.wait_exit(20s) == 0);
   // nghttp -v: "[  1.234] recv DATA frame <length=N, flags=F, stream_id=S>".
-  std::regex data(R"(\[\s*([0-9.]+)\] recv DATA frame <length=([0-9]+), flags=0x[0-9a-f]+, stream_id=([0-9]+)>)");
+  std::regex data(
+      R"(\[\s*([0-9.]+)\] recv DATA frame <length=([0-9]+), flags=0x[0-9a-f]+, stream_id=([0-9]+)>)");
   std::map<int, std::vector<double>> events;
   auto out = client.out();
   for (std::sregex_iterator it(out.begin(), out.end(), data), end; it != end; ++it)
@@ -349,8 +349,9 @@ TEST_CASE("a header list over SLUICE_MAX_HEADER_BYTES is that stream's 431", "[e
 
 TEST_CASE("drain: two GOAWAYs, and the streams in flight finish", "[e2e][h2][drain]") {
   Upstream api(kUpstream), search(kUpstream);
-  Sluice s(kSluice, two_upstreams(api, search,
-                                  h2c({{"SLUICE_DRAIN_DELAY", "0s"}, {"SLUICE_DRAIN_TIMEOUT", "10s"}})));
+  Sluice s(kSluice,
+           two_upstreams(api, search,
+                         h2c({{"SLUICE_DRAIN_DELAY", "0s"}, {"SLUICE_DRAIN_TIMEOUT", "10s"}})));
   Process client({"nghttp", "-nv", url(s.port, "/slow?ms=2000"), url(s.port, "/slow?ms=2000&b")});
   REQUIRE(eventually([&] { return metric(s, "sluice_h2_streams") == 2; }, 5s));
   CHECK(s.process.signal_and_wait(SIGTERM, 15s) == 0);
@@ -376,11 +377,13 @@ TEST_CASE("drain: two GOAWAYs, and the streams in flight finish", "[e2e][h2][dra
 
 TEST_CASE("SSE keep-alive comments go over HTTP/2 as over HTTP/1.1", "[e2e][h2]") {
   Upstream api(kUpstream), search(kUpstream);
-  Sluice s(kSluice, two_upstreams(api, search,
-                                  h2c({{"SLUICE_ROUTES",
-                                        R"([{"prefix":"/sse","lane":"heavy","sse_keepalive":"300ms"},)"
-                                        R"({"prefix":"/"}])"}})));
-  auto r = run({"curl", "-sS", "-N", "--http2-prior-knowledge", url(s.port, "/sse?n=2&interval_ms=1500")});
+  Sluice s(kSluice,
+           two_upstreams(api, search,
+                         h2c({{"SLUICE_ROUTES",
+                               R"([{"prefix":"/sse","lane":"heavy","sse_keepalive":"300ms"},)"
+                               R"({"prefix":"/"}])"}})));
+  auto r = run(
+      {"curl", "-sS", "-N", "--http2-prior-knowledge", url(s.port, "/sse?n=2&interval_ms=1500")});
   INFO(r.err);
   CHECK(r.out.find(": keep-alive\n\n") != std::string::npos);
   CHECK(r.out.find("data: event 1\n\n") != std::string::npos);

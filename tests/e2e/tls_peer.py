@@ -84,7 +84,7 @@ def client_context(cafile, version=None):
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False  # the tests look at which certificate came, not at its name
     ctx.load_verify_locations(cafile)
-    ctx.set_alpn_protocols(["h2", "http/1.1"])  # a browser's offer
+    ctx.set_alpn_protocols(["http/1.1"])  # what it speaks
     if version == "1.2":
         ctx.maximum_version = ssl.TLSVersion.TLSv1_2
     elif version == "1.3":

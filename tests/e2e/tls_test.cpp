@@ -104,7 +104,7 @@ TEST_CASE("HTTPS clients reach a plain upstream over TLS 1.2 and 1.3, curl and P
     auto r = peer_json({"get", https, "a.test", c.path("a.pem"), "/headers", "--tls", version});
     CHECK(r["status"] == 200);
     CHECK(r["version"] == "TLSv" + version);
-    CHECK(r["alpn"] == "http/1.1");  // offered h2 and http/1.1: HTTP/1.1 until h2 is served
+    CHECK(r["alpn"] == "http/1.1");  // it offered only what it speaks (h2: tests/e2e/h2_test.cpp)
     // The upstream is told how the client came.
     CHECK(r["body"].get<std::string>().find(R"(["X-Forwarded-Proto","https"])") !=
           std::string::npos);

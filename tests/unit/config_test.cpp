@@ -94,7 +94,7 @@ TEST_CASE("the variable table names each variable once, with a default and a mea
     CHECK_FALSE(v.meaning.empty());
     CHECK(names.insert(v.name).second);
   }
-  CHECK(names.size() == 86);
+  CHECK(names.size() == 91);
 }
 
 TEST_CASE("every variable in the table is read by load and shown by to_json", "[config]") {
@@ -511,6 +511,11 @@ TEST_CASE("every config error starts with the variable it is about", "[config]")
       {"SLUICE_UPSTREAM_CONNECT_TIMEOUT", "2"},
       {"SLUICE_UPSTREAM_RESPONSE_TIMEOUT", "30"},
       {"SLUICE_SSE_IDLE_TIMEOUT", "5"},
+      {"SLUICE_H2", "yes"},
+      {"SLUICE_H2C", "on"},
+      {"SLUICE_H2_MAX_STREAMS", "0"},
+      {"SLUICE_H2_WINDOW", "1KiB"},
+      {"SLUICE_H2_FRAME_BUDGET", "none"},
       {"SLUICE_LAG_PROBE_INTERVAL", "50"},
       {"SLUICE_DRAIN_DELAY", "5"},
       {"SLUICE_DRAIN_TIMEOUT", "30"},

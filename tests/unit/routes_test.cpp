@@ -331,7 +331,7 @@ TEST_CASE("an unknown route field is refused with the list of valid fields", "[r
   CHECK(error_of(R"([{"prefx":"/"}])") ==
         "route 0: unknown field \"prefx\"; valid fields: name, prefix, regex, methods, header, "
         "sse, min_body_bytes, lane, upstream, alternatives, pin, retry_after, sse_keepalive, "
-        "tenant_key, tenant_concurrency, tenant_rate");
+        "first_event_timeout, tenant_key, tenant_concurrency, tenant_rate");
 }
 
 TEST_CASE("a route's retry_after band replaces its lane's, floor:cap of at least 1s",
@@ -348,6 +348,18 @@ TEST_CASE("a route's retry_after band replaces its lane's, floor:cap of at least
   CHECK_THAT(error_of(R"([{"prefix":"/","retry_after":"5s:4s"}])"),
              Catch::Contains("cap is below the floor"));
   CHECK_THAT(error_of(R"([{"prefix":"/","retry_after":2}])"), Catch::Contains("not a string"));
+}
+
+TEST_CASE("a route's first_event_timeout is a duration of 100ms..60m", "[routes][errors]") {
+  auto t = Table::parse(
+      R"([{"prefix":"/v1/chat","first_event_timeout":"2s","alternatives":["b"]},{"prefix":"/"}])",
+      {"a", "b"});
+  REQUIRE(t.routes()[0].first_event_timeout);
+  CHECK(*t.routes()[0].first_event_timeout == std::chrono::milliseconds(2000));
+  CHECK_FALSE(t.routes()[1].first_event_timeout);
+  for (const char* bad : {R"("50ms")", R"("2h")", R"("soon")", "2"})
+    CHECK_THAT(error_of(std::string(R"([{"prefix":"/","first_event_timeout":)") + bad + "}]"),
+               Catch::Contains("first_event_timeout"));
 }
 
 TEST_CASE("a route's sse_keepalive is a duration of 100ms..60m", "[routes][errors]") {
