@@ -299,7 +299,10 @@ void StreamImpl::compose(bool ended) {
 }
 
 void StreamImpl::input(const std::uint8_t* data, std::size_t n) {
-  if (in_done_ || gone_) return;
+  if (in_done_ || gone_ || closed_) {  // nobody reads it: its window goes back at once
+    if (conn_) nghttp2_session_consume(conn_->session(), id_, n);
+    return;
+  }
   if (chunked_in_) {
     char line[24];
     auto r = std::to_chars(line, line + 16, n, 16);

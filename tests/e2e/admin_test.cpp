@@ -192,7 +192,7 @@ TEST_CASE(
     client_errors.insert("code=\"" + std::to_string(code) + "\"");
   // One route moves api's requests to spare; nothing moves requests to api.
   std::set<std::string> fallbacks;
-  for (auto why : {"closed", "full", "connect_failed", "replay"})
+  for (auto why : {"closed", "full", "connect_failed", "replay", "first_event"})
     fallbacks.insert(std::string(R"(from="api",to="spare",why=")") + why + "\"");
 
   std::set<std::string> decisions;

@@ -34,14 +34,17 @@ std::map<std::string, std::string> env(const Upstream& api, const Upstream& sear
       {{"SLUICE_H2C", "true"},
        {"SLUICE_ROUTES", R"([{"prefix":"/sse","lane":"heavy","alternatives":["search"],)"
                          R"("first_event_timeout":")" +
-                             timeout + R"("},)"
+                             timeout +
+                             R"("},)"
                              R"({"prefix":"/echo","alternatives":["search"],)"
                              R"("first_event_timeout":")" +
                              timeout + R"("},{"prefix":"/"}])"}});
 }
 
 double fallbacks(Sluice& s) {
-  return std::max(0.0, s.metric(R"(sluice_upstream_fallbacks_total{from="api",to="search",why="first_event"})"));
+  return std::max(
+      0.0,
+      s.metric(R"(sluice_upstream_fallbacks_total{from="api",to="search",why="first_event"})"));
 }
 
 json last_request(Sluice& s) {
@@ -72,7 +75,8 @@ TEST_CASE("an SSE stream whose first event is late moves to an alternative befor
   CHECK(line["fallback_why"] == "first_event");
 }
 
-TEST_CASE("a late response head moves the request, its small body sent again", "[e2e][first_event]") {
+TEST_CASE("a late response head moves the request, its small body sent again",
+          "[e2e][first_event]") {
   Upstream api(kUpstream, {"--service-ms", "5000"}), search(kUpstream);
   Sluice s(kSluice, env(api, search));
   auto r = request(s.port, "POST", "/echo", {{"Content-Type", "text/plain"}}, "hello, again");
@@ -88,8 +92,10 @@ TEST_CASE("a late response head moves the request, its small body sent again", "
   CHECK(fallbacks(t) == 0);
 }
 
-TEST_CASE("a stream moves once: late on the alternative too, it waits there", "[e2e][first_event]") {
-  Upstream api(kUpstream, {"--sse-first-ms", "1500"}), search(kUpstream, {"--sse-first-ms", "1500"});
+TEST_CASE("a stream moves once: late on the alternative too, it waits there",
+          "[e2e][first_event]") {
+  Upstream api(kUpstream, {"--sse-first-ms", "1500"}),
+      search(kUpstream, {"--sse-first-ms", "1500"});
   Sluice s(kSluice, env(api, search));
   auto c = sluice::test::Conn::open(s.port);
   REQUIRE(c.send(sluice::test::format_request("GET", "/sse?n=1&interval_ms=100", s.port)));
@@ -99,7 +105,8 @@ TEST_CASE("a stream moves once: late on the alternative too, it waits there", "[
   CHECK(r.head->header("X-Upstream-Port") == std::to_string(search.port));
   CHECK(r.body().find("data: event 1\n\n") != std::string::npos);
   CHECK(fallbacks(s) == 1);
-  CHECK(s.metric(R"(sluice_upstream_fallbacks_total{from="search",to="api",why="first_event"})") <= 0);
+  CHECK(s.metric(R"(sluice_upstream_fallbacks_total{from="search",to="api",why="first_event"})") <=
+        0);
 }
 
 TEST_CASE("a late first event fails over on an HTTP/2 stream too", "[e2e][first_event][h2]") {
