@@ -100,6 +100,7 @@ http {
         ssl_certificate_key $TMP/cert.key;
         ssl_protocols TLSv1.2 TLSv1.3;
         http2_max_concurrent_streams 128;
+        keepalive_requests 1000000;  # (its default, 1000, ends each connection after 1000 streams)
         location / {
             proxy_pass http://backend;
             proxy_http_version 1.1;
