@@ -239,3 +239,25 @@ TEST_CASE("headless Chromium renders a closed upstream, its next probe, and anot
   // The closed upstream heads the starving list.
   CHECK(text_after(dom, R"(id="starving")").value_or("").starts_with("upstream a closed (for 3"));
 }
+
+TEST_CASE("headless Chromium renders the HTTP/2 streams per connection",
+          "[e2e][status][chromium]") {
+  Upstream up(kUpstream);
+  auto env = env_for(up);
+  env["SLUICE_THREADS"] = "2";
+  env["SLUICE_H2C"] = "true";
+  Sluice s(kSluice, env);
+  // Four SSE streams held open on one HTTP/2 connection (nghttp asks once per URL).
+  std::vector<std::string> argv{"nghttp", "-n"};
+  for (int i = 0; i < 4; ++i)
+    argv.push_back("http://127.0.0.1:" + std::to_string(s.port) +
+                   "/sse?n=1&interval_ms=8000&i=" + std::to_string(i));
+  Process client(argv);
+  REQUIRE(sluice::test::eventually([&] { return s.metric("sluice_h2_streams") == 4; }, 5s));
+  auto dom = chromium_dump_dom("http://127.0.0.1:" + std::to_string(s.admin) + "/", 2000);
+  INFO(dom);
+  CHECK(text_after(dom, R"(id="h2-connections")") == "1");
+  CHECK(text_after(dom, R"(id="h2-streams")") == "4");
+  CHECK(text_after(dom, R"(id="h2-per-connection")") == "4");
+  CHECK(text_after(dom, R"(id="clients")") == "1");
+}
