@@ -684,7 +684,12 @@ void Connection::on_deadline() {
   if (closed_) return;
   const auto now = Clock::now();
   deadline = now + kCheckEvery;
-  if (drain_ == Drain::none && w_.runtime().draining.load(std::memory_order_relaxed)) announce(now);
+  // Draining, or the no_keepalive emergency action: clients are asked to
+  // go (HTTP/2's Connection: close), and the streams under way finish.
+  const auto& rt = w_.runtime();
+  if (drain_ == Drain::none && (rt.draining.load(std::memory_order_relaxed) ||
+                                rt.published.acting(admission::Action::no_keepalive)))
+    announce(now);
   if (drain_ == Drain::announced && now >= announced_at_ + kAnnounceToGoaway) {
     drain_ = Drain::final;
     nghttp2_submit_goaway(s_, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(s_),
@@ -718,7 +723,9 @@ void Connection::on_deadline() {
     return;
   }
   if (streams_.empty() && !writing_) {
-    const auto idle = any_stream_ ? cfg_.idle_timeout : cfg_.header_timeout;
+    auto idle = std::chrono::milliseconds(any_stream_ ? cfg_.idle_timeout : cfg_.header_timeout);
+    if (rt.published.acting(admission::Action::short_timeouts))  // as a Session's
+      idle = std::min(idle, std::max(std::chrono::milliseconds{1000}, idle / 10));
     if (drain_ == Drain::final || now - last_active_ > idle) {
       calm_ = true;
       nghttp2_session_terminate_session(s_, NGHTTP2_NO_ERROR);

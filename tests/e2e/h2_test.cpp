@@ -402,3 +402,26 @@ TEST_CASE("HTTP/2 conformance: a case list of raw frames (tests/e2e/h2_conforman
   // After it all, the proxy serves as before.
   CHECK(request(s.port, "GET", "/echo").status == 200);
 }
+
+TEST_CASE("the no_keepalive emergency action sends HTTP/2 connections the drain's GOAWAYs",
+          "[e2e][h2][emergency_actions]") {
+  Upstream api(kUpstream), search(kUpstream);
+  Sluice s(kSluice, two_upstreams(api, search,
+                                  h2c({{"SLUICE_EMERGENCY_ACTIONS", "no_keepalive"},
+                                       {"SLUICE_EMERGENCY_ACTIONS_AFTER", "200ms"},
+                                       {"SLUICE_TICK", "100ms"},
+                                       {"SLUICE_LANE_FACTORS", "standard=1,1,1,1"}})));
+  // Before: a stream is answered and its connection is not asked to go.
+  auto before = run({"nghttp", "-nv", url(s.port, "/echo")});
+  CHECK(before.out.find("recv GOAWAY") == std::string::npos);
+  REQUIRE(request(s.admin, "POST", "/admin/pins", {}, R"({"level":3,"reason":"test"})").status ==
+          200);
+  REQUIRE(eventually(
+      [&] { return metric(s, R"(sluice_emergency_action{action="no_keepalive"})") == 1; }, 10s));
+  auto r = run({"nghttp", "-nv", url(s.port, "/slow?ms=2000")});
+  INFO(r.out);
+  CHECK(r.out.find(":status: 200") != std::string::npos);
+  auto first = r.out.find("recv GOAWAY");
+  REQUIRE(first != std::string::npos);
+  CHECK(r.out.find("last_stream_id=2147483647", first) != std::string::npos);
+}
