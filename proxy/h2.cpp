@@ -86,7 +86,7 @@ class Connection;
 class StreamImpl final : public H2Stream, public std::enable_shared_from_this<StreamImpl> {
  public:
   StreamImpl(Connection& c, net::io_context& ioc, std::int32_t id, std::string_view tls_version)
-      : conn_(&c), ioc_(ioc), id_(id), tls_version_(tls_version) {}
+      : began(Clock::now()), conn_(&c), ioc_(ioc), id_(id), tls_version_(tls_version) {}
 
   // ---- H2Stream (the Session's side) ----
   void read_some(net::mutable_buffer into, Handler h) override;
@@ -106,6 +106,19 @@ class StreamImpl final : public H2Stream, public std::enable_shared_from_this<St
   void add_header(std::string_view name, std::string_view value, std::size_t limit);
   // The head is whole: the HTTP/1.1 request it means, in in_.
   void compose(bool ended);
+  // A GET or HEAD whose HEADERS did not end the stream: whether a body follows
+  // is known at its first DATA (chunked) or its end (none), not before.
+  bool body_undecided(bool ended) const {
+    return !ended && !has_length_ && (method_ == "GET" || method_ == "HEAD");
+  }
+  // Answered by the connection itself (431): nobody reads what comes.
+  void answered(bool ended) {
+    closed_ = true;
+    in_done_ = ended;
+  }
+  // What was received and not given back to flow control, for a stream that
+  // ends: the connection's window must not shrink by it.
+  std::size_t take_unconsumed() { return std::exchange(unconsumed_, 0); }
   void input(const std::uint8_t* data, std::size_t n);
   void end_input();
   // The stream closed (its end, a reset, or the connection's end).
@@ -115,7 +128,9 @@ class StreamImpl final : public H2Stream, public std::enable_shared_from_this<St
   bool output_waiting() const { return out_.size() > out_off_; }
   bool input_done() const { return in_done_; }
   bool response_done() const { return res_done_; }
-  bool counted = false;  // in sluice_h2_streams
+  bool counted = false;     // in sluice_h2_streams
+  bool undecided = false;   // its Session waits for body_undecided() to be decided
+  Clock::time_point began;  // its HEADERS began
 
   static ssize_t read_out(nghttp2_session*, std::int32_t, std::uint8_t* buf, std::size_t length,
                           std::uint32_t* flags, nghttp2_data_source* source, void*);
@@ -215,6 +230,7 @@ class Connection final : public Tracked, public std::enable_shared_from_this<Con
     return it == streams_.end() ? nullptr : it->second.get();
   }
   void request_ready(StreamImpl& s, bool ended);
+  void start(StreamImpl& s, bool ended);
   void answer_431(StreamImpl& s);
   // One unit of the frame budget; false once it is spent (GOAWAY queued).
   bool spend();
@@ -514,6 +530,9 @@ void StreamImpl::close(bool graceful) {
   cancel();
   watcher_ = nullptr;
   if (gone_ || !conn_) return;
+  // What it was sent and nobody will read gives its window back.
+  if (auto n = std::exchange(unconsumed_, 0); n > 0)
+    nghttp2_session_consume(conn_->session(), id_, n);
   if (graceful && submitted_ && !res_done_ && res_) {
     error_code ec;
     res_->put_eof(ec);  // a body delimited by the close ends here
@@ -703,14 +722,23 @@ void Connection::on_deadline() {
     teardown();
     return;
   }
-  // Output held by windows the client does not open, as long.
-  bool blocked = false;
-  for (auto& [id, s] : streams_)
-    if (s->output_waiting() && (nghttp2_session_get_remote_window_size(s_) <= 0 ||
-                                nghttp2_session_get_stream_remote_window_size(s_, id) <= 0)) {
-      blocked = true;
-      break;
+  // Output held by a connection window the client does not open, as long (a
+  // stream's own window held shut is its Session's send timeout).
+  bool blocked = false, requests = false;
+  for (auto& [id, s] : streams_) {
+    if (s->output_waiting() && nghttp2_session_get_remote_window_size(s_) <= 0) blocked = true;
+    if (s->counted && !s->undecided) {
+      requests = true;
+    } else if (now - s->began > cfg_.header_timeout) {
+      // A head (or a GET's first DATA) not whole within SLUICE_HEADER_TIMEOUT:
+      // the slowloris of HTTP/2.
+      bump(st_.client_timeouts[static_cast<std::size_t>(ClientTimeout::header)]);
+      calm_ = true;
+      nghttp2_session_terminate_session(s_, NGHTTP2_PROTOCOL_ERROR);
+      flush();
+      return;
     }
+  }
   if (!blocked) {
     blocked_since_ = {};
   } else if (blocked_since_ == Clock::time_point{}) {
@@ -722,7 +750,7 @@ void Connection::on_deadline() {
     flush();
     return;
   }
-  if (streams_.empty() && !writing_) {
+  if (!requests && !writing_) {
     auto idle = std::chrono::milliseconds(any_stream_ ? cfg_.idle_timeout : cfg_.header_timeout);
     if (rt.published.acting(admission::Action::short_timeouts))  // as a Session's
       idle = std::min(idle, std::max(std::chrono::milliseconds{1000}, idle / 10));
@@ -763,9 +791,19 @@ void Connection::request_ready(StreamImpl& s, bool ended) {
   bump(st_.h2_streams, std::int64_t{1});
   bump(st_.h2_streams_total);
   if (s.too_large()) {
+    s.answered(ended);
     answer_431(s);
     return;
   }
+  if (s.body_undecided(ended)) {
+    s.undecided = true;  // decided by its first DATA or its end (decide())
+    return;
+  }
+  start(s, ended);
+}
+
+void Connection::start(StreamImpl& s, bool ended) {
+  s.undecided = false;
   s.compose(ended);
   // Started after this read's frames: a stream reset in them starts nothing.
   net::post(w_.ioc(), [&w = w_, st = streams_[s.id()]] {
@@ -810,12 +848,17 @@ int Connection::on_frame_recv(nghttp2_session*, const nghttp2_frame* f, void* ud
       if (auto* s = c->stream(f->hd.stream_id)) {
         if (f->headers.cat == NGHTTP2_HCAT_REQUEST)
           c->request_ready(*s, end);
+        else if (end && s->undecided)
+          c->start(*s, true);
         else if (end)
           s->end_input();  // trailers: the body's end (their fields are not forwarded)
       }
       return 0;
     case NGHTTP2_DATA:
-      if (auto* s = c->stream(f->hd.stream_id); s && end) s->end_input();
+      if (auto* s = c->stream(f->hd.stream_id); s && end && s->undecided)
+        c->start(*s, true);  // no body after all (its DATA frames were empty)
+      else if (s && end)
+        s->end_input();
       if (f->hd.length == 0 && !end && !c->spend()) return NGHTTP2_ERR_CALLBACK_FAILURE;
       return 0;
     case NGHTTP2_RST_STREAM:
@@ -833,9 +876,10 @@ int Connection::on_frame_recv(nghttp2_session*, const nghttp2_frame* f, void* ud
 int Connection::on_data_chunk(nghttp2_session*, std::uint8_t, std::int32_t id,
                               const std::uint8_t* data, std::size_t len, void* ud) {
   auto* c = static_cast<Connection*>(ud);
-  if (auto* s = c->stream(id))
+  if (auto* s = c->stream(id)) {
+    if (s->undecided && len > 0) c->start(*s, false);  // a body: chunked
     s->input(data, len);
-  else
+  } else
     nghttp2_session_consume(c->s_, id, len);  // a stream already answered: its window goes back
   return 0;
 }
@@ -847,6 +891,9 @@ int Connection::on_stream_close(nghttp2_session*, std::int32_t id, std::uint32_t
   auto s = std::move(it->second);
   c->streams_.erase(it);
   if (s->counted) bump(c->st_.h2_streams, std::int64_t{-1});
+  // Bytes it held unread: the stream's window goes with it, the connection's
+  // must not shrink by them.
+  if (auto n = s->take_unconsumed(); n > 0) nghttp2_session_consume_connection(c->s_, n);
   s->ended();
   return 0;
 }

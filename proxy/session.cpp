@@ -114,7 +114,10 @@ class Session : public Tracked,
     ex_ = Exchange{};
     if (tls_notes_.renegotiations > 0)
       bump(st_.tls_renegotiations, std::uint64_t{tls_notes_.renegotiations});
-    if (auto* h2 = sock_.h2()) h2->watch(nullptr);
+    if (auto* h2 = sock_.h2()) {
+      h2->watch(nullptr);
+      h2->close(false);  // a stream whose Session ended without an answer is reset, never left open
+    }
     if (connection_) {  // an accepted connection (an HTTP/2 one counts itself)
       bump(st_.client_connections, std::int64_t{-1});
       if (!handed_over_) w_.runtime().connections.fetch_sub(1, std::memory_order_relaxed);
@@ -760,6 +763,11 @@ class Session : public Tracked,
   }
 
   void place(Clock::time_point now) {
+    if (sock_.gone()) {  // its HTTP/2 stream went while it waited for ingest room
+      ex_.ingest.give_back();
+      abort();
+      return;
+    }
     if (!apply(admission::place(ask(), *this, ups_, micros(now), w_.rng()), now)) return;
     count_decision();
     forward();
@@ -1086,6 +1094,7 @@ class Session : public Tracked,
   void send_request() {
     phase_ = Phase::send_upstream;
     ex_.sent_at = Clock::now();
+    ex_.first_event_due.reset();  // each send has its own (a replay, a second ask)
     // A route that may move a late stream keeps a body read whole before
     // admission, to send it again.
     if (ex_.route->first_event_timeout && !ex_.first_event_moved && ex_.prebuffered > 0 &&
@@ -1189,7 +1198,7 @@ class Session : public Tracked,
 
   // An upstream failed before any of its response reached the client.
   void upstream_failed(error_code ec, std::string_view what) {
-    if (ex_.first_event_late) {
+    if (std::exchange(ex_.first_event_late, false) && !ex_.header_sent) {
       first_event_failover();
       return;
     }
@@ -1259,6 +1268,7 @@ class Session : public Tracked,
     ex_.first_event_late = false;
     ex_.first_event_due.reset();
     ex_.first_event_moved = true;
+    const std::size_t late_host = ex_.up ? ex_.up->host : SIZE_MAX;
     ex_.up.reset();
     res_.reset();
     ex_.sse = false;
@@ -1271,6 +1281,8 @@ class Session : public Tracked,
     if (movable() && go_elsewhere(Clock::now(), admission::Fallback::first_event)) return;
     if (phase_ == Phase::closing || ex_.header_sent) return;  // refused where it stayed
     bump(st_.upstream[ex_.upstream].retries);
+    fresh = true;
+    avoid_host = late_host;  // another of its hosts, when it has one
     acquire();
   }
 
@@ -1290,6 +1302,7 @@ class Session : public Tracked,
   }
 
   void on_response_head(error_code ec, std::size_t) {
+    if (!ec) ex_.first_event_late = false;  // it came as the wait ended: it stays
     if (ec) {
       upstream_failed(ec, "upstream_bad_response");
       return;
@@ -1407,13 +1420,17 @@ class Session : public Tracked,
 
   void on_response_body(error_code ec, std::size_t) {
     if (ec == http::error::need_buffer) ec = {};
-    if (ec && ex_.first_event_late) {
+    if (std::exchange(ex_.first_event_late, false) && ec && !ex_.header_sent) {
       first_event_failover();
       return;
     }
     if (ec) {
       if (ex_.end_stream && ec == net::error::operation_aborted) {
         response_body_step();  // draining: the stream ends cleanly here
+        return;
+      }
+      if (!ex_.header_sent) {  // a held SSE head: the client still gets a status
+        upstream_failed(ec, "upstream_bad_response");
         return;
       }
       // An SSE stream cut for idling is the stream's silence, not the upstream timing out.

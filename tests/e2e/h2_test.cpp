@@ -425,3 +425,35 @@ TEST_CASE("the no_keepalive emergency action sends HTTP/2 connections the drain'
   REQUIRE(first != std::string::npos);
   CHECK(r.out.find("last_stream_id=2147483647", first) != std::string::npos);
 }
+
+TEST_CASE(
+    "uploads refused after a wait give their connection's window back: a later one goes through",
+    "[e2e][h2]") {
+  Upstream api(kUpstream), search(kUpstream);
+  Sluice s(kSluice, two_upstreams(api, search,
+                                  h2c({{"SLUICE_H2_WINDOW", "64KiB"},  // the connection's: 256 KiB
+                                       {"SLUICE_INGEST_BUDGET", "64KiB"},
+                                       {"SLUICE_ROUTES", R"([{"prefix":"/bulk","lane":"bulk"},)"
+                                                         R"({"prefix":"/"}])"}})));
+  auto path = std::filesystem::temp_directory_path() / ("sluice-h2-up-" + std::to_string(getpid()));
+  std::ofstream(path) << std::string(200'000, 'u');
+  // Six bulk uploads, each over bulk's share of the ingest budget: one goes
+  // alone, the others wait (their Sessions read nothing past a first block
+  // while the client sends up to two windows) and are refused after a
+  // second; then one to /echo on the same connection.
+  std::vector<std::string> argv{"nghttp", "-nv", "-d", path.string()};
+  for (int i = 0; i < 6; ++i) argv.push_back(url(s.port, "/bulk/up?i=" + std::to_string(i)));
+  argv.push_back(url(s.port, "/echo"));
+  auto r = run(argv, 30s);
+  std::filesystem::remove(path);
+  INFO(r.out.substr(0, 4000) << r.err);
+  CHECK(r.code == 0);
+  auto streams = frames_by_stream(r.out);
+  REQUIRE(streams.size() == 7);
+  int refused = 0, served = 0;
+  for (auto& [id, f] : streams) (f[":status"] == "503" ? refused : served) += 1;
+  CHECK(refused >= 1);
+  CHECK(served >= 2);
+  CHECK(refused + served == 7);
+  CHECK(streams.rbegin()->second[":status"] == "200");  // /echo
+}
