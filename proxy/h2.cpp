@@ -127,7 +127,6 @@ class StreamImpl final : public H2Stream, public std::enable_shared_from_this<St
   bool too_large() const { return too_large_; }
   bool output_waiting() const { return out_.size() > out_off_; }
   bool input_done() const { return in_done_; }
-  bool response_done() const { return res_done_; }
   bool counted = false;     // in sluice_h2_streams
   bool undecided = false;   // its Session waits for body_undecided() to be decided
   Clock::time_point began;  // its HEADERS began
