@@ -177,6 +177,12 @@ class Controller {
                std::string who);
   // Removes the pin (no-op Decision when none); the level stays, automatic decisions resume.
   Decision unpin(Millis now, std::string_view who);
+  // A pin taken away between two ticks: automatic decisions are judged from
+  // the tick that follows (`now`), as the replay of the tick log judges them,
+  // which sees the unpin on that tick's line.
+  void unpinned_at(Millis now) {
+    if (!pin_) calm_since_ = now;
+  }
 
   Level level() const { return level_; }
   Trigger trigger() const { return trigger_; }  // of the last change

@@ -90,6 +90,7 @@ void Ticker::on_tick() {
   auto step = [&](admission::Controller& c, const admission::Reading& r,
                   std::optional<std::size_t> upstream) {
     auto before_pin = c.pin_state();
+    if (logged_for(upstream).unpin) c.unpinned_at(r.t);
     auto decision = c.step(r);
     if (before_pin && !c.pin_state())
       audit("pin_expired", before_pin->level, c.level(), before_pin->who, before_pin->reason,
