@@ -30,6 +30,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "proxy/request_fields.hpp"
 #include "proxy/runtime.hpp"
 #include "proxy/stream_io.hpp"
 
@@ -76,14 +77,31 @@ struct OutBody {
 };
 using ResponseReader = http::response_parser<OutBody>;
 
-bool connection_specific(std::string_view lower) {
-  return lower == "connection" || lower == "keep-alive" || lower == "proxy-connection" ||
-         lower == "transfer-encoding" || lower == "upgrade";
+// The fields of an HTTP/1.1 response that HTTP/2 forbids (RFC 9113 8.2.2):
+// the framing and keep-alive Sluice wrote for HTTP/1.1.
+bool connection_specific(http::field f) {
+  switch (f) {
+    case http::field::connection:
+    case http::field::keep_alive:
+    case http::field::proxy_connection:
+    case http::field::transfer_encoding:
+    case http::field::upgrade:
+      return true;
+    default:
+      return false;
+  }
 }
+
+// A response head's fields as nghttp2 takes them, names lowercased: one per
+// connection, reused for every response (nghttp2 copies what it is given).
+struct HeaderList {
+  std::string lower;
+  std::vector<nghttp2_nv> nva;
+};
 
 class Connection;
 
-class StreamImpl final : public H2Stream, public std::enable_shared_from_this<StreamImpl> {
+class StreamImpl final : public H2Stream {
  public:
   StreamImpl(Connection& c, net::io_context& ioc, std::int32_t id, std::string_view tls_version)
       : began(Clock::now()), conn_(&c), ioc_(ioc), id_(id), tls_version_(tls_version) {}
@@ -197,7 +215,7 @@ class Connection final : public Tracked, public std::enable_shared_from_this<Con
   }
 
   nghttp2_session* session() const { return s_; }
-  net::io_context& ioc() { return w_.ioc(); }
+  HeaderList& header_list() { return headers_; }
   SSL* ssl() const { return sock_.ssl(); }
   std::string_view client() const { return client_; }
   // Frames are due: one flush after the handlers queued now have run.
@@ -248,6 +266,7 @@ class Connection final : public Tracked, public std::enable_shared_from_this<Con
   tls::HandshakeNotes notes_;  // renegotiations a client starts on it, counted at its end
   nghttp2_session* s_ = nullptr;
   std::unordered_map<std::int32_t, std::shared_ptr<StreamImpl>> streams_;
+  HeaderList headers_;
   std::array<std::uint8_t, kReadSize> rbuf_{};
   std::string wbuf_;
   bool writing_ = false;
@@ -292,7 +311,7 @@ void StreamImpl::add_header(std::string_view name, std::string_view value, std::
     return;
   }
   if (name == "content-length") has_length_ = true;
-  fields_.append(name).append(": ").append(value).append("\r\n");
+  append_field(fields_, name, value);
 }
 
 void StreamImpl::compose(bool ended) {
@@ -302,9 +321,9 @@ void StreamImpl::compose(bool ended) {
               cookies_.size() + 96);
   in_.append(method_).append(" ").append(target).append(" HTTP/1.1\r\n");
   const std::string& host = authority_.empty() ? host_ : authority_;
-  if (!host.empty()) in_.append("Host: ").append(host).append("\r\n");
+  if (!host.empty()) append_field(in_, "Host", host);
   in_.append(fields_);
-  if (!cookies_.empty()) in_.append("Cookie: ").append(cookies_).append("\r\n");
+  if (!cookies_.empty()) append_field(in_, "Cookie", cookies_);
   chunked_in_ = !ended && !has_length_;
   if (chunked_in_) in_.append("Transfer-Encoding: chunked\r\n");
   in_.append("Connection: close\r\n\r\n");  // one request per stream
@@ -444,15 +463,12 @@ bool StreamImpl::on_response_head(error_code& ec) {
   char code[4];
   std::to_chars(code, code + 3, status);
   // The names lowercased into one string sized first, so the pointers hold.
-  std::size_t names = 0, count = 1;
-  for (const auto& f : m) {
-    names += f.name_string().size();
-    ++count;
-  }
-  std::string lower;
+  std::size_t names = 0;
+  for (const auto& f : m) names += f.name_string().size();
+  auto& [lower, nva] = conn_->header_list();
+  lower.clear();
   lower.reserve(names);
-  std::vector<nghttp2_nv> nva;
-  nva.reserve(count);
+  nva.clear();
   auto nv = [](std::string_view n, std::string_view v) {
     return nghttp2_nv{reinterpret_cast<std::uint8_t*>(const_cast<char*>(n.data())),
                       reinterpret_cast<std::uint8_t*>(const_cast<char*>(v.data())), n.size(),
@@ -460,13 +476,11 @@ bool StreamImpl::on_response_head(error_code& ec) {
   };
   nva.push_back(nv(":status", std::string_view(code, 3)));
   for (const auto& f : m) {
+    if (connection_specific(f.name())) continue;
     auto name = f.name_string();
     const std::size_t at = lower.size();
-    for (char c : name)
-      lower.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
-    std::string_view l(lower.data() + at, name.size());
-    if (connection_specific(l)) continue;
-    nva.push_back(nv(l, f.value()));
+    for (char c : name) lower.push_back(c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c);
+    nva.push_back(nv(std::string_view(lower.data() + at, name.size()), f.value()));
   }
   auto* s = conn_->session();
   if (status >= 100 && status < 200) {
@@ -480,15 +494,12 @@ bool StreamImpl::on_response_head(error_code& ec) {
     return true;
   }
   submitted_ = true;
-  if (res_->is_done() && !output_waiting()) {  // no body: END_STREAM on the HEADERS
-    res_done_ = true;
-    return nghttp2_submit_response(s, id_, nva.data(), nva.size(), nullptr) == 0 ||
-           (ec = http::error::bad_status, false);
-  }
   nghttp2_data_provider dp;
   dp.source.ptr = this;
   dp.read_callback = &StreamImpl::read_out;
-  if (nghttp2_submit_response(s, id_, nva.data(), nva.size(), &dp) != 0) {
+  const bool body = !res_->is_done() || output_waiting();  // none: END_STREAM on the HEADERS
+  if (!body) res_done_ = true;
+  if (nghttp2_submit_response(s, id_, nva.data(), nva.size(), body ? &dp : nullptr) != 0) {
     ec = http::error::bad_status;
     return false;
   }
@@ -795,7 +806,7 @@ void Connection::request_ready(StreamImpl& s, bool ended) {
     return;
   }
   if (s.body_undecided(ended)) {
-    s.undecided = true;  // decided by its first DATA or its end (decide())
+    s.undecided = true;  // started by its first DATA (a body) or its end (none)
     return;
   }
   start(s, ended);
