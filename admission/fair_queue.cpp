@@ -28,6 +28,7 @@ void FairQueue::enter(std::int32_t f) {
   fl.prev = b.tail;
   (b.tail >= 0 ? flow(b.tail).next : b.head) = f;
   b.tail = f;
+  ++bucketed_;
   lowest_ = std::min(lowest_, fl.level);
 }
 
@@ -37,8 +38,12 @@ void FairQueue::leave(std::int32_t f) {
   (fl.prev >= 0 ? flow(fl.prev).next : b.head) = fl.next;
   (fl.next >= 0 ? flow(fl.next).prev : b.tail) = fl.prev;
   fl.prev = fl.next = -1;
-  if (fl.level == lowest_)
-    while (lowest_ < kLevels && buckets_[lowest_].head < 0) ++lowest_;
+  // The lowest bucket is looked for only up to the next flow still in one: a
+  // lone flow that moves a level as it is seated or released scans nothing.
+  if (--bucketed_ == 0)
+    lowest_ = kLevels;
+  else if (fl.level == lowest_)
+    while (buckets_[lowest_].head < 0) ++lowest_;
 }
 
 void FairQueue::push(Seat& s, bool front) {

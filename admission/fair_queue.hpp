@@ -91,6 +91,7 @@ class FairQueue {
   std::unique_ptr<Bucket[]> buckets_;
   std::uint32_t lowest_ = kLevels;  // the lowest bucket with a flow (kLevels: none)
   int active_ = 0;
+  int bucketed_ = 0;  // flows in a bucket (active_, but for a flow moving between levels)
   Seat* order_head_ = nullptr;
   Seat* order_tail_ = nullptr;
 };

@@ -92,6 +92,15 @@ bool connection_specific(http::field f) {
   }
 }
 
+// Fields whose value differs in every response go "never indexed": HPACK's
+// dynamic table would take a new entry for each (evicting the ones that do
+// repeat), and nghttp2 finds an entry by its name's hash, so a table full of one
+// name's values is scanned whole for every response.
+bool unique_per_response(http::field f, std::string_view name) {
+  return f == http::field::retry_after || f == http::field::set_cookie ||
+         beast::iequals(name, "x-request-id");
+}
+
 // A response head's fields as nghttp2 takes them, names lowercased: one per
 // connection, reused for every response (nghttp2 copies what it is given).
 struct HeaderList {
@@ -469,18 +478,20 @@ bool StreamImpl::on_response_head(error_code& ec) {
   lower.clear();
   lower.reserve(names);
   nva.clear();
-  auto nv = [](std::string_view n, std::string_view v) {
+  auto nv = [](std::string_view n, std::string_view v, std::uint8_t flags) {
     return nghttp2_nv{reinterpret_cast<std::uint8_t*>(const_cast<char*>(n.data())),
                       reinterpret_cast<std::uint8_t*>(const_cast<char*>(v.data())), n.size(),
-                      v.size(), NGHTTP2_NV_FLAG_NONE};
+                      v.size(), flags};
   };
-  nva.push_back(nv(":status", std::string_view(code, 3)));
+  nva.push_back(nv(":status", std::string_view(code, 3), NGHTTP2_NV_FLAG_NONE));
   for (const auto& f : m) {
     if (connection_specific(f.name())) continue;
     auto name = f.name_string();
     const std::size_t at = lower.size();
     for (char c : name) lower.push_back(c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c);
-    nva.push_back(nv(std::string_view(lower.data() + at, name.size()), f.value()));
+    nva.push_back(
+        nv(std::string_view(lower.data() + at, name.size()), f.value(),
+           unique_per_response(f.name(), name) ? NGHTTP2_NV_FLAG_NO_INDEX : NGHTTP2_NV_FLAG_NONE));
   }
   auto* s = conn_->session();
   if (status >= 100 && status < 200) {

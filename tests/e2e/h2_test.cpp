@@ -15,6 +15,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -87,10 +88,11 @@ std::vector<Head> heads(const std::string& out) {
   return all;
 }
 
-// nghttp -v's received fields, per stream id: "[  0.003] recv (stream_id=13) name: value".
+// nghttp -v's received fields, per stream id: "[  0.003] recv (stream_id=13) name: value"
+// ("(stream_id=13, sensitive)" for a field that came never indexed).
 std::map<int, std::map<std::string, std::string>> frames_by_stream(const std::string& out) {
   std::map<int, std::map<std::string, std::string>> all;
-  std::regex field(R"(recv \(stream_id=([0-9]+)\) (:?[a-z0-9-]+): ([^\n]*))");
+  std::regex field(R"(recv \(stream_id=([0-9]+)(?:, sensitive)?\) (:?[a-z0-9-]+): ([^\n]*))");
   for (std::sregex_iterator i(out.begin(), out.end(), field), end; i != end; ++i)
     all[std::stoi((*i)[1])][(*i)[2]] = (*i)[3];
   return all;
@@ -261,8 +263,7 @@ struct Flood {
   int goaway = -1;
   int reset = 0;
 };
-Flood reset_flood(std::uint16_t port, int streams) {
-  Flood f;
+int connect_loopback(std::uint16_t port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -271,6 +272,18 @@ Flood reset_flood(std::uint16_t port, int streams) {
   REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
   timeval tv{5, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+nghttp2_nv client_nv(const char* n, const char* v) {
+  return nghttp2_nv{reinterpret_cast<std::uint8_t*>(const_cast<char*>(n)),
+                    reinterpret_cast<std::uint8_t*>(const_cast<char*>(v)), std::strlen(n),
+                    std::strlen(v), NGHTTP2_NV_FLAG_NONE};
+}
+
+Flood reset_flood(std::uint16_t port, int streams) {
+  Flood f;
+  int fd = connect_loopback(port);
   nghttp2_session_callbacks* cb = nullptr;
   nghttp2_session_callbacks_new(&cb);
   nghttp2_session_callbacks_set_on_frame_recv_callback(
@@ -289,13 +302,9 @@ Flood reset_flood(std::uint16_t port, int streams) {
       if (::send(fd, data, static_cast<std::size_t>(n), MSG_NOSIGNAL) != n) return false;
     return true;
   };
-  auto nv = [](const char* n, const char* v) {
-    return nghttp2_nv{reinterpret_cast<std::uint8_t*>(const_cast<char*>(n)),
-                      reinterpret_cast<std::uint8_t*>(const_cast<char*>(v)), std::strlen(n),
-                      std::strlen(v), NGHTTP2_NV_FLAG_NONE};
-  };
-  const nghttp2_nv req[] = {nv(":method", "GET"), nv(":scheme", "http"),
-                            nv(":authority", "127.0.0.1"), nv(":path", "/slow?ms=300")};
+  const nghttp2_nv req[] = {client_nv(":method", "GET"), client_nv(":scheme", "http"),
+                            client_nv(":authority", "127.0.0.1"),
+                            client_nv(":path", "/slow?ms=300")};
   bool open = send_all();
   for (int i = 0; i < streams && open; ++i) {
     auto id = nghttp2_submit_request(s, nullptr, req, std::size(req), nullptr, nullptr);
@@ -311,6 +320,60 @@ Flood reset_flood(std::uint16_t port, int streams) {
   nghttp2_session_del(s);
   ::close(fd);
   return f;
+}
+
+// The response fields of `streams` GETs of `path` on one h2c connection, one
+// after another, as nghttp2's client session decoded them: name, value and
+// whether the field came "never indexed".
+struct Field {
+  std::int32_t stream;
+  std::string name, value;
+  bool never_indexed;
+};
+std::vector<Field> response_fields(std::uint16_t port, const char* path, int streams) {
+  struct State {
+    std::vector<Field> fields;
+    bool closed = false;
+  } st;
+  int fd = connect_loopback(port);
+  nghttp2_session_callbacks* cb = nullptr;
+  nghttp2_session_callbacks_new(&cb);
+  nghttp2_session_callbacks_set_on_header_callback(
+      cb, [](nghttp2_session*, const nghttp2_frame* fr, const std::uint8_t* n, std::size_t nl,
+             const std::uint8_t* v, std::size_t vl, std::uint8_t flags, void* ud) {
+        static_cast<State*>(ud)->fields.push_back(
+            {fr->hd.stream_id, std::string(reinterpret_cast<const char*>(n), nl),
+             std::string(reinterpret_cast<const char*>(v), vl),
+             (flags & NGHTTP2_NV_FLAG_NO_INDEX) != 0});
+        return 0;
+      });
+  nghttp2_session_callbacks_set_on_stream_close_callback(
+      cb, [](nghttp2_session*, std::int32_t, std::uint32_t, void* ud) {
+        static_cast<State*>(ud)->closed = true;
+        return 0;
+      });
+  nghttp2_session* s = nullptr;
+  nghttp2_session_client_new(&s, cb, &st);
+  nghttp2_session_callbacks_del(cb);
+  nghttp2_submit_settings(s, NGHTTP2_FLAG_NONE, nullptr, 0);
+  const nghttp2_nv req[] = {client_nv(":method", "GET"), client_nv(":scheme", "http"),
+                            client_nv(":authority", "127.0.0.1"), client_nv(":path", path)};
+  std::uint8_t buf[16384];
+  for (int i = 0; i < streams; ++i) {
+    st.closed = false;
+    REQUIRE(nghttp2_submit_request(s, nullptr, req, std::size(req), nullptr, nullptr) > 0);
+    const std::uint8_t* data = nullptr;
+    for (ssize_t n; (n = nghttp2_session_mem_send(s, &data)) > 0;)
+      REQUIRE(::send(fd, data, static_cast<std::size_t>(n), MSG_NOSIGNAL) == n);
+    while (!st.closed) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      REQUIRE(n > 0);
+      REQUIRE(nghttp2_session_mem_recv(s, buf, static_cast<std::size_t>(n)) == n);
+    }
+  }
+  nghttp2_session_del(s);
+  ::close(fd);
+  return st.fields;
 }
 
 }  // namespace
@@ -333,6 +396,23 @@ TEST_CASE("a flood of stream resets is cut by the frame budget while other clien
   auto stats = json::parse(request(api.port, "GET", "/stats").body);
   CHECK(stats["requests"].get<int>() < flood.reset / 2);
   CHECK(request(s.port, "GET", "/echo").status == 200);
+}
+
+TEST_CASE("a response's per-response fields go never indexed, the others into HPACK's table",
+          "[e2e][h2]") {
+  Upstream api(kUpstream), search(kUpstream);
+  Sluice s(kSluice, two_upstreams(api, search, h2c()));
+  auto fields = response_fields(s.port, "/search/q", 4);
+  std::map<std::string, std::set<std::string>> values;
+  for (const auto& f : fields) {
+    values[f.name].insert(f.value);
+    // X-Request-Id differs in every response: indexed, each would take a new
+    // entry in the connection's table and evict the fields that repeat.
+    if (f.name == "x-request-id") CHECK(f.never_indexed);
+    if (f.name == "content-type" || f.name == ":status") CHECK_FALSE(f.never_indexed);
+  }
+  CHECK(values["x-request-id"].size() == 4);
+  CHECK(values["content-type"].size() == 1);
 }
 
 TEST_CASE("a header list over SLUICE_MAX_HEADER_BYTES is that stream's 431", "[e2e][h2]") {
