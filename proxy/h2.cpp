@@ -23,7 +23,7 @@
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
-#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/error.hpp>
 #include <charconv>
 #include <cstring>
 #include <optional>
@@ -31,6 +31,7 @@
 #include <unordered_map>
 
 #include "proxy/request_fields.hpp"
+#include "proxy/response_bytes.hpp"
 #include "proxy/runtime.hpp"
 #include "proxy/stream_io.hpp"
 
@@ -48,57 +49,19 @@ constexpr std::size_t kReadSize = 16 * 1024;
 constexpr auto kCheckEvery = std::chrono::milliseconds(250);
 constexpr auto kAnnounceToGoaway = std::chrono::seconds(1);  // the drain's two GOAWAYs apart
 
-// A response body as the Session wrote it, decoded (de-chunked), held for
-// DATA frames: a Beast body whose reader appends to a string.
-struct OutBody {
-  using value_type = std::string;
-  class reader {
-   public:
-    template <bool isRequest, class Fields>
-    reader(http::header<isRequest, Fields>&, value_type& b) : b_(b) {}
-    void init(const boost::optional<std::uint64_t>&, error_code& ec) { ec = {}; }
-    template <class ConstBufferSequence>
-    std::size_t put(const ConstBufferSequence& buffers, error_code& ec) {
-      ec = {};
-      std::size_t n = 0;
-      for (auto it = net::buffer_sequence_begin(buffers); it != net::buffer_sequence_end(buffers);
-           ++it) {
-        net::const_buffer b(*it);
-        b_.append(static_cast<const char*>(b.data()), b.size());
-        n += b.size();
-      }
-      return n;
-    }
-    void finish(error_code& ec) { ec = {}; }
-
-   private:
-    value_type& b_;
-  };
-};
-using ResponseReader = http::response_parser<OutBody>;
-
 // The fields of an HTTP/1.1 response that HTTP/2 forbids (RFC 9113 8.2.2):
-// the framing and keep-alive Sluice wrote for HTTP/1.1.
-bool connection_specific(http::field f) {
-  switch (f) {
-    case http::field::connection:
-    case http::field::keep_alive:
-    case http::field::proxy_connection:
-    case http::field::transfer_encoding:
-    case http::field::upgrade:
-      return true;
-    default:
-      return false;
-  }
+// the framing and keep-alive Sluice wrote for HTTP/1.1. Names lowercased.
+bool connection_specific(std::string_view name) {
+  return name == "connection" || name == "keep-alive" || name == "proxy-connection" ||
+         name == "transfer-encoding" || name == "upgrade";
 }
 
 // Fields whose value differs in every response go "never indexed": HPACK's
 // dynamic table would take a new entry for each (evicting the ones that do
 // repeat), and nghttp2 finds an entry by its name's hash, so a table full of one
-// name's values is scanned whole for every response.
-bool unique_per_response(http::field f, std::string_view name) {
-  return f == http::field::retry_after || f == http::field::set_cookie ||
-         beast::iequals(name, "x-request-id");
+// name's values is scanned whole for every response. Names lowercased.
+bool unique_per_response(std::string_view name) {
+  return name == "x-request-id" || name == "retry-after" || name == "set-cookie";
 }
 
 // A response head's fields as nghttp2 takes them, names lowercased: one per
@@ -168,8 +131,7 @@ class StreamImpl final : public H2Stream {
   }
   void serve_read();
   bool feed(std::string_view bytes, error_code& ec);
-  bool on_response_head(error_code& ec);
-  void fresh_reader();
+  bool on_response_head(const ResponseBytes::Head& h);
   void reset(std::uint32_t code);
   void give_back_window();
   std::size_t buffered_in() const { return in_.size() - in_off_; }
@@ -191,8 +153,7 @@ class StreamImpl final : public H2Stream {
   net::mutable_buffer read_into_;
   Handler read_h_;
   // The response: parsed as written, its body bytes queued for DATA frames.
-  std::optional<ResponseReader> res_;
-  std::string partial_;  // bytes the parser wants more of before it can take them
+  std::optional<ResponseBytes> res_;  // made at the first write (HEAD known by then)
   std::string out_;
   std::size_t out_off_ = 0;
   bool submitted_ = false;
@@ -396,14 +357,6 @@ void StreamImpl::serve_read() {
   if (in_done_) complete(read_h_, net::error::eof, 0);
 }
 
-void StreamImpl::fresh_reader() {
-  res_.emplace();
-  res_->eager(true);
-  res_->body_limit(boost::none);
-  res_->header_limit(1u << 20);
-  if (method_ == "HEAD") res_->skip(true);
-}
-
 void StreamImpl::write_some(const Pieces& pieces, Handler h) {
   if (gone_ || closed_ || !conn_) return complete(h, net::error::connection_reset, 0);
   std::size_t total = 0;
@@ -432,51 +385,28 @@ void StreamImpl::write_some(const Pieces& pieces, Handler h) {
 
 // Takes bytes of the HTTP/1.1 response; false with ec when they are not one.
 bool StreamImpl::feed(std::string_view bytes, error_code& ec) {
-  if (!partial_.empty()) {
-    partial_.append(bytes);
-    bytes = partial_;
+  if (!res_) res_.emplace(method_ == "HEAD");
+  bool refused = false;
+  const bool ok = res_->feed(bytes, out_, [&](const ResponseBytes::Head& h) {
+    refused = !on_response_head(h);
+    return !refused;
+  });
+  if (!ok) {
+    ec = refused ? http::error::bad_status : http::error::bad_value;
+    return false;
   }
-  std::string_view rest = bytes;
-  while (!rest.empty()) {
-    if (!res_) fresh_reader();
-    if (res_->is_done()) break;  // bytes after the response: not ours to send
-    const bool had_head = res_->is_header_done();
-    std::size_t used = res_->put(net::buffer(rest.data(), rest.size()), ec);
-    rest.remove_prefix(used);
-    if (ec == http::error::need_more) {
-      ec = {};
-      break;
-    }
-    if (ec) return false;
-    if (auto& body = res_->get().body(); !body.empty()) {  // its bytes join the queue
-      if (out_.empty())
-        out_.swap(body);
-      else
-        out_.append(body);
-      body.clear();
-    }
-    if (!had_head && res_->is_header_done() && !on_response_head(ec)) return false;
-    if (res_ && res_->is_done()) res_done_ = true;
-    if (used == 0 && !res_) continue;  // an interim head went: the next one follows
-    if (used == 0) break;
-  }
-  std::string keep(rest);
-  partial_ = std::move(keep);
+  if (res_->done()) res_done_ = true;
   return true;
 }
 
 // A head is whole: HEADERS now (an interim 1xx, or the response's).
-bool StreamImpl::on_response_head(error_code& ec) {
-  auto& m = res_->get();
-  const unsigned status = m.result_int();
-  char code[4];
-  std::to_chars(code, code + 3, status);
+bool StreamImpl::on_response_head(const ResponseBytes::Head& h) {
+  char code[3];
+  std::to_chars(code, code + 3, h.status);
   // The names lowercased into one string sized first, so the pointers hold.
-  std::size_t names = 0;
-  for (const auto& f : m) names += f.name_string().size();
   auto& [lower, nva] = conn_->header_list();
   lower.clear();
-  lower.reserve(names);
+  lower.reserve(h.fields.size());
   nva.clear();
   auto nv = [](std::string_view n, std::string_view v, std::uint8_t flags) {
     return nghttp2_nv{reinterpret_cast<std::uint8_t*>(const_cast<char*>(n.data())),
@@ -484,37 +414,27 @@ bool StreamImpl::on_response_head(error_code& ec) {
                       v.size(), flags};
   };
   nva.push_back(nv(":status", std::string_view(code, 3), NGHTTP2_NV_FLAG_NONE));
-  for (const auto& f : m) {
-    if (connection_specific(f.name())) continue;
-    auto name = f.name_string();
+  ResponseBytes::for_each_field(h.fields, [&](std::string_view name, std::string_view value) {
     const std::size_t at = lower.size();
     for (char c : name) lower.push_back(c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c);
-    nva.push_back(
-        nv(std::string_view(lower.data() + at, name.size()), f.value(),
-           unique_per_response(f.name(), name) ? NGHTTP2_NV_FLAG_NO_INDEX : NGHTTP2_NV_FLAG_NONE));
-  }
+    const std::string_view lname(lower.data() + at, name.size());
+    if (connection_specific(lname)) return lower.resize(at);
+    nva.push_back(nv(lname, value,
+                     unique_per_response(lname) ? NGHTTP2_NV_FLAG_NO_INDEX : NGHTTP2_NV_FLAG_NONE));
+  });
   auto* s = conn_->session();
-  if (status >= 100 && status < 200) {
+  if (h.status < 200) {
     // Interim: 100 Continue and the like go as they are; a 101 has no place here.
-    if (status == 101 || nghttp2_submit_headers(s, NGHTTP2_FLAG_NONE, id_, nullptr, nva.data(),
-                                                nva.size(), nullptr) != 0) {
-      ec = http::error::bad_status;
-      return false;
-    }
-    res_.reset();
-    return true;
+    return h.status != 101 && nghttp2_submit_headers(s, NGHTTP2_FLAG_NONE, id_, nullptr, nva.data(),
+                                                     nva.size(), nullptr) == 0;
   }
   submitted_ = true;
   nghttp2_data_provider dp;
   dp.source.ptr = this;
   dp.read_callback = &StreamImpl::read_out;
-  const bool body = !res_->is_done() || output_waiting();  // none: END_STREAM on the HEADERS
+  const bool body = h.body || output_waiting();  // none: END_STREAM on the HEADERS
   if (!body) res_done_ = true;
-  if (nghttp2_submit_response(s, id_, nva.data(), nva.size(), body ? &dp : nullptr) != 0) {
-    ec = http::error::bad_status;
-    return false;
-  }
-  return true;
+  return nghttp2_submit_response(s, id_, nva.data(), nva.size(), body ? &dp : nullptr) == 0;
 }
 
 ssize_t StreamImpl::read_out(nghttp2_session*, std::int32_t, std::uint8_t* buf, std::size_t length,
@@ -555,9 +475,8 @@ void StreamImpl::close(bool graceful) {
   if (auto n = std::exchange(unconsumed_, 0); n > 0)
     nghttp2_session_consume(conn_->session(), id_, n);
   if (graceful && submitted_ && !res_done_ && res_) {
-    error_code ec;
-    res_->put_eof(ec);  // a body delimited by the close ends here
-    if (!ec && res_->is_done()) res_done_ = true;
+    res_->eof();  // a body delimited by the close ends here
+    if (res_->done()) res_done_ = true;
   }
   if (!submitted_ || !res_done_) {
     reset(NGHTTP2_INTERNAL_ERROR);  // not whole: the client must not take it for whole
