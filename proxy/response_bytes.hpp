@@ -76,8 +76,20 @@ class ResponseBytes {
   }
 
  private:
-  enum class State { head, length, chunk_size, chunk_ext, chunk_size_lf, chunk_data, chunk_cr,
-                     chunk_lf, trailer, trailer_lf, to_close, done };
+  enum class State {
+    head,
+    length,
+    chunk_size,
+    chunk_ext,
+    chunk_size_lf,
+    chunk_data,
+    chunk_cr,
+    chunk_lf,
+    trailer,
+    trailer_lf,
+    to_close,
+    done
+  };
   static constexpr std::size_t kError = ~std::size_t{0};
 
   static std::string_view trim(std::string_view v) {

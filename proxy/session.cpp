@@ -45,6 +45,7 @@ using boost::system::error_code;
 namespace {
 
 constexpr std::size_t kReadChunk = 4096;
+constexpr std::size_t kHeadReserve = 1024;  // a head written (request or response), most fit
 constexpr std::size_t kMaxResponseHeader = 64 * 1024;
 // A write to the client still pending after this is a slow reader's (see write_client).
 constexpr Clock::duration kStalledWrite = std::chrono::milliseconds(250);
@@ -128,6 +129,10 @@ class Session : public Tracked,
   void run() {
     bump(w_.active_sessions, std::int64_t{1});
     buf_.max_size(cfg_.max_header_bytes + kReadChunk);
+    // The two head buffers take turns (out_, then sending_ while it is written):
+    // sized once for a usual head, not grown from nothing by each field.
+    out_.reserve(kHeadReserve);
+    sending_.reserve(kHeadReserve);
     if (auto* h2 = sock_.h2()) {
       auto client = h2->client();
       client_len_ = std::min(client.size(), sizeof client_);

@@ -386,10 +386,12 @@ TEST_CASE("a flood of stream resets is cut by the frame budget while other clien
   Process other({"h2load", "-n", "400", "-c", "2", "-m", "10", url(s.port, "/search/q")});
   auto flood = reset_flood(s.port, 5000);
   CHECK(flood.goaway == NGHTTP2_ENHANCE_YOUR_CALM);
-  // The bucket holds two seconds of the budget: cut well before the 5000th.
-  CHECK(flood.reset < 5000);
   CHECK(metric(s, R"(sluice_h2_limited_total{reason="frame_budget"})") == 1);
   REQUIRE(other.wait_exit(30s) == 0);
+  // The bucket holds two seconds of the budget (200): the flood is cut after a
+  // few hundred of its streams, wherever the client had got to by then (the
+  // kernel's buffers take all 5000 from a fast client before the GOAWAY).
+  CHECK(metric(s, "sluice_h2_streams_total") < 400 + 1000);
   CHECK(other.out().find("400 succeeded") != std::string::npos);
   // Streams reset in the read that brought them cost the upstream nothing;
   // the rest at most one request each.

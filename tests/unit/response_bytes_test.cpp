@@ -23,7 +23,7 @@ namespace {
 
 struct Read {
   bool ok = true;
-  std::vector<unsigned> statuses;  // every head, interim ones first
+  std::vector<unsigned> statuses;                           // every head, interim ones first
   std::vector<std::pair<std::string, std::string>> fields;  // the final head's
   std::string body;
   bool done = false;
@@ -37,9 +37,8 @@ Read read(std::string_view wire, std::size_t step, bool head_request = false, bo
   auto on_head = [&](const ResponseBytes::Head& h) {
     out.statuses.push_back(h.status);
     out.fields.clear();
-    ResponseBytes::for_each_field(h.fields, [&](std::string_view n, std::string_view v) {
-      out.fields.emplace_back(n, v);
-    });
+    ResponseBytes::for_each_field(
+        h.fields, [&](std::string_view n, std::string_view v) { out.fields.emplace_back(n, v); });
     out.body_flag = h.body;
     return true;
   };
@@ -92,8 +91,8 @@ TEST_CASE("each response shape reads as Beast reads it, split anywhere", "[proxy
       {"interim heads, then the response",
        "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
        "HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok"},
-      {"a HEAD's length describes the GET",
-       "HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n", true},
+      {"a HEAD's length describes the GET", "HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n",
+       true},
       {"204", "HTTP/1.1 204 No Content\r\nX-Request-Id: r\r\n\r\n"},
       {"304", "HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n"},
       {"zero length", "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"},
@@ -124,8 +123,7 @@ TEST_CASE("each response shape reads as Beast reads it, split anywhere", "[proxy
   }
 }
 
-TEST_CASE("a response ends where its framing says, and what follows is not taken",
-          "[proxy][h2]") {
+TEST_CASE("a response ends where its framing says, and what follows is not taken", "[proxy][h2]") {
   auto r = read("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokEXTRA", 0);
   CHECK(r.ok);
   CHECK(r.done);
