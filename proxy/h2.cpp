@@ -28,7 +28,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
-#include <unordered_map>
+#include <vector>
 
 #include "proxy/request_fields.hpp"
 #include "proxy/response_bytes.hpp"
@@ -117,6 +117,7 @@ class StreamImpl final : public H2Stream {
   bool too_large() const { return too_large_; }
   bool output_waiting() const { return out_.size() > out_off_; }
   bool input_done() const { return in_done_; }
+  std::size_t slot = 0;     // in its connection's streams
   bool counted = false;     // in sluice_h2_streams
   bool undecided = false;   // its Session waits for body_undecided() to be decided
   Clock::time_point began;  // its HEADERS began
@@ -212,9 +213,9 @@ class Connection final : public Tracked, public std::enable_shared_from_this<Con
   static int on_frame_send(nghttp2_session*, const nghttp2_frame* f, void* ud);
   static int on_invalid_frame(nghttp2_session*, const nghttp2_frame*, int, void* ud);
 
+  // A stream nghttp2 still has: its user data is the StreamImpl (no lookup).
   StreamImpl* stream(std::int32_t id) {
-    auto it = streams_.find(id);
-    return it == streams_.end() ? nullptr : it->second.get();
+    return static_cast<StreamImpl*>(nghttp2_session_get_stream_user_data(s_, id));
   }
   void request_ready(StreamImpl& s, bool ended);
   void start(StreamImpl& s, bool ended);
@@ -235,7 +236,8 @@ class Connection final : public Tracked, public std::enable_shared_from_this<Con
   std::string client_;
   tls::HandshakeNotes notes_;  // renegotiations a client starts on it, counted at its end
   nghttp2_session* s_ = nullptr;
-  std::unordered_map<std::int32_t, std::shared_ptr<StreamImpl>> streams_;
+  // The open streams, each at its slot (StreamImpl::slot).
+  std::vector<std::shared_ptr<StreamImpl>> streams_;
   HeaderList headers_;
   std::array<std::uint8_t, kReadSize> rbuf_{};
   std::string wbuf_;
@@ -665,7 +667,7 @@ void Connection::on_deadline() {
   // Output held by a connection window the client does not open, as long (a
   // stream's own window held shut is its Session's send timeout).
   bool blocked = false, requests = false;
-  for (auto& [id, s] : streams_) {
+  for (auto& s : streams_) {
     if (s->output_waiting() && nghttp2_session_get_remote_window_size(s_) <= 0) blocked = true;
     if (s->counted && !s->undecided) {
       requests = true;
@@ -714,7 +716,7 @@ void Connection::teardown() {
   sock_.close();
   auto streams = std::move(streams_);
   streams_.clear();
-  for (auto& [id, s] : streams) {
+  for (auto& s : streams) {
     if (s->counted) bump(st_.h2_streams, std::int64_t{-1});
     s->ended();
   }
@@ -746,7 +748,7 @@ void Connection::start(StreamImpl& s, bool ended) {
   s.undecided = false;
   s.compose(ended);
   // Started after this read's frames: a stream reset in them starts nothing.
-  net::post(w_.ioc(), [&w = w_, st = streams_[s.id()]] {
+  net::post(w_.ioc(), [&w = w_, st = streams_[s.slot]] {
     if (!st->gone()) start_stream_session(w, st);
   });
 }
@@ -763,9 +765,10 @@ void Connection::answer_431(StreamImpl& s) {
 int Connection::on_begin_headers(nghttp2_session*, const nghttp2_frame* f, void* ud) {
   auto* c = static_cast<Connection*>(ud);
   if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
-  c->streams_.emplace(
-      f->hd.stream_id,
-      std::make_shared<StreamImpl>(*c, c->w_.ioc(), f->hd.stream_id, c->sock_.tls_version()));
+  auto s = std::make_shared<StreamImpl>(*c, c->w_.ioc(), f->hd.stream_id, c->sock_.tls_version());
+  s->slot = c->streams_.size();
+  nghttp2_session_set_stream_user_data(c->s_, f->hd.stream_id, s.get());
+  c->streams_.push_back(std::move(s));
   return 0;
 }
 
@@ -826,10 +829,14 @@ int Connection::on_data_chunk(nghttp2_session*, std::uint8_t, std::int32_t id,
 
 int Connection::on_stream_close(nghttp2_session*, std::int32_t id, std::uint32_t, void* ud) {
   auto* c = static_cast<Connection*>(ud);
-  auto it = c->streams_.find(id);
-  if (it == c->streams_.end()) return 0;
-  auto s = std::move(it->second);
-  c->streams_.erase(it);
+  auto* found = c->stream(id);
+  if (!found) return 0;
+  auto s = std::move(c->streams_[found->slot]);
+  if (s->slot + 1 != c->streams_.size()) {  // the last one takes its slot
+    c->streams_[s->slot] = std::move(c->streams_.back());
+    c->streams_[s->slot]->slot = s->slot;
+  }
+  c->streams_.pop_back();
   if (s->counted) bump(c->st_.h2_streams, std::int64_t{-1});
   // Bytes it held unread: the stream's window goes with it, the connection's
   // must not shrink by them.
