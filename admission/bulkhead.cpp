@@ -143,17 +143,26 @@ Signal Estimate::classify(int status, Micros ttfb) const {
   return classify_head(status, ttfb, slow_above_us());
 }
 
-bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, Micros now) {
+bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, Micros now,
+                       Micros own_delay) {
   if (signal == Signal::none) return false;
   if (signal == Signal::clean || signal == Signal::slow) {
-    // Slow answers join the baseline too: it follows what the upstream does now.
+    // An answer read while the proxy's own loop ran late by as much as the
+    // upstream took (a stall of the process, a saturated loop in front of a
+    // sub-millisecond upstream) says nothing of the upstream's time: it is
+    // served, and its latency is not judged (neither slow nor in a window).
+    const bool measured = own_delay.count() <= ttfb.count() / 2;
+    if (!measured) signal = Signal::clean;
     auto us = static_cast<double>(ttfb.count());
-    baseline_us_ = samples_ == 0 ? us : baseline_us_ + kBaselineAlpha * (us - baseline_us_);
-    ++samples_;
+    if (measured) {
+      // Slow answers join the baseline too: it follows what the upstream does now.
+      baseline_us_ = samples_ == 0 ? us : baseline_us_ + kBaselineAlpha * (us - baseline_us_);
+      ++samples_;
+    }
     // A clean answer admitted after the last decrease: the pool serves the new estimate.
     if (signal == Signal::clean && seq > burst_seq_) recovered_ = true;
     if (signal == Signal::clean && load + 1 >= k_) doubted_ = false;  // it served K at once
-    if (signal == Signal::clean) return queue_window(seq, load, us, now);
+    if (signal == Signal::clean) return measured && queue_window(seq, load, us, now);
   }
   if (seq <= burst_seq_) return false;  // admitted before the last decrease: the same burst
   const double carrying = std::max(1.0, static_cast<double>(load));
@@ -531,6 +540,7 @@ void Bulkhead::seat(Seat& s, Micros now) {
   s.seated = true;
   s.seq = estimate_.next_seq();
   s.load = running_[0] + running_[1] + running_[2] - kept();  // kept slots carry nothing
+  s.own_delay = Micros{0};
   s.since = now;
   ++running_[l];
   live_[l].push_back(s);
@@ -553,7 +563,7 @@ bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, bool kee
   int load = s.load;
   if (signal == Signal::slow || signal == Signal::timeout)
     load = std::max(load, running_[0] + running_[1] + running_[2] - kept());
-  bool decreased = estimate_.observe(signal, s.seq, load, ttfb, now);
+  bool decreased = estimate_.observe(signal, s.seq, load, ttfb, now, s.own_delay);
   slow_above_us_.store(estimate_.slow_above_us(), std::memory_order_relaxed);
   unmeasured_.store(!estimate_.measured(), std::memory_order_relaxed);
   if (waiting_[index(s.lane)] > 0 && signal == Signal::clean && !decreased && !delegated &&

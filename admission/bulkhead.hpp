@@ -187,7 +187,9 @@ class Estimate {
   double slow_above_us() const;
   // The request admitted as number `seq`, which met `load` running requests,
   // ended with `signal`. True when this decreased the estimate.
-  bool observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, Micros now);
+  // `own_delay`: how late the proxy's own loop ran when the answer was read.
+  bool observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, Micros now,
+               Micros own_delay = Micros{0});
   std::uint64_t next_seq() { return ++seq_; }
 
  private:
@@ -298,8 +300,11 @@ struct Seat {
   std::uint64_t tenant = 0;
   double weight = 1.0;
   std::uint64_t seq = 0;
-  int load = 0;            // running requests when it was seated
-  Micros since{0};         // queued or seated at
+  int load = 0;     // running requests when it was seated
+  Micros since{0};  // queued or seated at
+  // How late the proxy's own event loop ran when its answer's head was read:
+  // that much of the answer's latency is the proxy's, not the upstream's.
+  Micros own_delay{0};
   Hold hold = Hold::none;  // why the last ask did not seat it (a refusal's reason)
   Seat* prev = nullptr;    // in its lane's queue (arrival order), or its lane's live list
   Seat* next = nullptr;

@@ -103,6 +103,12 @@ class Worker {
   // A bulkhead kept a released slot for its tenant until `when`: this
   // thread's timer hands it on then, if unclaimed (Bulkhead::expire).
   void wake_bulkheads_at(admission::Micros when);
+  // How late this thread's loop runs at `now`, for an answer read now: its
+  // last heartbeat's lag. Across a stall (a heartbeat overdue by kStall, or the
+  // last one that late, until the stall is over by its length and an interval)
+  // an answer's part of it is unknown: Micros::max(). Read on its own thread.
+  admission::Micros own_delay(Clock::time_point now) const;
+  static constexpr auto kStall = std::chrono::milliseconds(5);
   void stop() { ioc_.stop(); }
   // Nanoseconds (steady clock) of the last heartbeat: the watchdog reads it.
   std::atomic<std::int64_t> heartbeat_ns{0};
@@ -142,6 +148,8 @@ class Worker {
   net::steady_timer kept_slots_;
   std::optional<admission::Micros> kept_slots_at_;  // kept_slots_ is armed for then
   Clock::time_point expected_{};
+  Clock::duration last_lag_{};  // the last heartbeat's, and when it ran
+  Clock::time_point last_heartbeat_{};
   Shard stats_;
   AccessLog log_;
   BlockPool blocks_;

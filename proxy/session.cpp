@@ -1321,6 +1321,7 @@ class Session : public Tracked,
     auto now = Clock::now();
     ex_.ttfb = now - ex_.start;
     ex_.up_ttfb = std::chrono::duration_cast<admission::Micros>(now - ex_.sent_at);
+    own_delay = w_.own_delay(now);
     if (ex_.lease.seated()) {
       ex_.signal = bulkhead().classify(status, ex_.up_ttfb);
       bulkhead().note_head(ex_.signal, ex_.up_ttfb, micros(now));

@@ -101,7 +101,9 @@ void Worker::arm_heartbeat() {
 void Worker::on_heartbeat() {
   auto now = Clock::now();
   // Lag: how late the loop ran a timer that was due at expected_.
-  double lag = std::max(0.0, std::chrono::duration<double>(now - expected_).count());
+  last_lag_ = std::max(Clock::duration::zero(), now - expected_);
+  last_heartbeat_ = now;
+  double lag = std::chrono::duration<double>(last_lag_).count();
   stats_.lag.observe(lag);
   heartbeat_ns.store(to_ns(now), std::memory_order_relaxed);
   auto epoch = rt_.tick_epoch.load(std::memory_order_relaxed) & 0xFFFF;
@@ -135,6 +137,15 @@ void Worker::on_heartbeat() {
 
   expected_ = now + config().lag_probe_interval;
   arm_heartbeat();
+}
+
+admission::Micros Worker::own_delay(Clock::time_point now) const {
+  const auto overdue = now - expected_;
+  if (overdue > kStall ||
+      (last_lag_ > kStall && now - last_heartbeat_ < last_lag_ + config().lag_probe_interval))
+    return admission::Micros::max();
+  return std::chrono::duration_cast<admission::Micros>(
+      std::max({last_lag_, overdue, Clock::duration::zero()}));
 }
 
 Worker* Worker::current() { return t_worker; }

@@ -479,6 +479,47 @@ TEST_CASE("a probe past K that the upstream does not serve at once ends at its w
   CHECK(large.decreases() == 0);
 }
 
+TEST_CASE("an answer late by the proxy's own stall is served and not judged: no queue, not slow",
+          "[admission][bulkhead]") {
+  // A sub-millisecond upstream: its floor is 100 us.
+  auto at_floor = [](Estimate& e) {
+    for (int i = 0; i < EstimatePolicy::kFirstQueueSamples; ++i)
+      e.observe(Signal::clean, e.next_seq(), 3, 100us, 1s);
+    for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)  // a baseline, a whole window
+      e.observe(Signal::clean, e.next_seq(), 3, 100us, 1s);
+    REQUIRE(e.queue_floor() == 100us);
+  };
+  // The proxy's process stood still for 60 ms with 100 answers in flight:
+  // each is read 60 ms late, and the loop ran 60 ms late as it read them.
+  Estimate stalled;
+  at_floor(stalled);
+  const auto head = 60100us;
+  REQUIRE(stalled.classify(200, head) == Signal::slow);  // as the session classifies it
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i) {
+    CHECK_FALSE(stalled.observe(Signal::slow, stalled.next_seq(), 99, head, 2s, 60ms));
+    CHECK_FALSE(stalled.observe(Signal::clean, stalled.next_seq(), 99, head, 2s, 60ms));
+  }
+  CHECK(stalled.decreases() == 0);
+  CHECK(stalled.slow_start());
+  CHECK(stalled.queue_floor() == 100us);
+  // Its part unknown (a stall the heartbeat has not measured yet): not judged either.
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
+    CHECK_FALSE(stalled.observe(Signal::slow, stalled.next_seq(), 99, head, 2s, Micros::max()));
+  CHECK(stalled.decreases() == 0);
+
+  // The same answers with the loop on time: the upstream's own lateness.
+  Estimate late;
+  at_floor(late);
+  CHECK(late.observe(Signal::slow, late.next_seq(), 99, head, 2s, 50us));
+  CHECK(late.decreases() == 1);
+  Estimate queued;
+  at_floor(queued);
+  int decreased = 0;
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
+    decreased += queued.observe(Signal::clean, queued.next_seq(), 99, 20ms, 2s, 50us) ? 1 : 0;
+  CHECK(decreased == 1);
+}
+
 TEST_CASE("429 and 503 are refusals, a head much slower than the baseline is too much",
           "[admission][bulkhead]") {
   Estimate e;
