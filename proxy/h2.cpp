@@ -46,6 +46,7 @@ namespace {
 constexpr std::size_t kOutCap = 64 * 1024;  // response bytes a stream holds before its writer waits
 constexpr std::size_t kWriteBatch = 64 * 1024;  // frames gathered into one socket write
 constexpr std::size_t kReadSize = 16 * 1024;
+constexpr int kFlushHops = 3;  // times a flush is posted behind the queue (schedule_flush)
 constexpr auto kCheckEvery = std::chrono::milliseconds(250);
 constexpr auto kAnnounceToGoaway = std::chrono::seconds(1);  // the drain's two GOAWAYs apart
 
@@ -190,10 +191,19 @@ class Connection final : public Tracked, public std::enable_shared_from_this<Con
   SSL* ssl() const { return sock_.ssl(); }
   std::string_view client() const { return client_; }
   // Frames are due: one flush after the handlers queued now have run.
+  // Frames go out once the turn of the loop that made them is over: a stream's
+  // Session ends its answer a handler or two after the one that wrote it (its
+  // write completes, then it closes), and the other answers read in the same
+  // turn are queued beside it. So the flush goes behind the queue kFlushHops
+  // times and takes them all in one write and TLS record.
   void schedule_flush() {
     if (flush_posted_ || closed_) return;
     flush_posted_ = true;
-    net::post(w_.ioc(), [self = shared_from_this()] {
+    post_flush(kFlushHops);
+  }
+  void post_flush(int hops) {
+    net::post(w_.ioc(), [self = shared_from_this(), hops] {
+      if (hops > 1) return self->post_flush(hops - 1);
       self->flush_posted_ = false;
       self->flush();
     });
