@@ -13,7 +13,10 @@
 //
 // Threading: a Session lives on one Worker and its handlers run on that
 // Worker's only thread.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/ssl.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <array>
@@ -46,6 +49,9 @@ namespace {
 
 constexpr std::size_t kReadChunk = 4096;
 constexpr std::size_t kHeadReserve = 1024;  // a head written (request or response), most fit
+// See Session::own_lateness.
+constexpr admission::Micros kAskKernelAbove{10'000};
+constexpr admission::Micros kKernelTick{4'000};  // a 250 Hz kernel's
 constexpr std::size_t kMaxResponseHeader = 64 * 1024;
 // A write to the client still pending after this is a slow reader's (see write_client).
 constexpr Clock::duration kStalledWrite = std::chrono::milliseconds(250);
@@ -1321,7 +1327,7 @@ class Session : public Tracked,
     auto now = Clock::now();
     ex_.ttfb = now - ex_.start;
     ex_.up_ttfb = std::chrono::duration_cast<admission::Micros>(now - ex_.sent_at);
-    own_delay = w_.own_delay(now);
+    own_delay = own_lateness(now);
     if (ex_.lease.seated()) {
       ex_.signal = bulkhead().classify(status, ex_.up_ttfb);
       bulkhead().note_head(ex_.signal, ex_.up_ttfb, micros(now));
@@ -1358,6 +1364,24 @@ class Session : public Tracked,
   }
 
   admission::Bulkhead& bulkhead() { return w_.runtime().bulkhead(ex_.upstream); }
+
+  // How late this thread read the answer's head: the thread's own lateness
+  // (its heartbeat's), and for an answer that took kAskKernelAbove or more,
+  // how long its bytes had been in the socket: the kernel's time since data
+  // last came, counted in its clock ticks (up to kKernelTick each), so one tick
+  // less. A stall shorter than a heartbeat interval, between two heartbeats,
+  // is seen there only. One system call, for slow answers only.
+  admission::Micros own_lateness(Clock::time_point now) {
+    auto own = w_.own_delay(now);
+    if (ex_.up_ttfb < kAskKernelAbove || own == admission::Micros::max()) return own;
+    tcp_info info{};
+    socklen_t len = sizeof info;
+    if (::getsockopt(ex_.up->stream.socket().native_handle(), IPPROTO_TCP, TCP_INFO, &info, &len) ==
+        0)
+      own = std::max(
+          own, admission::Micros(std::int64_t{info.tcpi_last_data_recv} * 1000) - kKernelTick);
+    return own;
+  }
 
   // The upstream refused it (429, 503) before doing any of its work. Once, a
   // request Sluice can send again as it was (idempotent and body-less: the
