@@ -154,7 +154,7 @@ class StreamImpl final : public H2Stream {
   std::size_t unconsumed_ = 0;  // DATA bytes not yet given back to flow control
   net::mutable_buffer read_into_;
   Handler read_h_;
-  // The response: parsed as written, its body bytes queued for DATA frames.
+  // The response: read as written, its body bytes queued for DATA frames.
   std::optional<ResponseBytes> res_;  // made at the first write (HEAD known by then)
   std::string out_;
   std::size_t out_off_ = 0;
@@ -190,8 +190,7 @@ class Connection final : public Tracked, public std::enable_shared_from_this<Con
   HeaderList& header_list() { return headers_; }
   SSL* ssl() const { return sock_.ssl(); }
   std::string_view client() const { return client_; }
-  // Frames are due: one flush after the handlers queued now have run.
-  // Frames go out once the turn of the loop that made them is over: a stream's
+  // Frames are due. They go out once the turn of the loop that made them is over: a stream's
   // Session ends its answer a handler or two after the one that wrote it (its
   // write completes, then it closes), and the other answers read in the same
   // turn are queued beside it. So the flush goes behind the queue kFlushHops
