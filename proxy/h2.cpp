@@ -536,6 +536,9 @@ void Connection::start(std::string_view preread) {
   nghttp2_option* opt = nullptr;
   nghttp2_option_new(&opt);
   nghttp2_option_set_no_auto_window_update(opt, 1);  // given back as the Session reads
+  // RFC 7540's priority tree is deprecated (RFC 9113 5.3.2) and Sluice serves
+  // streams as their Sessions answer: no tree, no closed streams kept for it.
+  nghttp2_option_set_no_closed_streams(opt, 1);
   nghttp2_session_server_new2(&s_, cb, this, opt);
   nghttp2_option_del(opt);
   nghttp2_session_callbacks_del(cb);
@@ -545,6 +548,7 @@ void Connection::start(std::string_view preread) {
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, cfg_.h2_max_streams},
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, cfg_.h2_window},
       {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, static_cast<std::uint32_t>(cfg_.max_header_bytes)},
+      {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
   };
   nghttp2_submit_settings(s_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
   nghttp2_session_set_local_window_size(s_, NGHTTP2_FLAG_NONE, 0,
