@@ -151,9 +151,11 @@ bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, 
     // upstream took (a stall of the process, a saturated loop in front of a
     // sub-millisecond upstream) says nothing of the upstream's time: it is
     // served, and its latency is not judged (neither slow nor in a window).
+    // Otherwise what is known of the proxy's part comes off the answer's time.
     const bool measured = own_delay.count() <= ttfb.count() / 2;
-    if (!measured) signal = Signal::clean;
-    auto us = static_cast<double>(ttfb.count());
+    const auto us = static_cast<double>((measured ? ttfb - own_delay : ttfb).count());
+    if (!measured || (signal == Signal::slow && own_delay.count() > 0 && us <= slow_above_us()))
+      signal = Signal::clean;
     if (measured) {
       // Slow answers join the baseline too: it follows what the upstream does now.
       baseline_us_ = samples_ == 0 ? us : baseline_us_ + kBaselineAlpha * (us - baseline_us_);
