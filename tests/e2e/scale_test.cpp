@@ -452,7 +452,8 @@ TEST_CASE("a stall of the proxy's own process does not lower a healthy upstream'
                                      {"SLUICE_LAG_PROBE_INTERVAL", heartbeat}}));
     Tally a, b;
     Load on_api(s.port, "/", 24, a), on_search(s.port, "/search/q", 24, b);
-    REQUIRE(eventually([&] { return a.ok > 2000 && b.ok > 2000; }, 20s));
+    const std::uint64_t answered = kSanitized ? 200 : 2000;  // estimates with answers behind them
+    REQUIRE(eventually([&] { return a.ok > answered && b.ok > answered; }, 20s));
     for (int i = 0; i < 3; ++i) {
       REQUIRE(kill(s.process.pid(), SIGSTOP) == 0);
       std::this_thread::sleep_for(100ms);
