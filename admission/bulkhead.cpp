@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 namespace sluice::admission {
 
@@ -133,30 +134,38 @@ Micros anticipation_of(const Estimate& e) {
   return std::clamp(e.delay_target() / 20, Micros{500}, Micros{5'000});
 }
 
-Signal classify_head(int status, Micros ttfb, double slow_above_us) {
+// The upstream's part of an answer's time: what is known of the proxy's own
+// lateness (`own_delay`, its loop's when the head was read) comes off. None
+// when the proxy ran late by more than half of it (a stall of the process, a
+// saturated loop in front of a sub-millisecond upstream): that answer says
+// nothing of the upstream's time.
+std::optional<Micros> upstream_part(Micros ttfb, Micros own_delay) {
+  if (own_delay.count() > ttfb.count() / 2) return std::nullopt;
+  return ttfb - own_delay;
+}
+
+Signal classify_head(int status, Micros ttfb, Micros own_delay, double slow_above_us) {
   if (status == 429 || status == 503) return Signal::refused;
-  return static_cast<double>(ttfb.count()) > slow_above_us ? Signal::slow : Signal::clean;
+  const auto part = upstream_part(ttfb, own_delay);
+  return part && static_cast<double>(part->count()) > slow_above_us ? Signal::slow : Signal::clean;
 }
 }  // namespace
 
-Signal Estimate::classify(int status, Micros ttfb) const {
-  return classify_head(status, ttfb, slow_above_us());
+Signal Estimate::classify(int status, Micros ttfb, Micros own_delay) const {
+  return classify_head(status, ttfb, own_delay, slow_above_us());
 }
 
 bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, Micros now,
                        Micros own_delay) {
   if (signal == Signal::none) return false;
   if (signal == Signal::clean || signal == Signal::slow) {
-    // An answer read while the proxy's own loop ran late by as much as the
-    // upstream took (a stall of the process, a saturated loop in front of a
-    // sub-millisecond upstream) says nothing of the upstream's time: it is
-    // served, and its latency is not judged (neither slow nor in a window).
-    // Otherwise what is known of the proxy's part comes off the answer's time.
-    const bool measured = own_delay.count() <= ttfb.count() / 2;
-    const auto us = static_cast<double>((measured ? ttfb - own_delay : ttfb).count());
-    if (!measured || (signal == Signal::slow && own_delay.count() > 0 && us <= slow_above_us()))
-      signal = Signal::clean;
-    if (measured) {
+    // Only the upstream's part of its time is judged; an answer without one
+    // (the proxy's own lateness was most of it) is served, and its latency
+    // joins neither the baseline, the slow rule nor a window.
+    const auto part = upstream_part(ttfb, own_delay);
+    if (!part) signal = Signal::clean;
+    const auto us = static_cast<double>(part.value_or(ttfb).count());
+    if (part) {
       // Slow answers join the baseline too: it follows what the upstream does now.
       baseline_us_ = samples_ == 0 ? us : baseline_us_ + kBaselineAlpha * (us - baseline_us_);
       ++samples_;
@@ -164,7 +173,7 @@ bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, 
     // A clean answer admitted after the last decrease: the pool serves the new estimate.
     if (signal == Signal::clean && seq > burst_seq_) recovered_ = true;
     if (signal == Signal::clean && load + 1 >= k_) doubted_ = false;  // it served K at once
-    if (signal == Signal::clean) return measured && queue_window(seq, load, us, now);
+    if (signal == Signal::clean) return part && queue_window(seq, load, us, now);
   }
   if (seq <= burst_seq_) return false;  // admitted before the last decrease: the same burst
   const double carrying = std::max(1.0, static_cast<double>(load));
@@ -445,8 +454,8 @@ Candidate Bulkhead::known() const {
   return {successes_, failures_, mean_latency()};
 }
 
-Signal Bulkhead::classify(int status, Micros ttfb) const {
-  return classify_head(status, ttfb, slow_above_us_.load(std::memory_order_relaxed));
+Signal Bulkhead::classify(int status, Micros ttfb, Micros own_delay) const {
+  return classify_head(status, ttfb, own_delay, slow_above_us_.load(std::memory_order_relaxed));
 }
 
 Estimate Bulkhead::estimate() const {

@@ -176,8 +176,10 @@ class Estimate {
   bool on_head(Signal signal, Micros ttfb, bool waiting);
   // Grows when the interval has passed and demand met the estimate since.
   bool maybe_grow(Micros now);
-  // A response head arrived after `ttfb`: clean, slow or (by status) refused.
-  Signal classify(int status, Micros ttfb) const;
+  // A response head arrived after `ttfb`, read with the proxy's own loop
+  // `own_delay` late: clean, slow (by the upstream's part of the time) or (by
+  // status) refused.
+  Signal classify(int status, Micros ttfb, Micros own_delay = Micros{0}) const;
   // How long a request not seated at once may wait for a seat whatever its
   // lane's window: kTargetFactor x the uncongested service time (the queue
   // floor, else the baseline; the growth interval before any answer), within
@@ -402,8 +404,8 @@ class Bulkhead {
   Micros anticipation() const;
   static constexpr int kMaxKept = 4;  // per lane
   // Classifies a response head for release(), without the lock: by the slow
-  // line as of the last release.
-  Signal classify(int status, Micros ttfb) const;
+  // line as of the last release (own_delay as Estimate::classify's).
+  Signal classify(int status, Micros ttfb, Micros own_delay = Micros{0}) const;
   // A seated request's response head came with `signal`: in slow start, the
   // estimate grows by one while requests wait, and they are served. Takes the
   // lock only in slow start.

@@ -190,11 +190,11 @@ class Connection final : public Tracked, public std::enable_shared_from_this<Con
   HeaderList& header_list() { return headers_; }
   SSL* ssl() const { return sock_.ssl(); }
   std::string_view client() const { return client_; }
-  // Frames are due. They go out once the turn of the loop that made them is over: a stream's
-  // Session ends its answer a handler or two after the one that wrote it (its
-  // write completes, then it closes), and the other answers read in the same
-  // turn are queued beside it. So the flush goes behind the queue kFlushHops
-  // times and takes them all in one write and TLS record.
+  // Frames are due. They go out once the turn of the loop that made them is
+  // over: a stream's Session ends its answer a handler or two after the one
+  // that wrote it (its write completes, then it closes), and the other answers
+  // read in the same turn are queued beside it. So the flush goes behind the
+  // queue kFlushHops times and takes them all in one write and TLS record.
   void schedule_flush() {
     if (flush_posted_ || closed_) return;
     flush_posted_ = true;

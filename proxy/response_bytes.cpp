@@ -1,38 +1,21 @@
 #include "proxy/response_bytes.hpp"
 
 #include <algorithm>
+#include <boost/beast/core/string.hpp>
+#include <charconv>
 #include <limits>
 
 namespace sluice::proxy {
 
-namespace {
+namespace beast = boost::beast;
 
-bool iequals(std::string_view a, std::string_view lower) {
-  if (a.size() != lower.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    char c = a[i];
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
-    if (c != lower[i]) return false;
-  }
-  return true;
-}
+namespace {
 
 int hex(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
-}
-
-bool decimal(std::string_view v, std::uint64_t& n) {
-  if (v.empty()) return false;
-  n = 0;
-  for (char c : v) {
-    if (c < '0' || c > '9' || n > (std::numeric_limits<std::uint64_t>::max() - 9) / 10)
-      return false;
-    n = n * 10 + static_cast<std::uint64_t>(c - '0');
-  }
-  return true;
 }
 
 }  // namespace
@@ -78,12 +61,14 @@ std::size_t ResponseBytes::take_head(std::string_view bytes, Head& h) {
   std::optional<std::uint64_t> length;
   bool chunked = false, bad = false;
   for_each_field(h.fields, [&](std::string_view name, std::string_view value) {
-    if (iequals(name, "content-length")) {
+    if (beast::iequals(name, "content-length")) {
       std::uint64_t n = 0;
-      if (!decimal(value, n) || (length && *length != n)) bad = true;
+      const auto [end, err] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (err != std::errc{} || end != value.data() + value.size() || (length && *length != n))
+        bad = true;
       length = n;
-    } else if (iequals(name, "transfer-encoding")) {
-      if (!iequals(value, "chunked") || chunked) bad = true;
+    } else if (beast::iequals(name, "transfer-encoding")) {
+      if (!beast::iequals(value, "chunked") || chunked) bad = true;
       chunked = true;
     }
   });

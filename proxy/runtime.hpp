@@ -104,11 +104,10 @@ class Worker {
   // thread's timer hands it on then, if unclaimed (Bulkhead::expire).
   void wake_bulkheads_at(admission::Micros when);
   // How late this thread's loop runs at `now`, for an answer read now: its
-  // last heartbeat's lag. Across a stall (a heartbeat overdue by kStall, or the
+  // last heartbeat's lag. Across a stall (a heartbeat overdue by 5 ms, or the
   // last one that late, until the stall is over by its length and an interval)
   // an answer's part of it is unknown: Micros::max(). Read on its own thread.
   admission::Micros own_delay(Clock::time_point now) const;
-  static constexpr auto kStall = std::chrono::milliseconds(5);
   void stop() { ioc_.stop(); }
   // Nanoseconds (steady clock) of the last heartbeat: the watchdog reads it.
   std::atomic<std::int64_t> heartbeat_ns{0};

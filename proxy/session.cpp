@@ -1329,7 +1329,7 @@ class Session : public Tracked,
     ex_.up_ttfb = std::chrono::duration_cast<admission::Micros>(now - ex_.sent_at);
     own_delay = own_lateness(now);
     if (ex_.lease.seated()) {
-      ex_.signal = bulkhead().classify(status, ex_.up_ttfb);
+      ex_.signal = bulkhead().classify(status, ex_.up_ttfb, own_delay);
       bulkhead().note_head(ex_.signal, ex_.up_ttfb, micros(now));
     }
     read_quota(m, status, now);

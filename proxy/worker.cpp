@@ -140,6 +140,7 @@ void Worker::on_heartbeat() {
 }
 
 admission::Micros Worker::own_delay(Clock::time_point now) const {
+  constexpr auto kStall = std::chrono::milliseconds(5);
   const auto overdue = now - expected_;
   if (overdue > kStall ||
       (last_lag_ > kStall && now - last_heartbeat_ < last_lag_ + config().lag_probe_interval))

@@ -507,9 +507,17 @@ TEST_CASE("an answer late by the proxy's own stall is served and not judged: no 
     CHECK_FALSE(stalled.observe(Signal::slow, stalled.next_seq(), 99, head, 2s, Micros::max()));
   CHECK(stalled.decreases() == 0);
 
+  // Classified with the loop's lateness, as the session classifies them: not slow.
+  CHECK(stalled.classify(200, head, 60ms) == Signal::clean);
+  CHECK(stalled.classify(200, head, Micros::max()) == Signal::clean);
+
   // The same answers with the loop on time: the upstream's own lateness.
   Estimate late;
   at_floor(late);
+  CHECK(late.classify(200, head, 50us) == Signal::slow);
+  // Late by 30 ms of its own in 80: 50 ms of the upstream's, within the slow line.
+  CHECK(late.classify(200, 80ms, 30ms) == Signal::clean);
+  CHECK(late.classify(200, 80ms) == Signal::slow);
   CHECK(late.observe(Signal::slow, late.next_seq(), 99, head, 2s, 50us));
   CHECK(late.decreases() == 1);
   Estimate queued;
