@@ -144,16 +144,18 @@ done
 
 # run SYSTEM ROUND: one measured run, a line in results.tsv.
 run() {
-  local system=$1 round=$2 pid port out before after requests rps cpu_us other
+  local system=$1 round=$2 pid port out before after ubefore uafter requests rps cpu_us user_us other
   pid=${PID[$system]}
   port=${PORT[$system]}
   out="$TMP/$system-$round.txt"
   wait_quiet
   cpu_mark
   before=$(tree_ticks "$pid")
+  ubefore=$(tree_ticks "$pid" user)
   h2load -t1 -c10 -m10 -D "$DURATION" "https://127.0.0.1:$port/" >"$out" 2>&1 ||
     { cat "$out" >&2; die "h2load failed against $system"; }
   after=$(tree_ticks "$pid")
+  uafter=$(tree_ticks "$pid" user)
   other=$(cpu_other_pct)
   grep -q 'Application protocol: h2' "$out" || die "h2load did not speak h2 to $system"
   requests=$(awk '/^requests:/ { print $8; exit }' "$out")
@@ -161,12 +163,15 @@ run() {
   [[ ${requests:-} =~ ^[1-9][0-9]*$ ]] || { cat "$out" >&2; die "nothing succeeded against $system"; }
   cpu_us=$(awk -v t=$((after - before)) -v hz="$CLK_TCK" -v n="$requests" \
     'BEGIN { printf "%.2f\n", t * 1e6 / hz / n }')
-  printf '%s\t%s\t%s\t%s\t%s\n' "$system" "$round" "$rps" "$cpu_us" "$other" >>"$TMP/results.tsv"
-  log "$(printf '%-7s round %s: %9.0f req/s  %7.1f us CPU each  other CPU %s%%' \
-    "$system" "$round" "$rps" "$cpu_us" "$other")"
+  user_us=$(awk -v t=$((uafter - ubefore)) -v hz="$CLK_TCK" -v n="$requests" \
+    'BEGIN { printf "%.2f\n", t * 1e6 / hz / n }')
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$system" "$round" "$rps" "$cpu_us" "$user_us" "$other" \
+    >>"$TMP/results.tsv"
+  log "$(printf '%-7s round %s: %9.0f req/s  %7.1f us CPU each (%.1f user)  other CPU %s%%' \
+    "$system" "$round" "$rps" "$cpu_us" "$user_us" "$other")"
 }
 
-printf 'system\tround\treq_s\tcpu_us\tother_cpu_pct\n' >"$TMP/results.tsv"
+printf 'system\tround\treq_s\tcpu_us\tuser_us\tother_cpu_pct\n' >"$TMP/results.tsv"
 systems=(sluice nginx haproxy)
 for s in "${systems[@]}"; do run "$s" warmup >/dev/null 2>&1 || true; done
 sed -i '/\twarmup\t/d' "$TMP/results.tsv"
@@ -189,13 +194,14 @@ for s in ("sluice", "nginx", "haproxy"):
     sel = [r for r in rows if r["system"] == s]
     med[s] = (statistics.median(float(r["req_s"]) for r in sel),
               statistics.median(float(r["cpu_us"]) for r in sel),
+              statistics.median(float(r["user_us"]) for r in sel),
               max(float(r["other_cpu_pct"]) for r in sel))
 best_rps = max(med["nginx"][0], med["haproxy"][0])
 best_cpu = min(med["nginx"][1], med["haproxy"][1])
-print("| system | requests/s | better peer's / this | CPU us per request | this / better peer's | other CPU % |")
-print("|---|---:|---:|---:|---:|---:|")
-for s, (rps, cpu, other) in med.items():
+print("| system | requests/s | better peer's / this | CPU us per request | this / better peer's | of it, user space | other CPU % |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+for s, (rps, cpu, user, other) in med.items():
     r1 = f"{best_rps / rps:.2f}x" if s == "sluice" else ""
     r2 = f"{cpu / best_cpu:.2f}x" if s == "sluice" else ""
-    print(f"| {s} | {rps:.0f} | {r1} | {cpu:.1f} | {r2} | {other:.1f} |")
+    print(f"| {s} | {rps:.0f} | {r1} | {cpu:.1f} | {r2} | {user:.1f} | {other:.1f} |")
 EOF

@@ -128,17 +128,17 @@ wait_http_200() {  # NAME PID URL LOGFILE [CURL_OPTION...]
 
 # CPU accounting of a measured window: cpu_mark at its start, cpu_other_pct at its end gives
 # the CPU that processes this script did not start used meanwhile, in percent of all CPUs.
-proc_ticks() {  # PID: utime+stime in clock ticks, 0 when gone
+proc_ticks() {  # PID [user]: utime+stime (utime alone with "user") in clock ticks, 0 when gone
   local line rest f
   { line=$(<"/proc/$1/stat"); } 2>/dev/null || { echo 0; return; }
   rest=${line##*) }          # the command name may hold spaces and parentheses
   read -r -a f <<<"$rest"    # f[0] is field 3 (state): utime is field 14, stime 15
-  echo $((f[11] + f[12]))
+  if [ "${2:-}" = user ]; then echo $((f[11])); else echo $((f[11] + f[12])); fi
 }
-tree_ticks() {  # PID: the process plus its direct children (nginx master and workers)
+tree_ticks() {  # PID [user]: the process plus its direct children (nginx master and workers)
   local total child
-  total=$(proc_ticks "$1")
-  for child in $(pgrep -P "$1" || true); do total=$((total + $(proc_ticks "$child"))); done
+  total=$(proc_ticks "$1" "${2:-}")
+  for child in $(pgrep -P "$1" || true); do total=$((total + $(proc_ticks "$child" "${2:-}"))); done
   echo "$total"
 }
 waited_ticks() {  # cutime+cstime of this shell: its reaped children
