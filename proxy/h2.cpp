@@ -427,7 +427,9 @@ bool StreamImpl::on_response_head(const ResponseBytes::Head& h) {
   nva.push_back(nv(":status", std::string_view(code, 3), NGHTTP2_NV_FLAG_NONE));
   ResponseBytes::for_each_field(h.fields, [&](std::string_view name, std::string_view value) {
     const std::size_t at = lower.size();
-    for (char c : name) lower.push_back(c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c);
+    lower.resize(at + name.size());  // within the reserve: the pointers taken so far hold
+    char* out = lower.data() + at;
+    for (char c : name) *out++ = c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c;
     const std::string_view lname(lower.data() + at, name.size());
     if (connection_specific(lname)) return lower.resize(at);
     nva.push_back(nv(lname, value,

@@ -74,8 +74,9 @@ ResponseFraming frame_response(bool head_request, int status,
 }
 
 void append_response_fields(std::string& h, const ResponseHead& m, bool keep_upgrade) {
+  const HopFields hop(m);
   for (const auto& f : m) {
-    if (skip_field(m, f, keep_upgrade) || beast::iequals(f.name_string(), "x-request-id")) continue;
+    if (hop.skip(f, keep_upgrade) || beast::iequals(f.name_string(), "x-request-id")) continue;
     append_field(h, f.name_string(), f.value());
   }
 }

@@ -59,13 +59,14 @@ int check_target(RequestHead& m, std::string_view& why) {
 
 PassedFields append_request_fields(std::string& h, const RequestHead& m, bool own_host) {
   PassedFields passed;
+  const HopFields hop(m);
   for (const auto& f : m) {
     if (f.name() == http::field::te) {
       for (const auto& coding : http::ext_list{f.value()})
         passed.trailers |= iequals(coding.first, "trailers");
       continue;
     }
-    if (skip_field(m, f, false)) continue;
+    if (hop.skip(f, false)) continue;
     auto name = f.name_string();
     if (iequals(name, "x-forwarded-for")) {
       passed.forwarded_for = true;

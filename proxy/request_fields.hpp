@@ -37,34 +37,43 @@ const routes::Route* route_of(const routes::Table& table, const RequestParser& r
 int check_target(RequestHead& m, std::string_view& why);
 
 // Fields that never pass through: hop-by-hop ones, those the message's
-// Connection header names, and the framing Sluice states itself.
+// Connection header names, and the framing Sluice states itself. The
+// Connection fields are found once for the message, not once per field.
 template <class Message>
-bool skip_field(const Message& m, const typename Message::fields_type::value_type& f,
-                bool keep_upgrade) {
-  namespace http = boost::beast::http;
-  switch (f.name()) {
-    case http::field::connection:
-    case http::field::upgrade:
-      return !keep_upgrade;
-    case http::field::keep_alive:
-    case http::field::proxy_connection:
-    case http::field::te:
-    case http::field::trailer:
-    case http::field::transfer_encoding:
-    case http::field::proxy_authenticate:
-    case http::field::proxy_authorization:
-    case http::field::content_length:
-    case http::field::expect:
-      return true;
-    default:
-      break;
+class HopFields {
+ public:
+  explicit HopFields(const Message& m)
+      : end_(m.end()), connection_(m.find(boost::beast::http::field::connection)) {}
+
+  bool skip(const typename Message::fields_type::value_type& f, bool keep_upgrade) const {
+    namespace http = boost::beast::http;
+    switch (f.name()) {
+      case http::field::connection:
+      case http::field::upgrade:
+        return !keep_upgrade;
+      case http::field::keep_alive:
+      case http::field::proxy_connection:
+      case http::field::te:
+      case http::field::trailer:
+      case http::field::transfer_encoding:
+      case http::field::proxy_authenticate:
+      case http::field::proxy_authorization:
+      case http::field::content_length:
+      case http::field::expect:
+        return true;
+      default:
+        break;
+    }
+    for (auto it = connection_; it != end_ && it->name() == http::field::connection; ++it)
+      for (auto token : http::token_list{it->value()})
+        if (boost::beast::iequals(token, f.name_string())) return true;
+    return false;
   }
-  for (auto it = m.find(http::field::connection);
-       it != m.end() && it->name() == http::field::connection; ++it)
-    for (auto token : http::token_list{it->value()})
-      if (boost::beast::iequals(token, f.name_string())) return true;
-  return false;
-}
+
+ private:
+  typename Message::const_iterator end_;
+  typename Message::const_iterator connection_;
+};
 
 inline void append_field(std::string& h, std::string_view name, std::string_view value) {
   h += name;
@@ -81,7 +90,7 @@ struct PassedFields {
 };
 
 // Appends the client's fields that go upstream as "Name: value\r\n" lines: not
-// those skip_field drops, nor TE, nor the ones Sluice states itself (the
+// those HopFields drops, nor TE, nor the ones Sluice states itself (the
 // X-Forwarded-*, X-Real-IP, X-Request-Id and lease fields).
 PassedFields append_request_fields(std::string& h, const RequestHead& m, bool own_host = false);
 

@@ -14,6 +14,7 @@ packages=(
   libssl-dev openssl         # TLS both ways (OpenSSL 3); the tests make their certificates with openssl req
   sslscan                    # the HTTPS listener's protocols and ciphers, scanned by a test
   libnghttp2-dev             # HTTP/2 for clients (h2 by ALPN, h2c): nghttp2 frames, HPACK and flow control
+  libgoogle-perftools-dev    # the sluice binary allocates through tcmalloc (CMakeLists.txt says why)
   nghttp2-client             # h2load and nghttp, which the HTTP/2 tests and bench drive
   curl python3
   python3-yaml               # the corpus suite reads http-desync-guardian's cases
