@@ -21,6 +21,7 @@
 #include <nghttp2/nghttp2.h>
 
 #include <algorithm>
+#include <array>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/http/error.hpp>
@@ -65,6 +66,13 @@ bool unique_per_response(std::string_view name) {
   return name == "x-request-id" || name == "retry-after" || name == "set-cookie";
 }
 
+// ASCII lowercased, a byte at a time through a table.
+constexpr auto kLower = [] {
+  std::array<char, 256> t{};
+  for (int c = 0; c < 256; ++c) t[c] = static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
+  return t;
+}();
+
 // A response head's fields as nghttp2 takes them, names lowercased: one per
 // connection, reused for every response (nghttp2 copies what it is given).
 struct HeaderList {
@@ -94,8 +102,10 @@ class StreamImpl final : public H2Stream {
   void watch(Tracked* session) override { watcher_ = session; }
 
   // ---- the connection's side ----
+  // A field of the head: pseudo-headers kept, the rest written into in_ as
+  // the HTTP/1.1 request's (nghttp2 lets no pseudo-header follow a field).
   void add_header(std::string_view name, std::string_view value, std::size_t limit);
-  // The head is whole: the HTTP/1.1 request it means, in in_.
+  // The head is whole: in_ holds the HTTP/1.1 request it means.
   void compose(bool ended);
   // A GET or HEAD whose HEADERS did not end the stream: whether a body follows
   // is known at its first DATA (chunked) or its end (none), not before.
@@ -131,6 +141,7 @@ class StreamImpl final : public H2Stream {
     if (!h) return;
     net::post(ioc_, [h = std::move(h), ec, n]() mutable { std::move(h)(ec, n); });
   }
+  void begin_head();
   void serve_read();
   bool feed(std::string_view bytes, error_code& ec);
   bool on_response_head(const ResponseBytes::Head& h);
@@ -142,10 +153,12 @@ class StreamImpl final : public H2Stream {
   net::io_context& ioc_;
   std::int32_t id_;
   std::string_view tls_version_;  // a static string of OpenSSL's
-  // The request: pseudo-headers and fields as they come, then its HTTP/1.1 bytes.
-  std::string method_, path_, authority_, host_, cookies_, fields_;
+  // The request: its pseudo-headers and cookies as they come, its HTTP/1.1
+  // bytes from the first field on.
+  std::string method_, path_, authority_, cookies_;
   std::size_t header_bytes_ = 0;
   bool too_large_ = false;
+  bool head_begun_ = false;  // in_ holds the request line
   bool has_length_ = false;
   bool chunked_in_ = false;
   std::string in_;
@@ -282,8 +295,9 @@ void StreamImpl::add_header(std::string_view name, std::string_view value, std::
     if (name == ":authority") authority_ = value;
     return;  // :scheme is the connection's; :protocol is not taken
   }
-  if (name == "host") {
-    host_ = value;
+  if (!head_begun_) begin_head();
+  if (name == "host") {  // :authority stands for it (RFC 9113 8.3.1)
+    if (authority_.empty()) append_field(in_, "Host", value);
     return;
   }
   if (name == "cookie") {  // HTTP/2 may split it; HTTP/1.1 has one (RFC 9113 8.2.3)
@@ -292,24 +306,26 @@ void StreamImpl::add_header(std::string_view name, std::string_view value, std::
     return;
   }
   if (name == "content-length") has_length_ = true;
-  append_field(fields_, name, value);
+  append_field(in_, name, value);
+}
+
+// The request line, and :authority as Host.
+void StreamImpl::begin_head() {
+  head_begun_ = true;
+  const std::string_view target =
+      method_ == "CONNECT" ? std::string_view(authority_) : std::string_view(path_);
+  in_.reserve(512);
+  in_.append(method_).append(" ").append(target).append(" HTTP/1.1\r\n");
+  if (!authority_.empty()) append_field(in_, "Host", authority_);
 }
 
 void StreamImpl::compose(bool ended) {
-  const std::string_view target =
-      method_ == "CONNECT" ? std::string_view(authority_) : std::string_view(path_);
-  in_.reserve(method_.size() + target.size() + authority_.size() + fields_.size() +
-              cookies_.size() + 96);
-  in_.append(method_).append(" ").append(target).append(" HTTP/1.1\r\n");
-  const std::string& host = authority_.empty() ? host_ : authority_;
-  if (!host.empty()) append_field(in_, "Host", host);
-  in_.append(fields_);
+  if (!head_begun_) begin_head();
   if (!cookies_.empty()) append_field(in_, "Cookie", cookies_);
   chunked_in_ = !ended && !has_length_;
   if (chunked_in_) in_.append("Transfer-Encoding: chunked\r\n");
-  in_.append("Connection: close\r\n\r\n");  // one request per stream
+  in_.append("\r\n");  // one request per stream: its Session reads no other
   in_done_ = ended;
-  std::string().swap(fields_);
   std::string().swap(cookies_);
 }
 
@@ -429,7 +445,7 @@ bool StreamImpl::on_response_head(const ResponseBytes::Head& h) {
     const std::size_t at = lower.size();
     lower.resize(at + name.size());  // within the reserve: the pointers taken so far hold
     char* out = lower.data() + at;
-    for (char c : name) *out++ = c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c;
+    for (char c : name) *out++ = kLower[static_cast<unsigned char>(c)];
     const std::string_view lname(lower.data() + at, name.size());
     if (connection_specific(lname)) return lower.resize(at);
     nva.push_back(nv(lname, value,

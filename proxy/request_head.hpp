@@ -175,8 +175,11 @@ HeadVerdict check_request_head(const boost::beast::http::request<Body, Fields>& 
   for (unsigned char c : m.target())
     if (c <= 0x20 || c >= 0x7f) return {400, "target"};
 
-  std::size_t lengths = 0;
+  std::size_t lengths = 0, hosts = 0;
+  bool has_te = false;
   for (const auto& f : m) {
+    hosts += f.name() == http::field::host;
+    has_te |= f.name() == http::field::transfer_encoding;
     auto name = f.name_string();
     if (folds_to(name, "content-length") || folds_to(name, "transfer-encoding"))
       return {400, "framing_lookalike"};
@@ -190,7 +193,6 @@ HeadVerdict check_request_head(const boost::beast::http::request<Body, Fields>& 
   }
   if (lengths > 1) return {400, "content_length"};
 
-  bool has_te = m.find(http::field::transfer_encoding) != m.end();
   if (has_te) {
     if (lengths > 0 || m.version() != 11) return {400, "transfer_encoding"};
     std::size_t codings = 0, chunked = 0;
@@ -209,8 +211,7 @@ HeadVerdict check_request_head(const boost::beast::http::request<Body, Fields>& 
   }
 
   // Never two Hosts (RFC 9112 section 3.2), whatever the version: HTTP/1.0 goes upstream as 1.1.
-  if (m.count(http::field::host) > 1 || (m.version() == 11 && m.count(http::field::host) != 1))
-    return {400, "host"};
+  if (hosts > 1 || (m.version() == 11 && hosts != 1)) return {400, "host"};
 
   // GET and HEAD have no defined use for a body: one is passed on with Sluice's
   // own framing, and neither connection is used again after it.

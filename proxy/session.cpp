@@ -145,7 +145,7 @@ class Session : public Tracked,
       std::memcpy(client_, client.data(), client_len_);
       w_.track(*this);
       h2->watch(this);
-      start_request();
+      first_request();
       return;
     }
     bump(st_.client_connections, std::int64_t{1});
@@ -165,7 +165,7 @@ class Session : public Tracked,
       start_handshake();
       return;
     }
-    start_request();
+    first_request();
   }
 
   // ---- Tracked ----
@@ -438,13 +438,18 @@ class Session : public Tracked,
 
   // ---------------------------------------------------------------- request head
   void start_request() {
-    phase_ = Phase::head;
     // The last request's state and fields go, and their memory with them, at once.
     ex_ = Exchange{};
     replay_body_.clear();
     res_.reset();
     req_.reset();
     arena_.release();
+    first_request();
+  }
+
+  // A request on a session that has had none (an HTTP/2 stream's: its one).
+  void first_request() {
+    phase_ = Phase::head;
     req_.emplace(std::piecewise_construct, std::make_tuple(), std::make_tuple(HeadAlloc(&arena_)));
     req_->header_limit(static_cast<std::uint32_t>(cfg_.max_header_bytes));
     req_->body_limit(cfg_.max_body_bytes);
@@ -611,7 +616,9 @@ class Session : public Tracked,
     }
     auto target = m.target();
     ex_.path = target.substr(0, target.find('?'));
-    ex_.keep_alive = req_->keep_alive() && !ex_.close_both;
+    // An HTTP/2 stream carries one request (its connection stays, whatever
+    // the answer says: the framing fields never reach HTTP/2).
+    ex_.keep_alive = connection_ && req_->keep_alive() && !ex_.close_both;
     ex_.version = m.version();
     ex_.method = m.method();
     ex_.upgrade = req_->upgrade();

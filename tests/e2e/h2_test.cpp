@@ -164,6 +164,31 @@ TEST_CASE("h2c: streams on one connection get their own lanes, and a refusal is 
   CHECK(request(s.port, "GET", "/echo").status == 200);
 }
 
+TEST_CASE("an HTTP/2 stream's head goes upstream as the HTTP/1.1 request it means", "[e2e][h2]") {
+  Upstream api(kUpstream), search(kUpstream);
+  Sluice s(kSluice, two_upstreams(api, search, h2c()));
+  // Cookies split into two fields (RFC 9113 8.2.3), a field after them; the
+  // upstream's /headers answers what it received.
+  auto r = run({"nghttp", "-H", "cookie: a=1", "-H", "cookie: b=2", "-H", "x-custom: v",
+                url(s.port, "/headers?q=1")});
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  auto doc = json::parse(r.out);
+  CHECK(doc["method"] == "GET");
+  CHECK(doc["target"] == "/headers?q=1");
+  std::map<std::string, std::vector<std::string>> seen;
+  for (auto& h : doc["headers"]) {
+    std::string n = h[0];
+    for (auto& ch : n) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    seen[n].push_back(h[1]);
+  }
+  CHECK(seen["host"] == std::vector<std::string>{"127.0.0.1:" + std::to_string(s.port)});
+  CHECK(seen["cookie"] == std::vector<std::string>{"a=1; b=2"});
+  CHECK(seen["x-custom"] == std::vector<std::string>{"v"});
+  CHECK(seen.count("transfer-encoding") == 0);
+  CHECK(seen.count("content-length") == 0);
+}
+
 TEST_CASE("h2c is off unless SLUICE_H2C says so: the preface gets no HTTP/2", "[e2e][h2]") {
   Upstream api(kUpstream), search(kUpstream);
   Sluice s(kSluice, two_upstreams(api, search));
