@@ -1314,9 +1314,63 @@ class Session : public Tracked,
     res_->header_limit(kMaxResponseHeader);
     res_->body_limit(boost::none);
     if (ex_.method == http::verb::head) res_->skip(true);
-    http::async_read_header(
-        ex_.up->stream, ex_.up->buffer, *res_,
-        beast::bind_front_handler(&Session::on_response_head, shared_from_this()));
+    read_upstream(&Session::on_response_head);
+  }
+
+  // The upstream's answer, parsed from its connection's buffer as Beast's
+  // http::async_read_some does: what the buffer holds first, then a read at a
+  // time while the parser needs more; an EOF ends a body that runs to the
+  // close. Without its composed operation (a work guard per step, a post when
+  // the buffer already held what was needed): `then` runs directly when no
+  // read was needed. The parser stops at the head's end by itself, so the
+  // same step reads a head or a piece of body.
+  using UpstreamStep = void (Session::*)(error_code, std::size_t);
+
+  void read_upstream(UpstreamStep then) {
+    upstream_then_ = then;
+    error_code ec;
+    if (ex_.up->buffer.size() > 0 && parse_upstream(ec)) {
+      (this->*then)(ec, 0);
+      return;
+    }
+    read_upstream_more();
+  }
+
+  // True when the parser is done with what the buffer holds (ec: how).
+  bool parse_upstream(error_code& ec) {
+    auto& b = ex_.up->buffer;
+    const auto used = res_->put(b.data(), ec);
+    b.consume(used);
+    return ec != http::error::need_more;
+  }
+
+  void read_upstream_more() {
+    auto& b = ex_.up->buffer;
+    const std::size_t room = std::min<std::size_t>(
+        std::max<std::size_t>(512, b.capacity() - b.size()), b.max_size() - b.size());
+    if (room == 0) {
+      (this->*upstream_then_)(http::error::buffer_overflow, 0);
+      return;
+    }
+    ex_.up->stream.async_read_some(
+        b.prepare(std::min<std::size_t>(room, 65536)),
+        beast::bind_front_handler(&Session::on_upstream_read, shared_from_this()));
+  }
+
+  void on_upstream_read(error_code ec, std::size_t n) {
+    if (!ex_.up) return;  // the exchange ended meanwhile
+    ex_.up->buffer.commit(n);
+    if (ec == net::error::eof) {
+      ec = {};
+      if (res_->got_some())
+        res_->put_eof(ec);  // a body delimited by the close ends here
+      else
+        ec = http::error::end_of_stream;
+    } else if (!ec && !parse_upstream(ec)) {
+      read_upstream_more();
+      return;
+    }
+    (this->*upstream_then_)(ec, n);
   }
 
   void on_response_head(error_code ec, std::size_t) {
@@ -1450,9 +1504,7 @@ class Session : public Tracked,
     deadline = keep_alive_due();
     if (ex_.first_event_due && !ex_.header_sent)
       deadline = std::min(deadline, *ex_.first_event_due);
-    http::async_read_some(
-        ex_.up->stream, ex_.up->buffer, *res_,
-        beast::bind_front_handler(&Session::on_response_body, shared_from_this()));
+    read_upstream(&Session::on_response_body);
   }
 
   void on_response_body(error_code ec, std::size_t) {
@@ -1783,6 +1835,7 @@ class Session : public Tracked,
                                              std::pmr::new_delete_resource()};
   std::optional<RequestParser> req_;
   std::optional<ResponseParser> res_;
+  UpstreamStep upstream_then_ = nullptr;  // what read_upstream's read goes on with
   BlockPool::Block block_{nullptr, BlockPool::Deleter{nullptr}};
   std::shared_ptr<Session> self_;  // keeps the session alive while it waits for a slot or the pool
   std::string out_;                // the next head to write

@@ -49,7 +49,7 @@ constexpr std::string_view kUsage =
     "  --keepalive-ms K    close a keep-alive connection idle this long (default 120000)\n"
     "endpoints: /echo /headers /slow?ms=N /sse?n=N&interval_ms=M[&echo=HEADER] "
     "/status/NNN[?ratelimit=LIMIT,REMAINING,RESET&retry_after=S] /drop[?reset=1] "
-    "/raw?kind=bad_status|two_lengths|short_length|short_chunked|sse_reset\n"
+    "/raw?kind=bad_status|two_lengths|short_length|to_close|short_chunked|sse_reset\n"
     "           /large?bytes=N[&chunked=1] /stats[?reset_max=1] /ws (upgrade, then echo), anything "
     "else answers "
     "\"ok\"\n"

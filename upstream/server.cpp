@@ -498,6 +498,8 @@ class Session : public std::enable_shared_from_this<Session> {
       body_ = "HTTP/1.1 200 OK\r\n" + port + "Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!";
     } else if (raw_kind_ == "short_length") {
       body_ = "HTTP/1.1 200 OK\r\n" + port + "Content-Length: 100\r\n\r\nonly part of it";
+    } else if (raw_kind_ == "to_close") {
+      body_ = "HTTP/1.1 200 OK\r\n" + port + "Connection: close\r\n\r\nall of it, to the close";
     } else if (raw_kind_ == "short_chunked") {
       body_ = "HTTP/1.1 200 OK\r\n" + port + "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n";
     } else if (raw_kind_ == "sse_reset") {

@@ -284,6 +284,19 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("a response body that runs to the upstream's close arrives whole, framed for the client",
+          "[e2e][proxy]") {
+  Upstream up(kUpstream);
+  Sluice s(kSluice, upstream_env(up));
+  auto c = Conn::open(s.port);
+  REQUIRE(c.send(format_request("GET", "/raw?kind=to_close", s.port)));
+  auto r = sluice::test::read_streamed(c, 5s);
+  REQUIRE(r.head);
+  CHECK(r.head->status == 200);
+  CHECK(r.complete);  // the close ended it cleanly: the client gets its last chunk
+  CHECK(r.body() == "all of it, to the close");
+}
+
 TEST_CASE("a response body cut short by the upstream cuts the client's connection",
           "[e2e][proxy][upstream-failure]") {
   Upstream up(kUpstream);
