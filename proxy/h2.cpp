@@ -185,7 +185,12 @@ class StreamImpl final : public H2Stream {
 class Connection final : public Tracked, public std::enable_shared_from_this<Connection> {
  public:
   Connection(Worker& w, Stream s, std::string_view client)
-      : w_(w), cfg_(w.config()), st_(w.stats()), sock_(std::move(s)), client_(client) {}
+      : w_(w),
+        cfg_(w.config()),
+        st_(w.stats()),
+        sock_(std::move(s)),
+        client_(client),
+        closed_socket_(w.ioc().get_executor()) {}
 
   ~Connection() override {
     teardown();
@@ -260,6 +265,8 @@ class Connection final : public Tracked, public std::enable_shared_from_this<Con
   nghttp2_session* s_ = nullptr;
   // The open streams, each at its slot (StreamImpl::slot).
   std::vector<std::shared_ptr<StreamImpl>> streams_;
+  std::vector<std::shared_ptr<StreamImpl>> to_start_;  // heads whole, Sessions not yet started
+  Socket closed_socket_;  // never opened: each stream's Stream is moved from it
   HeaderList headers_;
   std::array<std::uint8_t, kReadSize> rbuf_{};
   std::string wbuf_;
@@ -778,9 +785,19 @@ void Connection::request_ready(StreamImpl& s, bool ended) {
 void Connection::start(StreamImpl& s, bool ended) {
   s.undecided = false;
   s.compose(ended);
-  // Started after this read's frames: a stream reset in them starts nothing.
-  net::post(w_.ioc(), [&w = w_, st = streams_[s.slot]] {
-    if (!st->gone()) start_stream_session(w, st);
+  // Started after this read's frames, all in one post: a stream reset in
+  // them starts nothing.
+  to_start_.push_back(streams_[s.slot]);
+  if (to_start_.size() > 1) return;
+  net::post(w_.ioc(), [self = shared_from_this()] {
+    auto starting = std::move(self->to_start_);
+    self->to_start_.clear();
+    for (auto& st : starting)
+      if (!st->gone()) start_stream_session(self->w_, std::move(st), self->closed_socket_);
+    if (self->to_start_.empty()) {  // its memory, kept for the next read's
+      starting.clear();
+      self->to_start_ = std::move(starting);
+    }
   });
 }
 

@@ -60,6 +60,9 @@ class H2Stream {
 void start_h2(Worker& worker, Stream stream, std::string_view preread, std::string_view client);
 
 // A Session for one stream (proxy/session.cpp).
-void start_stream_session(Worker& worker, std::shared_ptr<H2Stream> stream);
+// `closed`: a socket never opened, which the stream's Stream is moved from
+// (it stays closed and usable): an HTTP/2 stream has no socket of its own,
+// and a move costs no lookup of Asio's socket service.
+void start_stream_session(Worker& worker, std::shared_ptr<H2Stream> stream, Socket& closed);
 
 }  // namespace sluice::proxy

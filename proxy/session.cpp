@@ -106,12 +106,12 @@ class Session : public Tracked,
     if (tls) tls_ = w.server_tls();
   }
   // One stream of an HTTP/2 connection (proxy/h2.hpp): one request, then the end.
-  Session(Worker& w, std::shared_ptr<H2Stream> stream)
+  Session(Worker& w, std::shared_ptr<H2Stream> stream, Socket& closed)
       : w_(w),
         cfg_(w.config()),
         st_(w.stats()),
         ups_(w),
-        sock_(w.ioc(), std::move(stream)),
+        sock_(closed, std::move(stream)),
         connection_(false) {}
 
   ~Session() override {
@@ -1866,8 +1866,8 @@ void start_session(Worker& worker, Socket socket, bool tls) {
   std::make_shared<Session>(worker, std::move(socket), tls)->run();
 }
 
-void start_stream_session(Worker& worker, std::shared_ptr<H2Stream> stream) {
-  std::make_shared<Session>(worker, std::move(stream))->run();
+void start_stream_session(Worker& worker, std::shared_ptr<H2Stream> stream, Socket& closed) {
+  std::make_shared<Session>(worker, std::move(stream), closed)->run();
 }
 
 }  // namespace sluice::proxy

@@ -8,8 +8,8 @@ void TlsLayerDelete::operator()(TlsLayer* t) const noexcept {
   delete t;
 }
 
-Stream::Stream(net::io_context& ioc, std::shared_ptr<H2Stream> h2)
-    : plain_(ioc.get_executor()), h2_(std::move(h2)) {}
+Stream::Stream(Socket& closed, std::shared_ptr<H2Stream> h2)
+    : plain_(std::move(closed)), h2_(std::move(h2)) {}
 Stream::Stream(Stream&&) noexcept = default;
 Stream& Stream::operator=(Stream&&) noexcept = default;
 Stream::~Stream() = default;

@@ -32,7 +32,9 @@ class Stream {
   using executor_type = Socket::executor_type;
   explicit Stream(Socket s) : plain_(std::move(s)) {}
   explicit Stream(net::io_context& ioc) : plain_(ioc.get_executor()) {}
-  Stream(net::io_context& ioc, std::shared_ptr<H2Stream> h2);
+  // An HTTP/2 stream's: `closed` is a socket never opened, moved from (it
+  // stays closed and usable for the next).
+  Stream(Socket& closed, std::shared_ptr<H2Stream> h2);
   Stream(Stream&&) noexcept;
   Stream& operator=(Stream&&) noexcept;
   ~Stream();
