@@ -84,11 +84,13 @@ class Connection;
 
 class StreamImpl final : public H2Stream {
  public:
-  StreamImpl(Connection& c, net::io_context& ioc, std::int32_t id, std::string_view tls_version)
-      : began(Clock::now()), conn_(&c), ioc_(ioc), id_(id), tls_version_(tls_version) {}
+  StreamImpl(Connection& c, net::io_context& ioc, std::int32_t id, std::string_view tls_version,
+             Clock::time_point read_at)
+      : began(read_at), conn_(&c), ioc_(ioc), id_(id), tls_version_(tls_version) {}
 
   // ---- H2Stream (the Session's side) ----
   void read_some(net::mutable_buffer into, Handler h) override;
+  std::size_t read_buffered(net::mutable_buffer into) override;
   void write_some(const Pieces& pieces, Handler h) override;
   void cancel() override {
     complete(read_h_, net::error::operation_aborted, 0);
@@ -374,20 +376,23 @@ void StreamImpl::read_some(net::mutable_buffer into, Handler h) {
   serve_read();
 }
 
+std::size_t StreamImpl::read_buffered(net::mutable_buffer into) {
+  if (gone_ || closed_) return 0;
+  const std::size_t n = std::min(into.size(), buffered_in());
+  std::memcpy(into.data(), in_.data() + in_off_, n);
+  in_off_ += n;
+  if (in_off_ == in_.size()) {
+    in_.clear();
+    in_off_ = 0;
+  }
+  give_back_window();
+  return n;
+}
+
 void StreamImpl::serve_read() {
   if (!read_h_) return;
   if (gone_ || closed_) return complete(read_h_, net::error::connection_reset, 0);
-  if (buffered_in() > 0) {
-    std::size_t n = std::min(read_into_.size(), buffered_in());
-    std::memcpy(read_into_.data(), in_.data() + in_off_, n);
-    in_off_ += n;
-    if (in_off_ == in_.size()) {
-      in_.clear();
-      in_off_ = 0;
-    }
-    give_back_window();
-    return complete(read_h_, {}, n);
-  }
+  if (buffered_in() > 0) return complete(read_h_, {}, read_buffered(read_into_));
   if (in_done_) complete(read_h_, net::error::eof, 0);
 }
 
@@ -813,7 +818,9 @@ void Connection::answer_431(StreamImpl& s) {
 int Connection::on_begin_headers(nghttp2_session*, const nghttp2_frame* f, void* ud) {
   auto* c = static_cast<Connection*>(ud);
   if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
-  auto s = std::make_shared<StreamImpl>(*c, c->w_.ioc(), f->hd.stream_id, c->sock_.tls_version());
+  // Its clock reading is the read's that brought its HEADERS.
+  auto s = std::make_shared<StreamImpl>(*c, c->w_.ioc(), f->hd.stream_id, c->sock_.tls_version(),
+                                        c->last_active_);
   s->slot = c->streams_.size();
   nghttp2_session_set_stream_user_data(c->s_, f->hd.stream_id, s.get());
   c->streams_.push_back(std::move(s));

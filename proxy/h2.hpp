@@ -40,6 +40,9 @@ class H2Stream {
   // The request's bytes as HTTP/1.1; eof after its end, connection_reset
   // once the stream is gone.
   virtual void read_some(net::mutable_buffer into, Handler h) = 0;
+  // What is already here, taken at once without a handler (its head, when
+  // its Session starts): the bytes copied into `into`.
+  virtual std::size_t read_buffered(net::mutable_buffer into) = 0;
   // The response's bytes as HTTP/1.1 (heads, chunked or sized bodies, 1xx).
   virtual void write_some(const Pieces& pieces, Handler h) = 0;
   virtual void cancel() = 0;

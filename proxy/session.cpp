@@ -145,6 +145,8 @@ class Session : public Tracked,
       std::memcpy(client_, client.data(), client_len_);
       w_.track(*this);
       h2->watch(this);
+      // Its head is here already: parsed now, not after a read's post.
+      buf_.commit(h2->read_buffered(buf_.prepare(kReadChunk)));
       first_request();
       return;
     }
@@ -384,7 +386,7 @@ class Session : public Tracked,
     std::memcpy(ex_.upstream_addr.data(), c->address.data(), ex_.upstream_addr_len);
     ex_.up = checkout(w_.pool(ex_.upstream), std::move(c));
     ex_.up->buffer.clear();
-    send_request();
+    send_request(now);
   }
 
  private:
@@ -1046,9 +1048,10 @@ class Session : public Tracked,
     }
     must_check = !is_idempotent(ex_.method);
     phase_ = Phase::acquire;
-    deadline = Clock::now() + cfg_.response_timeout;
+    const auto now = Clock::now();
+    deadline = now + cfg_.response_timeout;
     self_ = shared_from_this();
-    w_.pool(ex_.upstream).acquire(*this);
+    w_.pool(ex_.upstream).acquire(*this, now);
   }
 
   // A connect failed. When every host of the upstream refuses, the upstream
@@ -1109,9 +1112,9 @@ class Session : public Tracked,
     append_forwarding(out_, req_->get(), passed, f);
   }
 
-  void send_request() {
+  void send_request(Clock::time_point now) {
     phase_ = Phase::send_upstream;
-    ex_.sent_at = Clock::now();
+    ex_.sent_at = now;
     ex_.first_event_due.reset();  // each send has its own (a replay, a second ask)
     // A route that may move a late stream keeps a body read whole before
     // admission, to send it again.
@@ -1473,8 +1476,9 @@ class Session : public Tracked,
   // What the upstream's head says of its quota and whether it closes it
   // (heads.hpp's read_quota): a budget reading for its bulkhead, a closure.
   void read_quota(const ResponseHead& m, int status, Clock::time_point now) {
+    // The wall clock's seconds, from the request's start (no second reading).
     auto unix_now = std::chrono::duration_cast<std::chrono::seconds>(
-                        std::chrono::system_clock::now().time_since_epoch())
+                        (ex_.start_wall + (now - ex_.start)).time_since_epoch())
                         .count();
     auto q = proxy::read_quota(m, status, ex_.live->close_statuses, micros(now), unix_now);
     if (q.budget) bulkhead().note_budget(*q.budget);
@@ -1691,23 +1695,23 @@ class Session : public Tracked,
   void release_stalled_seat() {
     if (!holds_stallable_seat()) return;
     bump(st_.stalled_writes);
-    complete_lease();  // its lease slot stays open: the request is live until logged
+    complete_lease(Clock::now());  // its lease slot stays open: the request is live until logged
   }
 
   // The seat goes back with what the upstream said, which teaches the estimate.
-  void complete_lease() {
+  void complete_lease(Clock::time_point now) {
     if (!ex_.lease) return;
     auto u = ex_.lease.upstream();
-    if (ex_.lease.complete(ex_.signal, ex_.up_ttfb, micros(Clock::now()), ex_.closing_status))
+    if (ex_.lease.complete(ex_.signal, ex_.up_ttfb, micros(now), ex_.closing_status))
       count_exhausted(u);
   }
 
   // The exchange is over: what it holds goes back, and its line is written.
   void log(int status) {
     ex_.slot.reset();
-    complete_lease();
     ex_.in_flight.reset();
     auto now = Clock::now();
+    complete_lease(now);
     double duration = std::chrono::duration<double>(now - ex_.start).count();
     auto& lane_stats = st_.lane[admission::index(ex_.lane)];
     if (ex_.route) {

@@ -108,8 +108,7 @@ bool still_open(Socket& s) {
 }
 }  // namespace
 
-void UpstreamPool::acquire(PoolWaiter& w) {
-  auto now = Clock::now();
+void UpstreamPool::acquire(PoolWaiter& w, Clock::time_point now) {
   w.wait_start = now;
   const std::size_t host = hosts_.choose(now, worker_.rng(), w.avoid_host);
   if (host == HostSet::kNoHost) {

@@ -103,8 +103,8 @@ class UpstreamPool {
                std::chrono::milliseconds eject_max = kEjectMax);
   ~UpstreamPool();
   // Hands a connection to w: at once (inside this call) when one is idle, else
-  // later. w must stay alive until then or cancel().
-  void acquire(PoolWaiter& w);
+  // later. w must stay alive until then or cancel(). `now`: the caller's clock reading.
+  void acquire(PoolWaiter& w, Clock::time_point now);
   // Takes w out of the queue; false when w is not queued (its connect is under
   // way and will still call back).
   bool cancel(PoolWaiter& w);
