@@ -1709,9 +1709,9 @@ class Session : public Tracked,
   // The exchange is over: what it holds goes back, and its line is written.
   void log(int status) {
     ex_.slot.reset();
-    ex_.in_flight.reset();
-    auto now = Clock::now();
+    const auto now = Clock::now();
     complete_lease(now);
+    ex_.in_flight.reset();
     double duration = std::chrono::duration<double>(now - ex_.start).count();
     auto& lane_stats = st_.lane[admission::index(ex_.lane)];
     if (ex_.route) {

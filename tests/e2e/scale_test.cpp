@@ -442,7 +442,7 @@ TEST_CASE("an upstream's refusal of a request that can be sent again is asked ag
 // the upstream, and stayed there). With heartbeats a second apart, a stall
 // falls between two of them: the answers' own time in their sockets tells it.
 TEST_CASE("a stall of the proxy's own process does not lower a healthy upstream's estimate",
-          "[e2e][scale][concurrency]") {
+          "[e2e][scale][concurrency][serial]") {
   for (const char* heartbeat : {"50ms", "1s"}) {
     INFO("SLUICE_LAG_PROBE_INTERVAL=" << heartbeat);
     Upstream api(kUpstream), search(kUpstream);
