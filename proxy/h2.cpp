@@ -160,7 +160,6 @@ class StreamImpl final : public H2Stream {
   std::string method_, path_, authority_, cookies_;
   std::size_t header_bytes_ = 0;
   bool too_large_ = false;
-  bool head_begun_ = false;  // in_ holds the request line
   bool has_length_ = false;
   bool chunked_in_ = false;
   std::string in_;
@@ -304,8 +303,8 @@ void StreamImpl::add_header(std::string_view name, std::string_view value, std::
     if (name == ":authority") authority_ = value;
     return;  // :scheme is the connection's; :protocol is not taken
   }
-  if (!head_begun_) begin_head();
-  if (name == "host") {  // :authority stands for it (RFC 9113 8.3.1)
+  if (in_.empty()) begin_head();  // the first field: the request line first
+  if (name == "host") {           // :authority stands for it (RFC 9113 8.3.1)
     if (authority_.empty()) append_field(in_, "Host", value);
     return;
   }
@@ -318,9 +317,8 @@ void StreamImpl::add_header(std::string_view name, std::string_view value, std::
   append_field(in_, name, value);
 }
 
-// The request line, and :authority as Host.
+// The request line, and :authority as Host (in_ is empty until then).
 void StreamImpl::begin_head() {
-  head_begun_ = true;
   const std::string_view target =
       method_ == "CONNECT" ? std::string_view(authority_) : std::string_view(path_);
   in_.reserve(512);
@@ -329,7 +327,7 @@ void StreamImpl::begin_head() {
 }
 
 void StreamImpl::compose(bool ended) {
-  if (!head_begun_) begin_head();
+  if (in_.empty()) begin_head();
   if (!cookies_.empty()) append_field(in_, "Cookie", cookies_);
   chunked_in_ = !ended && !has_length_;
   if (chunked_in_) in_.append("Transfer-Encoding: chunked\r\n");
@@ -795,14 +793,12 @@ void Connection::start(StreamImpl& s, bool ended) {
   to_start_.push_back(streams_[s.slot]);
   if (to_start_.size() > 1) return;
   net::post(w_.ioc(), [self = shared_from_this()] {
-    auto starting = std::move(self->to_start_);
-    self->to_start_.clear();
+    std::vector<std::shared_ptr<StreamImpl>> starting;
+    starting.swap(self->to_start_);
     for (auto& st : starting)
       if (!st->gone()) start_stream_session(self->w_, std::move(st), self->closed_socket_);
-    if (self->to_start_.empty()) {  // its memory, kept for the next read's
-      starting.clear();
-      self->to_start_ = std::move(starting);
-    }
+    starting.clear();
+    if (self->to_start_.empty()) self->to_start_.swap(starting);  // its memory, for the next read's
   });
 }
 

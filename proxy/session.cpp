@@ -22,6 +22,7 @@
 #include <array>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/bind_handler.hpp>
+#include <boost/beast/core/read_size.hpp>
 #include <boost/beast/http/read.hpp>
 #include <charconv>
 #include <cmath>
@@ -1349,15 +1350,13 @@ class Session : public Tracked,
 
   void read_upstream_more() {
     auto& b = ex_.up->buffer;
-    const std::size_t room = std::min<std::size_t>(
-        std::max<std::size_t>(512, b.capacity() - b.size()), b.max_size() - b.size());
-    if (room == 0) {
+    const std::size_t size = beast::read_size(b, 65536);  // Beast's own choice of a read's size
+    if (size == 0) {
       (this->*upstream_then_)(http::error::buffer_overflow, 0);
       return;
     }
     ex_.up->stream.async_read_some(
-        b.prepare(std::min<std::size_t>(room, 65536)),
-        beast::bind_front_handler(&Session::on_upstream_read, shared_from_this()));
+        b.prepare(size), beast::bind_front_handler(&Session::on_upstream_read, shared_from_this()));
   }
 
   void on_upstream_read(error_code ec, std::size_t n) {
