@@ -418,7 +418,11 @@ bool Bulkhead::would_seat(Lane lane, Micros now) const {
 void Bulkhead::note_head(Signal signal, Micros ttfb, Micros now) {
   if (!unmeasured() || signal != Signal::clean) return;
   Lock lock(mutex_);
-  if (estimate_.on_head(signal, ttfb, waiting_[0] + waiting_[1] + waiting_[2] > 0)) serve(now);
+  const int before = estimate_.slots();
+  if (estimate_.on_head(signal, ttfb, waiting_[0] + waiting_[1] + waiting_[2] > 0)) {
+    pace(before, now);
+    serve(now);
+  }
 }
 
 bool Bulkhead::pool_bound() const {
@@ -478,7 +482,7 @@ Census Bulkhead::census_locked(std::optional<Micros> now) const {
   if (now)
     for (std::size_t l = 0; l < kLaneCount; ++l)
       c.may_borrow[l] = budget_allows_borrowing(budget_, lanes_.reserve[l], *now);
-  c.estimate = estimate_.value();
+  c.estimate = std::max(1.0, estimate_.value() - paced_n_);  // paced slots are not open yet
   c.measured = estimate_.measured();
   c.running = running_;
   c.waiting = waiting_;
@@ -569,12 +573,20 @@ bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, bool kee
   } else if (signal != Signal::none) {
     ++failures_;
   }
+  if (s.lane != Lane::heavy && signal == Signal::clean) note_hold(now - s.since);
   // A refusal answers the load the request arrived into; slowness and timeouts
   // build up over its life, so they answer the larger of that and the load at its end.
   int load = s.load;
   if (signal == Signal::slow || signal == Signal::timeout)
     load = std::max(load, running_[0] + running_[1] + running_[2] - kept());
   bool decreased = estimate_.observe(signal, s.seq, load, ttfb, now, s.own_delay);
+  if (s.lane != Lane::heavy) {
+    // A slot freed in a cluster of releases opens later, in a gap (re-phasing).
+    const bool clustered = hold_us_ > 0 && static_cast<double>((now - last_release_).count()) <
+                                               kClustered * hold_us_ / estimate_.slots();
+    last_release_ = now;
+    if (clustered && !decreased && !delegated && !keep_cap) pace_one(now, kRephaseReach);
+  }
   slow_above_us_.store(estimate_.slow_above_us(), std::memory_order_relaxed);
   unmeasured_.store(!estimate_.measured(), std::memory_order_relaxed);
   if (waiting_[index(s.lane)] > 0 && signal == Signal::clean && !decreased && !delegated &&
@@ -592,7 +604,8 @@ Micros Bulkhead::anticipation() const {
 void Bulkhead::keep(const Seat& s, Micros now) {
   const auto l = index(s.lane);
   if (s.lane == Lane::heavy || kept_n_[l] == kMaxKept || !queue_[l].leads(s)) return;
-  if (running_[0] + running_[1] + running_[2] >= estimate_.slots()) return;  // none free
+  if (running_[0] + running_[1] + running_[2] >= census_locked(std::nullopt).slots())
+    return;  // none free
   const Micros until = now + anticipation_of(estimate_);
   kept_[l][static_cast<std::size_t>(kept_n_[l]++)] = {s.tenant, until};
   queue_[l].held(s, +1);
@@ -615,8 +628,19 @@ bool Bulkhead::take_kept(Seat& s, Micros now) {
 }
 
 void Bulkhead::expire_locked(Micros now) {
-  if (kept() == 0) return;
   bool freed = false;
+  for (int i = 0; i < paced_n_;) {
+    if (paced_[static_cast<std::size_t>(i)] > now) {
+      ++i;
+      continue;
+    }
+    paced_[static_cast<std::size_t>(i)] = paced_[static_cast<std::size_t>(--paced_n_)];
+    freed = true;
+  }
+  if (kept() == 0) {
+    if (freed) serve(now);
+    return;
+  }
   for (Lane lane : kLanes) {
     const auto l = index(lane);
     auto& kept = kept_[l];
@@ -639,6 +663,10 @@ std::optional<Micros> Bulkhead::expire(Micros now) {
   Lock lock(mutex_);
   expire_locked(now);
   std::optional<Micros> next;
+  for (int i = 0; i < paced_n_; ++i) {
+    const Micros at = paced_[static_cast<std::size_t>(i)];
+    next = next ? std::min(*next, at) : at;
+  }
   for (Lane lane : kLanes)
     for (int i = 0; i < kept_n_[index(lane)]; ++i) {
       const Micros until = kept_[index(lane)][static_cast<std::size_t>(i)].until;
@@ -699,6 +727,71 @@ void Bulkhead::unqueue(Seat& s) {
   s.queued = false;
 }
 
+void Bulkhead::note_hold(Micros held) {
+  const auto us = static_cast<double>(held.count());
+  ++holds_;
+  if (hold_us_ <= 0) {
+    hold_us_ = us;
+    return;
+  }
+  hold_dev_us_ += (std::abs(us - hold_us_) - hold_dev_us_) / 16;
+  hold_us_ += (us - hold_us_) / 16;
+}
+
+void Bulkhead::pace(int before, Micros now) {
+  for (int n = estimate_.slots() - before; n > 0; --n)
+    if (!pace_one(now, 1.0)) return;
+}
+
+bool Bulkhead::pace_one(Micros now, double reach) {
+  // Nobody waiting: a newcomer takes the slot when it comes, at its own time.
+  if (paced_n_ == kMaxPaced || waiting_[0] + waiting_[1] + waiting_[2] == 0) return false;
+  auto at = paced_open(now, reach);
+  if (!at) return false;
+  paced_[static_cast<std::size_t>(paced_n_++)] = *at;
+  if (waker_) waker_->wake_at(*at);
+  return true;
+}
+
+// The phase in [0, hold) of each release to come, the live bulk and standard
+// seats' (start + the mean hold) and the paced slots' (their opening); a
+// stream's seat turns over too rarely to count. The widest gap between them
+// on the circle of one hold whose middle is within reach x hold: its middle,
+// when it is wider than kPaceSpread times the even gap. None while holds vary
+// by more than kSteadyHold (phases then scatter by themselves), or before
+// kBaselineSamples holds have shown how much they vary.
+std::optional<Micros> Bulkhead::paced_open(Micros now, double reach) const {
+  const double hold = hold_us_;
+  if (holds_ < EstimatePolicy::kBaselineSamples || hold_dev_us_ > kSteadyHold * hold)
+    return std::nullopt;
+  std::array<double, kMaxPhases + kMaxPaced> phase{};
+  std::size_t n = 0;
+  auto add = [&](Micros release) {
+    double d = static_cast<double>((release - now).count());
+    phase[n++] = d <= 0 ? 0.0 : std::fmod(d, hold);
+  };
+  for (Lane lane : {Lane::bulk, Lane::standard})
+    for (const Seat* s = live_[index(lane)].head; s; s = s->next) {
+      if (n == kMaxPhases) return std::nullopt;
+      add(s->since + Micros(static_cast<std::int64_t>(hold)));
+    }
+  for (int i = 0; i < paced_n_; ++i) add(paced_[static_cast<std::size_t>(i)]);
+  if (n == 0) return std::nullopt;
+  std::sort(phase.begin(), phase.begin() + static_cast<std::ptrdiff_t>(n));
+  double widest = phase[0] + hold - phase[n - 1];  // across the end of the circle
+  double middle = std::fmod(phase[n - 1] + widest / 2, hold);
+  if (middle > reach * hold) widest = 0;
+  for (std::size_t i = 1; i < n; ++i) {
+    const double gap = phase[i] - phase[i - 1];
+    if (gap > widest && phase[i - 1] + gap / 2 <= reach * hold) {
+      widest = gap;
+      middle = phase[i - 1] + gap / 2;
+    }
+  }
+  if (widest <= kPaceSpread * hold / static_cast<double>(n + 1)) return std::nullopt;
+  return now + Micros(static_cast<std::int64_t>(middle));
+}
+
 // Offers free slots to the heads of the queues, least borrowed per weight
 // first (a lane below its floor has borrowed nothing; rule 2 keeps its slots
 // from borrowers anyway); stops when no head is seated.
@@ -742,7 +835,8 @@ bool Bulkhead::starving(Lane lane, const Seats& g, Micros now) const {
 std::array<bool, kLaneCount> Bulkhead::tick(Micros now) {
   Lock lock(mutex_);
   expire_locked(now);
-  estimate_.maybe_grow(now);
+  const int before = estimate_.slots();
+  if (estimate_.maybe_grow(now)) pace(before, now);
   serve(now);
   std::array<bool, kLaneCount> became{};
   Seats g = guaranteed(lanes_, census_locked(std::nullopt));

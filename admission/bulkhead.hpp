@@ -82,6 +82,20 @@
 //   goes to the waiters when it ends (the Waker's timer, or the next call).
 //   A kept slot counts as running; never in the heavy lane (its cap), never
 //   after a "too much", and at most kMaxKept per lane.
+//   Pacing: while holds are steady (their mean deviation within kSteadyHold
+//   of the mean hold: a slot's phase, when it turns over, then lasts), a
+//   slot opens in the widest gap between the releases the live bulk and
+//   standard seats will make (each seat's start + the mean hold), when that
+//   gap is wider than kPaceSpread even gaps (hold / slots): a slot the
+//   estimate's growth adds while requests wait (seats made at once, at the
+//   answers that grew slow start or at a tick, would release together every
+//   hold after), and a slot freed within kClustered even gaps of the last
+//   release (re-phasing: a loop busy with a cluster of answers reads them
+//   later, so a cluster's hold is longer and it sweeps up the phases it
+//   meets), within kRephaseReach of a hold. A request that finds every slot
+//   held waits for the next release: through a gap of most of a hold when
+//   every slot turns over at once. At most kMaxPaced slots wait to open; a
+//   paced slot is not in the census until it opens.
 //   A request that is not admitted (but for the budget guard, refused at
 //   once) waits for patience(): its lane's queue window, and at least the
 //   delay target (2 x the uncongested service time, 10..100 ms), re-asking on
@@ -398,11 +412,17 @@ class Bulkhead {
   // Kept slots whose anticipation has ended go to the waiters. Returns when
   // the next kept slot's ends (none: none kept).
   std::optional<Micros> expire(Micros now);
-  // Set once, before any request (null: kept slots end at the next call).
+  // Set once, before any request (null: kept and paced slots end at the next call).
   void set_waker(Waker* waker) { waker_ = waker; }
   // How long a released slot is kept for its tenant (anticipation).
   Micros anticipation() const;
   static constexpr int kMaxKept = 4;  // per lane
+  static constexpr int kMaxPaced = 8;
+  static constexpr double kPaceSpread = 1.5;    // x the even gap
+  static constexpr double kClustered = 0.25;    // x the even gap
+  static constexpr double kRephaseReach = 0.5;  // x the hold
+  static constexpr double kSteadyHold = 0.1;
+  static constexpr int kMaxPhases = 256;  // live seats looked at; more: no pacing
   // Classifies a response head for release(), without the lock: by the slow
   // line as of the last release (own_delay as Estimate::classify's).
   Signal classify(int status, Micros ttfb, Micros own_delay = Micros{0}) const;
@@ -463,6 +483,11 @@ class Bulkhead {
   void keep(const Seat& s, Micros now);  // anticipation, after s released its slot
   bool take_kept(Seat& s, Micros now);   // s's tenant's kept slot, if any
   void expire_locked(Micros now);
+  void note_hold(Micros held);  // a bulk or standard seat's, released clean
+  // The estimate may have grown from `before` slots: the new ones are paced.
+  void pace(int before, Micros now);
+  bool pace_one(Micros now, double reach);                           // false: it opens now
+  std::optional<Micros> paced_open(Micros now, double reach) const;  // none: open now
   int kept() const { return kept_n_[0] + kept_n_[1] + kept_n_[2]; }
   bool starving(Lane lane, const Seats& g, Micros now) const;
   void unqueue(Seat& s);
@@ -481,6 +506,12 @@ class Bulkhead {
   };
   std::array<std::array<Kept, kMaxKept>, kLaneCount> kept_{};
   std::array<int, kLaneCount> kept_n_{};
+  std::array<Micros, kMaxPaced> paced_{};  // when each paced slot opens
+  int paced_n_ = 0;
+  double hold_us_ = 0;      // mean time a bulk or standard request holds its seat
+  double hold_dev_us_ = 0;  // its mean deviation: phases last only while it is small
+  int holds_ = 0;           // holds measured
+  Micros last_release_{0};  // of a bulk or standard seat
   std::array<int, kLaneCount> running_{};
   std::array<int, kLaneCount> waiting_{};
   std::array<int, kLaneCount> delegated_{};

@@ -255,7 +255,7 @@ class OneUpstream final : public adm::Upstreams {
   adm::Bulkhead& b_;
 };
 
-class SluiceProxy final : public Proxy {
+class SluiceProxy final : public Proxy, adm::Waker {
  public:
   SluiceProxy(const SluiceSettings& s, std::size_t requests, Driver& driver, std::uint64_t seed)
       : s_(s),
@@ -269,6 +269,12 @@ class SluiceProxy final : public Proxy {
       ex_[i].seat.owner = this;
       ex_[i].seat.id = i;
     }
+    bulkhead_.set_waker(this);
+  }
+
+  // The worker's timer for kept and paced slots (Worker::wake_bulkheads_at).
+  void wake_at(adm::Micros when) override {
+    wake_ = std::min(wake_, std::chrono::duration<double>(when).count());
   }
 
   Admit arrive(std::size_t id, Lane lane, double now) override {
@@ -302,10 +308,17 @@ class SluiceProxy final : public Proxy {
     carry_on(now);
   }
 
-  double next_timer() const override { return next_tick_; }
+  double next_timer() const override { return std::min(next_tick_, wake_); }
 
-  // Worker::on_heartbeat: the deadlines that passed, then the bulkhead's tick.
+  // Worker::on_heartbeat: the deadlines that passed, then the bulkhead's tick;
+  // or the kept and paced slots' timer.
   void on_timer(double now) override {
+    if (wake_ <= now && wake_ < next_tick_) {
+      wake_ = kNever;
+      if (auto at = bulkhead_.expire(micros(now))) wake_at(*at);
+      carry_on(now);
+      return;
+    }
     std::size_t kept = 0;
     for (std::size_t i = 0; i < waiting_.size(); ++i) {
       std::size_t id = waiting_[i];
@@ -420,6 +433,7 @@ class SluiceProxy final : public Proxy {
   std::vector<std::size_t> seated_;   // seated while queued, to carry on
   int queued_ = 0;
   double next_tick_ = 0;
+  double wake_ = kNever;
 };
 
 class LimitConn final : public Proxy {

@@ -955,3 +955,113 @@ TEST_CASE("a request asking again queues at its lane's front, without a draw",
   }
   CHECK(seated == 50);
 }
+
+namespace {
+
+struct PaceWaker : Waker {
+  std::vector<Micros> at;
+  void wake_at(Micros when) override { at.push_back(when); }
+};
+
+// Four slots that turn over together: every `hold` (alternately hold + jitter
+// and hold - jitter), each seated request ends, in seating order, at one
+// instant, and the oldest waiting request takes its slot. `cycles` rounds.
+// Returns the requests seated at the last round's instant.
+struct Lockstep {
+  explicit Lockstep(Estimate e = measured(4)) : b(policy(), e) { b.set_waker(&waker); }
+  static LanePolicy policy() {
+    LanePolicy p;
+    p.queue_window = {10s, 10s, 10s};
+    return p;
+  }
+  Bulkhead b;
+  PaceWaker waker;
+  Rng rng{1};
+  std::deque<TestSeat> seats;
+  Micros now{0};
+  int round(Micros hold) {
+    now += hold;
+    int before = seated_count();
+    std::vector<TestSeat*> ending;
+    for (auto& s : seats)
+      if (s.seated && now - s.since >= hold - 1ms) ending.push_back(&s);
+    for (auto* s : ending) b.release(*s, Signal::clean, hold, now);
+    return seated_count() - before + static_cast<int>(ending.size());
+  }
+  int seated_count() const {
+    int n = 0;
+    for (auto& s : seats) n += s.seated ? 1 : 0;
+    return n;
+  }
+  void start(int waiting) {
+    for (int i = 0; i < waiting; ++i) {
+      seats.emplace_back(Lane::standard);
+      b.ask(seats.back(), now, rng);
+    }
+    for (int i = 0; i < 8 && b.running() < 4; ++i) b.tick(now);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a slot freed in a cluster of releases opens in the widest gap, when holds are steady",
+          "[admission][bulkhead]") {
+  Lockstep l;
+  l.start(60);
+  REQUIRE(l.b.running() == 4);
+  // 16 holds of 50 ms: steady from the 16th on, which is paced already (the
+  // last of its cluster): it opens at the next round, in the cluster again.
+  for (int i = 0; i < 4; ++i) l.round(50ms);
+  REQUIRE(l.b.running() == 3);
+  // Every slot still turns over at one instant; the first released goes on
+  // at once, the next ones open in the gaps of the hold ahead.
+  l.waker.at.clear();
+  const Micros t = l.now + 50ms;
+  CHECK(l.round(50ms) == 2);
+  CHECK(l.b.running() == 2);
+  REQUIRE(l.waker.at.size() == 2);
+  CHECK(l.waker.at[0] == t + 25ms);     // the middle of the whole hold
+  CHECK(l.waker.at[1] == t + 12500us);  // then of the first half
+  CHECK(l.b.census().slots() == 2);     // paced slots are not open yet
+  // Each opens when its time comes, to the oldest waiting request.
+  CHECK(l.b.expire(t + 12500us) == t + 25ms);
+  CHECK(l.b.running() == 3);
+  CHECK_FALSE(l.b.expire(t + 25ms));
+  CHECK(l.b.running() == 4);
+}
+
+TEST_CASE("slots whose holds vary refill at once, however close their releases",
+          "[admission][bulkhead]") {
+  Lockstep l;
+  l.start(60);
+  REQUIRE(l.b.running() == 4);
+  // Holds of 40 and 60 ms in turn: a phase does not last, nothing is paced.
+  for (int i = 0; i < 6; ++i) l.round(i % 2 ? 40ms : 60ms);
+  l.waker.at.clear();
+  CHECK(l.round(40ms) == 4);
+  CHECK(l.b.running() == 4);
+  CHECK(l.waker.at.empty());
+}
+
+TEST_CASE("a slot the estimate grows while requests wait opens in the widest gap, not at the tick",
+          "[admission][bulkhead]") {
+  Lockstep l(Estimate(EstimatePolicy{}, 4.0, 8.0));  // below K: it grows
+  l.start(60);
+  REQUIRE(l.b.running() == 4);
+  for (int i = 0; i < 4; ++i) l.round(100ms);  // the 16th hold's slot opens at 450 ms
+  CHECK_FALSE(l.b.expire(450ms));
+  REQUIRE(l.b.running() == 4);
+  // Releases to come: three at 500 ms, one at 550 ms. A tick at 451 ms grows
+  // the estimate by one: its slot opens in the middle of the widest gap (from
+  // 550 to 600 ms, one hold on: 475 ms), not at once.
+  const double k = l.b.estimate().value();
+  l.waker.at.clear();
+  l.b.tick(451ms);
+  REQUIRE(l.b.estimate().slots() == 5);
+  CHECK(l.b.estimate().value() > k);
+  CHECK(l.b.running() == 4);
+  REQUIRE(l.waker.at.size() == 1);
+  CHECK(l.waker.at[0] == 475ms);
+  CHECK_FALSE(l.b.expire(475ms));
+  CHECK(l.b.running() == 5);
+}
