@@ -836,7 +836,10 @@ std::array<bool, kLaneCount> Bulkhead::tick(Micros now) {
   Lock lock(mutex_);
   expire_locked(now);
   const int before = estimate_.slots();
-  if (estimate_.maybe_grow(now)) pace(before, now);
+  // A probe past K opens at once: on an upstream that refuses above K, what
+  // it learns (and K̂ back at K) would wait for its slot to open.
+  const bool probe = estimate_.measured() && estimate_.value() >= estimate_.carrying();
+  if (estimate_.maybe_grow(now) && !probe) pace(before, now);
   serve(now);
   std::array<bool, kLaneCount> became{};
   Seats g = guaranteed(lanes_, census_locked(std::nullopt));

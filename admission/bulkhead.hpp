@@ -89,7 +89,8 @@
 //   gap is wider than kPaceSpread even gaps (hold / slots): a slot the
 //   estimate's growth adds while requests wait (seats made at once, at the
 //   answers that grew slow start or at a tick, would release together every
-//   hold after), and a slot freed within kClustered even gaps of the last
+//   hold after; not a probe past K, which opens at once to learn at once),
+//   and a slot freed within kClustered even gaps of the last
 //   release (re-phasing: a loop busy with a cluster of answers reads them
 //   later, so a cluster's hold is longer and it sweeps up the phases it
 //   meets), within kRephaseReach of a hold. A request that finds every slot

@@ -1065,3 +1065,16 @@ TEST_CASE("a slot the estimate grows while requests wait opens in the widest gap
   CHECK_FALSE(l.b.expire(475ms));
   CHECK(l.b.running() == 5);
 }
+
+TEST_CASE("a probe past K opens at once, however bunched the slots", "[admission][bulkhead]") {
+  Lockstep l;  // K̂ = K = 4: the next growth is a probe
+  l.start(60);
+  REQUIRE(l.b.running() == 4);
+  for (int i = 0; i < 4; ++i) l.round(100ms);
+  CHECK_FALSE(l.b.expire(450ms));
+  l.waker.at.clear();
+  l.b.tick(451ms);
+  REQUIRE(l.b.estimate().slots() == 5);
+  CHECK(l.b.running() == 5);
+  CHECK(l.waker.at.empty());
+}
