@@ -420,7 +420,7 @@ class Bulkhead {
   static constexpr int kMaxKept = 4;  // per lane
   static constexpr int kMaxPaced = 8;
   static constexpr double kPaceSpread = 1.5;    // x the even gap
-  static constexpr double kClustered = 0.25;    // x the even gap
+  static constexpr double kClustered = 0.5;     // x the even gap
   static constexpr double kRephaseReach = 0.5;  // x the hold
   static constexpr double kSteadyHold = 0.1;
   static constexpr int kMaxPhases = 256;  // live seats looked at; more: no pacing
