@@ -95,7 +95,7 @@ int Estimate::slots() const { return std::max(1, static_cast<int>(std::floor(kha
 bool Estimate::maybe_grow(Micros now) {
   if (!limited_ || !recovered_ || now - last_growth_ < std::max(p_.growth_interval, baseline()))
     return false;
-  const bool probe = !slow_start_ && khat_ >= k_;
+  const bool probe = probing();
   if (probe && exhausted_at_ && now - *exhausted_at_ < p_.probe_after) return false;
   limited_ = false;
   last_growth_ = now;
@@ -628,6 +628,7 @@ bool Bulkhead::take_kept(Seat& s, Micros now) {
 }
 
 void Bulkhead::expire_locked(Micros now) {
+  if (paced_n_ == 0 && kept() == 0) return;
   bool freed = false;
   for (int i = 0; i < paced_n_;) {
     if (paced_[static_cast<std::size_t>(i)] > now) {
@@ -636,10 +637,6 @@ void Bulkhead::expire_locked(Micros now) {
     }
     paced_[static_cast<std::size_t>(i)] = paced_[static_cast<std::size_t>(--paced_n_)];
     freed = true;
-  }
-  if (kept() == 0) {
-    if (freed) serve(now);
-    return;
   }
   for (Lane lane : kLanes) {
     const auto l = index(lane);
@@ -838,7 +835,7 @@ std::array<bool, kLaneCount> Bulkhead::tick(Micros now) {
   const int before = estimate_.slots();
   // A probe past K opens at once: on an upstream that refuses above K, what
   // it learns (and K̂ back at K) would wait for its slot to open.
-  const bool probe = estimate_.measured() && estimate_.value() >= estimate_.carrying();
+  const bool probe = estimate_.probing();
   if (estimate_.maybe_grow(now) && !probe) pace(before, now);
   serve(now);
   std::array<bool, kLaneCount> became{};

@@ -177,6 +177,8 @@ class Estimate {
   // Held at `max`, the connection pool's share: what it holds back waits for a
   // connection, not for the upstream's measured capacity.
   bool pool_bound() const { return khat_ >= std::max(1.0, p_.max) - 1e-9; }
+  // Measured and at or past K: its next growth is a probe.
+  bool probing() const { return !slow_start_ && khat_ >= k_; }
   Micros baseline() const { return Micros(static_cast<std::int64_t>(baseline_us_)); }
   std::optional<Micros> exhausted_at() const { return exhausted_at_; }
   Signal why() const { return why_; }

@@ -22,12 +22,7 @@ import json
 import os
 import re
 
-
-def quantile(values, q):
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))]
+from analyze import quantile  # the same percentile as the bench's tables
 
 
 def parse_ts(ts):

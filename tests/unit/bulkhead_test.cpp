@@ -963,10 +963,10 @@ struct PaceWaker : Waker {
   void wake_at(Micros when) override { at.push_back(when); }
 };
 
-// Four slots that turn over together: every `hold` (alternately hold + jitter
-// and hold - jitter), each seated request ends, in seating order, at one
-// instant, and the oldest waiting request takes its slot. `cycles` rounds.
-// Returns the requests seated at the last round's instant.
+// Four slots that turn over together: round(hold) ends, at one instant and in
+// seating order, every request seated at least a hold before (the oldest
+// waiting request takes each slot the rules open), and returns how many
+// requests were seated at that instant.
 struct Lockstep {
   explicit Lockstep(Estimate e = measured(4)) : b(policy(), e) { b.set_waker(&waker); }
   static LanePolicy policy() {
