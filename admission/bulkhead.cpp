@@ -96,16 +96,28 @@ bool Estimate::maybe_grow(Micros now) {
   if (!limited_ || !recovered_ || now - last_growth_ < std::max(p_.growth_interval, baseline()))
     return false;
   const bool probe = probing();
-  if (probe && exhausted_at_ && now - *exhausted_at_ < p_.probe_after) return false;
+  if (probe && exhausted_at_ && now - *exhausted_at_ < p_.probe_after * (1 << failed_probes_))
+    return false;
+  if (probe && probe_open_) return false;  // the last step is not judged yet
   limited_ = false;
   last_growth_ = now;
   double before = khat_;
-  if (slow_start_)
+  if (slow_start_) {
     khat_ *= 2.0;
-  else if (probe)
+  } else if (probe) {
     khat_ += 1.0;
-  else
+    // Each step is judged on a short window of its own requests before the
+    // next: answers to requests sent below it would dilute its load and keep
+    // it a window longer, every request waiting in the upstream's queue.
+    if (p_.queue_factor > 0) {
+      window_seq_ = seq_;
+      window_us_ = window_load_ = 0.0;
+      window_n_ = 0;
+      probe_open_ = true;
+    }
+  } else {
     khat_ += std::max(EstimatePolicy::kMinStep, EstimatePolicy::kRate * khat_ * (1.0 - khat_ / k_));
+  }
   khat_ = std::min(khat_, std::max(1.0, p_.max));
   return khat_ != before;
 }
@@ -200,14 +212,19 @@ bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, 
 }
 
 bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) {
-  if (p_.queue_factor <= 0 || seq <= burst_seq_) return false;
+  if (p_.queue_factor <= 0 || seq <= std::max(burst_seq_, window_seq_)) return false;
   window_us_ += us;
   window_load_ += load + 1;  // the request itself was in flight too
   // The first window is short: it is the one taken before slow start can
   // have overshot the upstream's capacity (a floor taken in a queue hides it).
-  const int samples =
-      floor_us_ > 0 ? EstimatePolicy::kQueueSamples : EstimatePolicy::kFirstQueueSamples;
+  const int samples = probe_open_     ? EstimatePolicy::kProbeSamples
+                      : floor_us_ > 0 ? EstimatePolicy::kQueueSamples
+                                      : EstimatePolicy::kFirstQueueSamples;
   if (++window_n_ < samples) return false;
+  const bool probe_window = probe_open_;
+  const int failed = failed_probes_;
+  probe_open_ = false;
+  if (probe_window) failed_probes_ = 0;  // judged, and not failed unless below
   const double mean = window_us_ / window_n_;
   const double concurrency = window_load_ / window_n_;
   window_us_ = window_load_ = 0.0;
@@ -233,6 +250,7 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   if (k_ > 0 && concurrency > k_ + 0.5 && concurrency * floor_us_ / mean < concurrency - 0.5 &&
       mean > (1.0 + EstimatePolicy::kProbeTolerance) * floor_us_) {
     decrease(k_, 1.0, Signal::slow, now);
+    failed_probes_ = std::min(failed + 1, EstimatePolicy::kProbeBackoff);
     return true;
   }
   if (mean <= p_.queue_factor * floor_us_ ||
@@ -259,6 +277,8 @@ bool Estimate::on_head(Signal signal, Micros ttfb, bool waiting) {
 
 void Estimate::decrease(double carrying, double factor, Signal why, Micros now) {
   burst_seq_ = seq_;
+  probe_open_ = false;
+  failed_probes_ = 0;
   k_ = carrying;
   doubted_ = false;
   khat_ = std::max(1.0, factor * std::min(khat_, k_));
@@ -746,6 +766,7 @@ bool Bulkhead::pace_one(Micros now, double reach) {
   auto at = paced_open(now, reach);
   if (!at) return false;
   paced_[static_cast<std::size_t>(paced_n_++)] = *at;
+  ++paced_total_;
   if (waker_) waker_->wake_at(*at);
   return true;
 }
@@ -908,6 +929,7 @@ BulkheadView Bulkhead::view(Micros now) const {
   v.successes = successes_;
   v.failures = failures_;
   v.decreases = estimate_.decreases();
+  v.paced = paced_total_;
   v.mean_latency = mean_latency();
   if (budget_ && now < budget_->until) v.budget = budget_;
   for (Lane lane : kLanes) {

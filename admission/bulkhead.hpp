@@ -17,7 +17,8 @@
 //                unmeasured:   K̂ = 2 K̂ (slow start; a display, not a limit)
 //                below K:      K̂ += max(kMinStep, r K̂ (1 - K̂/K))   (logistic toward K)
 //                at or above K: K̂ += 1, the first time probe_after after the
-//                              decrease (each probe past K costs one "too much")
+//                              decrease (each probe past K costs one "too much"),
+//                              the next once this one's window is judged
 //   too much     an upstream 429 or 503, a connect or response timeout, or a
 //                response head slower than slow_factor x the baseline. It sets
 //                K = the load the refused request met when it was admitted (slow
@@ -45,11 +46,15 @@
 //                much: by Little's law the upstream serves n x floor / m at a
 //                time; K = that, rounded to the nearest whole request, and K̂ = K.
 //                Means of windows, not single heads, so one slow request is no queue.
-//                A probe past K is judged at its own load: a window at n > K
-//                in flight whose mean says fewer than n - 0.5 were served at
-//                once (n x floor / m, and m at least 1.05 x the floor) ends
-//                the probe: K̂ = K again, no lower, and the next probe waits
-//                probe_after (the 1.5x line let a probe climb 5 past K).
+//                A probe past K is judged at its own load, on a window of
+//                kProbeSamples answers of requests admitted after its step: a
+//                window at n > K in flight whose mean says fewer than n - 0.5
+//                were served at once (n x floor / m, and m at least 1.05 x the
+//                floor) ends the probe: K̂ = K again, no lower, and the next
+//                probe waits probe_after, doubled for each probe refuted in a
+//                row up to 2^kProbeBackoff (the 1.5x line let a probe climb 5
+//                past K; on a queue, a probe makes every request sent during
+//                it wait).
 //   K̂ never exceeds `max` (the connection pool's share).
 //
 // Lanes, in one bulkhead, for a request of lane l (slots S = floor(K̂), free F = S - running):
@@ -150,6 +155,8 @@ struct EstimatePolicy {
   static constexpr int kBaselineSamples = 16;   // before slowness is judged
   static constexpr int kQueueSamples = 32;      // clean answers per queue window
   static constexpr int kFirstQueueSamples = 8;  // the first window, before any floor
+  static constexpr int kProbeSamples = 8;       // a probe's window, of its own requests
+  static constexpr int kProbeBackoff = 2;       // probe_after doubles per failed probe, to 4x
   static constexpr Micros kQueueFloorAge{10'000'000};
   static constexpr Micros kQueueMinGap{10'000};
   // A probe past K fails on a window this much slower than the floor (and
@@ -224,7 +231,10 @@ class Estimate {
   bool recovered_ = true;  // a request admitted since the last decrease answered cleanly
   bool doubted_ = false;   // refused one under K since the upstream last served K at once
   std::uint64_t seq_ = 0;
-  std::uint64_t burst_seq_ = 0;  // signals from requests admitted at or before it are one burst
+  std::uint64_t burst_seq_ = 0;   // signals from requests admitted at or before it are one burst
+  std::uint64_t window_seq_ = 0;  // a queue window counts requests admitted after it
+  bool probe_open_ = false;       // a probe past K waits for its window's judgement
+  int failed_probes_ = 0;         // probes in a row its queue refuted, at this K
   std::optional<Micros> exhausted_at_;
   Signal why_ = Signal::none;
   std::uint64_t decreases_ = 0;
@@ -365,6 +375,7 @@ struct BulkheadView {
   Signal why = Signal::none;
   int slots = 0, running = 0, waiting = 0, free = 0;
   std::uint64_t successes = 0, failures = 0, decreases = 0;
+  std::uint64_t paced = 0;  // slots opened later, in a gap between releases
   Micros mean_latency{0};
   std::optional<BudgetReading> budget;
   std::array<LaneView, kLaneCount> lanes{};
@@ -511,6 +522,7 @@ class Bulkhead {
   std::array<int, kLaneCount> kept_n_{};
   std::array<Micros, kMaxPaced> paced_{};  // when each paced slot opens
   int paced_n_ = 0;
+  std::uint64_t paced_total_ = 0;
   double hold_us_ = 0;      // mean time a bulk or standard request holds its seat
   double hold_dev_us_ = 0;  // its mean deviation: phases last only while it is small
   int holds_ = 0;           // holds measured

@@ -345,6 +345,12 @@ const FamilySpec kFamilies[] = {
      [](const Scrape& s, Samples& out) {
        per_upstream(s, out, [&](std::size_t u) { return s.views[u].carrying; });
      }},
+    {"sluice_upstream_paced_slots_total",
+     "Slots opened later, in the widest gap between the releases to come (slot phases).",
+     MetricType::Counter,
+     [](const Scrape& s, Samples& out) {
+       per_upstream(s, out, [&](std::size_t u) { return s.views[u].paced; });
+     }},
     {"sluice_upstream_exhausted_total",
      "Decreases of the capacity estimate, by upstream and what said too much.", MetricType::Counter,
      [](const Scrape& s, Samples& out) {

@@ -476,3 +476,44 @@ TEST_CASE("a stall of the proxy's own process does not lower a healthy upstream'
     CHECK(a.queue_timeout + b.queue_timeout + a.other_503 + b.other_503 == 0);
   }
 }
+
+// Slot phases at production shape: two upstreams, each with its own bulkhead and
+// phases, both paced by timers of the workers' loops. A paced slot is a slot the
+// upstream does not serve until a timer opens it: the paced ones open (each
+// upstream kept busy), and pacing happened on both.
+TEST_CASE("slots paced on two upstreams at once open, at production shape",
+          "[e2e][scale][concurrency]") {
+  const std::vector<std::string> shape{"--capacity", "4", "--service-ms", "40", "--threads", "2"};
+  Upstream api(kUpstream, shape), search(kUpstream, shape);
+  Sluice s(kSluice,
+           two_upstreams(api, search, {{"SLUICE_THREADS", "2"}, {"SLUICE_ACCESS_LOG", "off"}}));
+  // Three times what each upstream takes, standard (its 500 ms window): requests
+  // wait for seats, and steady 40 ms holds let the bulkheads pace.
+  Tally a, b;
+  Load on_api(s.port, "/", 12, a), on_search(s.port, "/search/q", 12, b);
+  const auto paced = [&](const std::string& upstream) {
+    return s.metric(R"(sluice_upstream_paced_slots_total{upstream=")" + upstream + "\"}");
+  };
+  REQUIRE(eventually([&] { return paced("api") > 0 && paced("search") > 0; }, 10s));
+  // Past the first paced slots: what each upstream serves over the next two seconds.
+  const auto api_before = upstream_stats(api)["requests"].get<double>();
+  const auto search_before = upstream_stats(search)["requests"].get<double>();
+  const auto paced_before = paced("api") + paced("search");
+  std::this_thread::sleep_for(2s);
+  const double api_served = upstream_stats(api)["requests"].get<double>() - api_before;
+  const double search_served = upstream_stats(search)["requests"].get<double>() - search_before;
+  const double paced_after = paced("api") + paced("search");
+  on_api.stop();
+  on_search.stop();
+  INFO("served api " << api_served << ", search " << search_served << "; paced " << paced_before
+                     << " then " << paced_after << "; estimates "
+                     << s.metric(R"(sluice_upstream_capacity_estimate{upstream="api"})") << ", "
+                     << s.metric(R"(sluice_upstream_capacity_estimate{upstream="search"})"));
+  // 4 slots of 40 ms: 200 in 2 s each. A paced slot no timer opens is lost to its
+  // upstream for good: one is a quarter of it.
+  CHECK(api_served > 150);
+  CHECK(search_served > 150);
+  CHECK(paced_after > paced_before);  // pacing goes on, on the slots that opened
+  CHECK(a.failed + b.failed == 0);
+  CHECK(a.other + b.other == 0);
+}

@@ -43,6 +43,14 @@ constexpr double kCertain = 0.999999;
 
 // Asks with every seat not yet seated or queued, re-asking on ticks, until
 // `running` of their lane run (chance may refuse a few asks along the way).
+// A probe past K is judged on a window of its own requests before the next
+// step: answers at the estimate's load, as fast as before (the probe succeeded).
+void answer_probe(Estimate& e, Micros t, Micros ttfb = 1ms) {
+  const int load = static_cast<int>(e.value()) - 1;
+  for (int i = 0; i < EstimatePolicy::kProbeSamples; ++i)
+    e.observe(Signal::clean, e.next_seq(), load, ttfb, t);
+}
+
 void fill(Bulkhead& b, std::span<TestSeat> seats, int running, Rng& rng) {
   const auto l = index(seats.front().lane);
   for (int i = 0; i < 100 && b.census().running[l] < running; ++i) {
@@ -170,6 +178,7 @@ TEST_CASE("after the first decrease the estimate grows logistically toward K, th
     e.demand();
     REQUIRE(e.maybe_grow(t));
     steps.push_back(e.value() - before);
+    answer_probe(e, t + 100ms);
   }
   REQUIRE(steps.size() >= 4);
   CHECK(steps[0] == Approx(0.5 * 17 * (1 - 17.0 / 20)));
@@ -200,8 +209,79 @@ TEST_CASE("past K, the first probe waits probe_after from the decrease, the next
   CHECK(e.value() == Approx(at_k + 1));
   e.demand();
   CHECK_FALSE(e.maybe_grow(11s + 249ms));
+  CHECK_FALSE(e.maybe_grow(11s + 250ms));  // the probe's own window is not judged yet
+  answer_probe(e, 11s + 250ms);
   CHECK(e.maybe_grow(11s + 250ms));  // the next probe: one interval later
   CHECK(e.value() == Approx(at_k + 2));
+}
+
+namespace {
+// Past K (8) on an upstream that answers in 50 ms: the floor, from one first window.
+Estimate at_k_with_floor() {
+  Estimate e(EstimatePolicy{}, 8, 8);
+  for (int i = 0; i < EstimatePolicy::kFirstQueueSamples; ++i)
+    e.observe(Signal::clean, e.next_seq(), 7, 50ms, 1s);
+  return e;
+}
+constexpr Micros kNineOnEight{56'250};  // 9 in flight, 8 served at once: 9/8 of 50 ms
+}  // namespace
+
+TEST_CASE("a probe past K is judged on a short window of its own requests, before its next step",
+          "[admission][bulkhead]") {
+  Estimate e = at_k_with_floor();
+  REQUIRE(e.queue_floor() == 50ms);
+  const auto sent_at_k = e.next_seq();
+  e.demand();
+  REQUIRE(e.maybe_grow(2s));
+  REQUIRE(e.value() == 9);
+  // Requests sent at K, answered after the probe's queue formed: not its window.
+  for (int i = 0; i < EstimatePolicy::kProbeSamples; ++i)
+    CHECK_FALSE(e.observe(Signal::clean, sent_at_k, 8, kNineOnEight, 2s + 50ms));
+  CHECK(e.value() == 9);
+  e.demand();
+  CHECK_FALSE(e.maybe_grow(2s + 500ms));  // no next step before this one is judged
+  // Its own: 9 in flight answered in 9/8 of the floor, a queue. The window's
+  // last answer judges it, and K̂ goes back to K.
+  for (int i = 1; i < EstimatePolicy::kProbeSamples; ++i)
+    CHECK_FALSE(e.observe(Signal::clean, e.next_seq(), 8, kNineOnEight, 2s + 600ms));
+  CHECK(e.observe(Signal::clean, e.next_seq(), 8, kNineOnEight, 2s + 600ms));
+  CHECK(e.value() == 8);
+  CHECK(e.carrying() == 8);
+}
+
+TEST_CASE(
+    "probes its queue refuted in a row wait twice as long each time, up to 4x, until a probe "
+    "holds",
+    "[admission][bulkhead]") {
+  Estimate e = at_k_with_floor();
+  // A probe at t, judged failed 100 ms later.
+  auto failed_probe = [&](Micros t) {
+    e.demand();
+    REQUIRE(e.maybe_grow(t));
+    for (int i = 0; i < EstimatePolicy::kProbeSamples; ++i)
+      e.observe(Signal::clean, e.next_seq(), 8, kNineOnEight, t + 100ms);
+    REQUIRE(e.value() == 8);
+    e.observe(Signal::clean, e.next_seq(), 7, 50ms, t + 150ms);  // served at K since
+  };
+  failed_probe(2s);  // judged at 2.1 s
+  e.demand();
+  CHECK_FALSE(e.maybe_grow(4s + 99ms));  // 2 x probe_after
+  failed_probe(4s + 100ms);              // judged at 4.2 s
+  e.demand();
+  CHECK_FALSE(e.maybe_grow(8s + 199ms));  // 4 x
+  failed_probe(8s + 200ms);               // judged at 8.3 s
+  e.demand();
+  CHECK_FALSE(e.maybe_grow(12s + 299ms));  // 4 x still: the most
+  REQUIRE(e.maybe_grow(12s + 300ms));
+  // This one held (answered as fast as the floor): the next step is an interval
+  // away, and the count of failures starts over.
+  for (int i = 0; i < EstimatePolicy::kProbeSamples; ++i)
+    e.observe(Signal::clean, e.next_seq(), 8, 50ms, 12s + 400ms);
+  REQUIRE(e.value() == 9);
+  failed_probe(12s + 550ms);  // judged at 12.65 s
+  e.demand();
+  CHECK_FALSE(e.maybe_grow(14s + 649ms));
+  CHECK(e.maybe_grow(14s + 650ms));  // 2 x: the first failure in a row
 }
 
 TEST_CASE(
@@ -271,7 +351,7 @@ TEST_CASE(
     e.observe(Signal::clean, e.next_seq(), 1, 1ms, t);
     for (int i = 1; i < 40 && e.value() <= above; ++i) {
       e.demand();
-      e.maybe_grow(t + i * 250ms);
+      if (e.maybe_grow(t + i * 250ms)) answer_probe(e, t + i * 250ms);
     }
     REQUIRE(e.value() > above);
   };
