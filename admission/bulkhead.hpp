@@ -432,9 +432,9 @@ class Bulkhead {
   Micros anticipation() const;
   static constexpr int kMaxKept = 4;  // per lane
   static constexpr int kMaxPaced = 8;
-  static constexpr double kPaceSpread = 1.5;    // x the even gap
-  static constexpr double kClustered = 0.5;     // x the even gap
-  static constexpr double kRephaseReach = 0.5;  // x the hold
+  static constexpr double kPaceSpread = 1.5;     // x the even gap
+  static constexpr double kClustered = 0.5;      // x the even gap
+  static constexpr double kRephaseReach = 0.75;  // x the hold
   static constexpr double kSteadyHold = 0.1;
   static constexpr int kMaxPhases = 256;  // live seats looked at; more: no pacing
   // Classifies a response head for release(), without the lock: by the slow

@@ -1101,12 +1101,12 @@ TEST_CASE("a slot freed in a cluster of releases opens in the widest gap, when h
   CHECK(l.b.running() == 2);
   REQUIRE(l.waker.at.size() == 2);
   CHECK(l.waker.at[0] == t + 25ms);     // the middle of the whole hold
-  CHECK(l.waker.at[1] == t + 12500us);  // then of the first half
+  CHECK(l.waker.at[1] == t + 37500us);  // then of its second half, within 3/4 of a hold
   CHECK(l.b.census().slots() == 2);     // paced slots are not open yet
   // Each opens when its time comes, to the oldest waiting request.
-  CHECK(l.b.expire(t + 12500us) == t + 25ms);
+  CHECK(l.b.expire(t + 25ms) == t + 37500us);
   CHECK(l.b.running() == 3);
-  CHECK_FALSE(l.b.expire(t + 25ms));
+  CHECK_FALSE(l.b.expire(t + 37500us));
   CHECK(l.b.running() == 4);
 }
 
