@@ -207,6 +207,7 @@ bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, 
     khat_ = std::min(khat_, k_);
     return false;
   }
+  lowered_at_k_ = false;
   decrease(carrying, confirmed ? 1.0 : p_.decrease, signal, now);
   return true;
 }
@@ -247,16 +248,30 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   // queue. Not all n served at once (and the window measurably slower): the
   // probe failed, and K̂ goes back to K, no lower (noise in one window says
   // nothing below K); the next probe waits probe_after again.
-  if (k_ > 0 && concurrency > k_ + 0.5 && concurrency * floor_us_ / mean < concurrency - 0.5 &&
-      mean > (1.0 + EstimatePolicy::kProbeTolerance) * floor_us_) {
+  const bool queued = concurrency * floor_us_ / mean < concurrency - 0.5 &&
+                      mean > (1.0 + EstimatePolicy::kProbeTolerance) * floor_us_;
+  if (k_ > 0 && concurrency > k_ + 0.5 && queued) {
     decrease(k_, 1.0, Signal::slow, now);
     failed_probes_ = std::min(failed + 1, EstimatePolicy::kProbeBackoff);
+    return true;
+  }
+  // A K measured by Little's law can be one too many (the rounding of a
+  // window taken as slow start overshot, its load still rising). Judged as a
+  // probe is, a window at K that says fewer than n - 0.5 were served at once
+  // lowers K by one, once per K measured: a floor gone stale (an upstream now
+  // slower for good, not queueing) reads the same, and must not walk K down
+  // window after window.
+  if (why_ == Signal::slow && !lowered_at_k_ && k_ >= 2 && std::abs(concurrency - k_) <= 0.5 &&
+      queued) {
+    decrease(k_ - 1.0, 1.0, Signal::slow, now);
+    lowered_at_k_ = true;
     return true;
   }
   if (mean <= p_.queue_factor * floor_us_ ||
       mean - floor_us_ < static_cast<double>(EstimatePolicy::kQueueMinGap.count()))
     return false;
   // Little's law: `concurrency` in flight, each answered after `mean` instead of `floor`.
+  lowered_at_k_ = false;
   decrease(std::max(1.0, std::round(concurrency * floor_us_ / mean)), 1.0, Signal::slow, now);
   return true;
 }

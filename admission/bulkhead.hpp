@@ -54,7 +54,9 @@
 //                probe waits probe_after, doubled for each probe refuted in a
 //                row up to 2^kProbeBackoff (the 1.5x line let a probe climb 5
 //                past K; on a queue, a probe makes every request sent during
-//                it wait).
+//                it wait). A K the queue rule measured is one too many when a
+//                window at K (n within 0.5 of it) says the same: K -= 1, once
+//                per K measured (a stale floor reads the same).
 //   K̂ never exceeds `max` (the connection pool's share).
 //
 // Lanes, in one bulkhead, for a request of lane l (slots S = floor(K̂), free F = S - running):
@@ -235,6 +237,7 @@ class Estimate {
   std::uint64_t window_seq_ = 0;  // a queue window counts requests admitted after it
   bool probe_open_ = false;       // a probe past K waits for its window's judgement
   int failed_probes_ = 0;         // probes in a row its queue refuted, at this K
+  bool lowered_at_k_ = false;     // this K was lowered by one already (a window at K)
   std::optional<Micros> exhausted_at_;
   Signal why_ = Signal::none;
   std::uint64_t decreases_ = 0;

@@ -285,6 +285,36 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "a K the queue rule measured one too many is lowered by one when a window at K shows a "
+    "queue, once",
+    "[admission][bulkhead]") {
+  EstimatePolicy p;
+  p.seed = 16;
+  Estimate e(p);
+  auto window = [&](int samples, int load, Micros ttfb, Micros t) {
+    bool decreased = false;
+    for (int i = 0; i < samples; ++i)
+      decreased = e.observe(Signal::clean, e.next_seq(), load, ttfb, t) || decreased;
+    return decreased;
+  };
+  window(EstimatePolicy::kFirstQueueSamples, 3, 50ms, 1s);  // the floor: 50 ms
+  // Slow start overshot: 20 in flight answered in 105.6 ms reads as 9.47 served
+  // at once (Little's law), and rounds to 9 on an upstream that serves 8.
+  REQUIRE(window(EstimatePolicy::kQueueSamples, 19, 105'600us, 2s));
+  REQUIRE(e.carrying() == 9);
+  REQUIRE(e.value() == 9);
+  // At K, 9 in flight answered in 9/8 of the floor: 8 served at once, under the
+  // 1.5x line. K is one too many.
+  CHECK(window(EstimatePolicy::kQueueSamples, 8, kNineOnEight, 3s));
+  CHECK(e.carrying() == 8);
+  CHECK(e.value() == 8);
+  // At the new K, answers as slow again: an upstream now slower, not a queue
+  // (a stale floor reads the same). Once per K measured: K stays.
+  CHECK_FALSE(window(EstimatePolicy::kQueueSamples, 7, kNineOnEight, 4s));
+  CHECK(e.carrying() == 8);
+}
+
+TEST_CASE(
     "a refusal's wait: the overload so far or as the earlier ones lasted, then the drain of the "
     "queues and of every client refused in it",
     "[admission][bulkhead]") {
