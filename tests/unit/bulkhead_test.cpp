@@ -41,8 +41,6 @@ Estimate measured(double k) { return Estimate(EstimatePolicy{}, k, k); }
 
 constexpr double kCertain = 0.999999;
 
-// Asks with every seat not yet seated or queued, re-asking on ticks, until
-// `running` of their lane run (chance may refuse a few asks along the way).
 // A probe past K is judged on a window of its own requests before the next
 // step: answers at the estimate's load, as fast as before (the probe succeeded).
 void answer_probe(Estimate& e, Micros t, Micros ttfb = 1ms) {
@@ -51,6 +49,8 @@ void answer_probe(Estimate& e, Micros t, Micros ttfb = 1ms) {
     e.observe(Signal::clean, e.next_seq(), load, ttfb, t);
 }
 
+// Asks with every seat not yet seated or queued, re-asking on ticks, until
+// `running` of their lane run (chance may refuse a few asks along the way).
 void fill(Bulkhead& b, std::span<TestSeat> seats, int running, Rng& rng) {
   const auto l = index(seats.front().lane);
   for (int i = 0; i < 100 && b.census().running[l] < running; ++i) {
