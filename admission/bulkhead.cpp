@@ -110,9 +110,7 @@ bool Estimate::maybe_grow(Micros now) {
     // next: answers to requests sent below it would dilute its load and keep
     // it a window longer, every request waiting in the upstream's queue.
     if (p_.queue_factor > 0) {
-      window_seq_ = seq_;
-      window_us_ = window_load_ = 0.0;
-      window_n_ = 0;
+      start_window();
       probe_open_ = true;
     }
   } else {
@@ -213,7 +211,7 @@ bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, 
 }
 
 bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) {
-  if (p_.queue_factor <= 0 || seq <= std::max(burst_seq_, window_seq_)) return false;
+  if (p_.queue_factor <= 0 || seq <= window_seq_) return false;
   window_us_ += us;
   window_load_ += load + 1;  // the request itself was in flight too
   // The first window is short: it is the one taken before slow start can
@@ -302,6 +300,11 @@ void Estimate::decrease(double carrying, double factor, Signal why, Micros now) 
   exhausted_at_ = now;
   why_ = why;
   ++decreases_;
+  start_window();
+}
+
+void Estimate::start_window() {
+  window_seq_ = seq_;
   window_us_ = window_load_ = 0.0;
   window_n_ = 0;
 }

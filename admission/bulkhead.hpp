@@ -248,6 +248,9 @@ class Estimate {
   Micros floor_at_{0};
   bool queue_window(std::uint64_t seq, int load, double us, Micros now);
   void decrease(double carrying, double factor, Signal why, Micros now);
+  // A new queue window, of requests admitted from now on (after a decrease,
+  // or a probe's step: answers to those sent before would dilute it).
+  void start_window();
 };
 
 struct LanePolicy {

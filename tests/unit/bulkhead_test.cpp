@@ -258,8 +258,7 @@ TEST_CASE(
   auto failed_probe = [&](Micros t) {
     e.demand();
     REQUIRE(e.maybe_grow(t));
-    for (int i = 0; i < EstimatePolicy::kProbeSamples; ++i)
-      e.observe(Signal::clean, e.next_seq(), 8, kNineOnEight, t + 100ms);
+    answer_probe(e, t + 100ms, kNineOnEight);
     REQUIRE(e.value() == 8);
     e.observe(Signal::clean, e.next_seq(), 7, 50ms, t + 150ms);  // served at K since
   };
@@ -275,8 +274,7 @@ TEST_CASE(
   REQUIRE(e.maybe_grow(12s + 300ms));
   // This one held (answered as fast as the floor): the next step is an interval
   // away, and the count of failures starts over.
-  for (int i = 0; i < EstimatePolicy::kProbeSamples; ++i)
-    e.observe(Signal::clean, e.next_seq(), 8, 50ms, 12s + 400ms);
+  answer_probe(e, 12s + 400ms, 50ms);
   REQUIRE(e.value() == 9);
   failed_probe(12s + 550ms);  // judged at 12.65 s
   e.demand();
