@@ -99,6 +99,7 @@ bool Estimate::maybe_grow(Micros now) {
   if (probe && exhausted_at_ && now - *exhausted_at_ < p_.probe_after * (1 << failed_probes_))
     return false;
   if (probe && probe_open_) return false;  // the last step is not judged yet
+  if (floor_probe_open_) return false;     // one under K for one window
   limited_ = false;
   last_growth_ = now;
   double before = khat_;
@@ -206,6 +207,7 @@ bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, 
     return false;
   }
   lowered_at_k_ = false;
+  floor_probed_ = false;
   decrease(carrying, confirmed ? 1.0 : p_.decrease, signal, now);
   return true;
 }
@@ -216,9 +218,9 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   window_load_ += load + 1;  // the request itself was in flight too
   // The first window is short: it is the one taken before slow start can
   // have overshot the upstream's capacity (a floor taken in a queue hides it).
-  const int samples = probe_open_     ? EstimatePolicy::kProbeSamples
-                      : floor_us_ > 0 ? EstimatePolicy::kQueueSamples
-                                      : EstimatePolicy::kFirstQueueSamples;
+  const int samples = probe_open_ || floor_probe_open_ ? EstimatePolicy::kProbeSamples
+                      : floor_us_ > 0                  ? EstimatePolicy::kQueueSamples
+                                                       : EstimatePolicy::kFirstQueueSamples;
   if (++window_n_ < samples) return false;
   const bool probe_window = probe_open_;
   const int failed = failed_probes_;
@@ -228,18 +230,30 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   const double concurrency = window_load_ / window_n_;
   window_us_ = window_load_ = 0.0;
   window_n_ = 0;
+  if (floor_probe_open_) {
+    // One under K: a faster mean is the upstream's own time, and K is judged
+    // against it again; K̂ goes back to K either way.
+    floor_probe_open_ = false;
+    if (mean < floor_us_) lowered_at_k_ = false;
+    floor_seen(mean, concurrency, now);
+    khat_ = std::max(khat_, k_);
+    start_window();
+    return false;
+  }
   if (floor_us_ <= 0 || mean < floor_us_) {
-    floor_us_ = mean;
-    floor_at_ = now;
+    floor_seen(mean, concurrency, now);
     return false;
   }
   // An aged floor gives way to a window at no more than the capacity measured:
   // one taken at a probe's queue would hide that queue from then on.
   if (now - floor_at_ > EstimatePolicy::kQueueFloorAge && (k_ <= 0 || concurrency <= k_ + 0.5)) {
+    const bool same = mean <= (1.0 + EstimatePolicy::kProbeTolerance) * floor_us_;
     floor_us_ = mean;
     floor_at_ = now;
+    floor_load_ = same ? std::min(floor_load_, concurrency) : concurrency;
     return false;
   }
+  floor_seen(mean, concurrency, now);
   // A probe past K is judged at its own load: an upstream that still serves
   // about K at a time answers n in flight in about n/K of the floor's time
   // (Little's law), far under the 1.5x line, while every request waits in its
@@ -265,11 +279,23 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
     lowered_at_k_ = true;
     return true;
   }
+  // A floor never seen under K may be the upstream's time with a queue at K
+  // in it (every window since the first queued: a seed above its capacity).
+  // One window one under K tells.
+  if (why_ == Signal::slow && !floor_probed_ && !probe_window && k_ >= 2 &&
+      std::abs(concurrency - k_) <= 0.5 && floor_load_ > k_ - 0.5 && khat_ >= k_) {
+    floor_probed_ = true;
+    floor_probe_open_ = true;
+    khat_ = k_ - 1.0;
+    start_window();
+    return false;
+  }
   if (mean <= p_.queue_factor * floor_us_ ||
       mean - floor_us_ < static_cast<double>(EstimatePolicy::kQueueMinGap.count()))
     return false;
   // Little's law: `concurrency` in flight, each answered after `mean` instead of `floor`.
   lowered_at_k_ = false;
+  floor_probed_ = false;
   decrease(std::max(1.0, std::round(concurrency * floor_us_ / mean)), 1.0, Signal::slow, now);
   return true;
 }
@@ -291,6 +317,7 @@ bool Estimate::on_head(Signal signal, Micros ttfb, bool waiting) {
 void Estimate::decrease(double carrying, double factor, Signal why, Micros now) {
   burst_seq_ = seq_;
   probe_open_ = false;
+  floor_probe_open_ = false;
   failed_probes_ = 0;
   k_ = carrying;
   doubted_ = false;
@@ -301,6 +328,16 @@ void Estimate::decrease(double carrying, double factor, Signal why, Micros now) 
   why_ = why;
   ++decreases_;
   start_window();
+}
+
+void Estimate::floor_seen(double mean, double load, Micros now) {
+  if (floor_us_ <= 0 || mean < floor_us_) {
+    floor_us_ = mean;
+    floor_at_ = now;
+    floor_load_ = load;
+  } else if (mean <= (1.0 + EstimatePolicy::kProbeTolerance) * floor_us_) {
+    floor_load_ = std::min(floor_load_, load);
+  }
 }
 
 void Estimate::start_window() {

@@ -56,7 +56,13 @@
 //                past K; on a queue, a probe makes every request sent during
 //                it wait). A K the queue rule measured is one too many when a
 //                window at K (n within 0.5 of it) says the same: K -= 1, once
-//                per K measured (a stale floor reads the same).
+//                per K measured (a stale floor reads the same). A floor
+//                never seen under K in flight can hold the upstream's queue at
+//                K (a seed above a small upstream's capacity: every window
+//                queued, the first too): after a window at K, K̂ = K - 1 for
+//                one window of kProbeSamples answers of its own, once per K
+//                measured; a faster mean there is the floor, and the next
+//                window at K is judged against it.
 //   K̂ never exceeds `max` (the connection pool's share).
 //
 // Lanes, in one bulkhead, for a request of lane l (slots S = floor(K̂), free F = S - running):
@@ -233,11 +239,13 @@ class Estimate {
   bool recovered_ = true;  // a request admitted since the last decrease answered cleanly
   bool doubted_ = false;   // refused one under K since the upstream last served K at once
   std::uint64_t seq_ = 0;
-  std::uint64_t burst_seq_ = 0;   // signals from requests admitted at or before it are one burst
-  std::uint64_t window_seq_ = 0;  // a queue window counts requests admitted after it
-  bool probe_open_ = false;       // a probe past K waits for its window's judgement
-  int failed_probes_ = 0;         // probes in a row its queue refuted, at this K
-  bool lowered_at_k_ = false;     // this K was lowered by one already (a window at K)
+  std::uint64_t burst_seq_ = 0;    // signals from requests admitted at or before it are one burst
+  std::uint64_t window_seq_ = 0;   // a queue window counts requests admitted after it
+  bool probe_open_ = false;        // a probe past K waits for its window's judgement
+  int failed_probes_ = 0;          // probes in a row its queue refuted, at this K
+  bool lowered_at_k_ = false;      // this K was lowered by one already (a window at K)
+  bool floor_probed_ = false;      // this K had its window one under it already
+  bool floor_probe_open_ = false;  // K̂ is K - 1 until a window of its own is judged
   std::optional<Micros> exhausted_at_;
   Signal why_ = Signal::none;
   std::uint64_t decreases_ = 0;
@@ -245,12 +253,16 @@ class Estimate {
   double window_us_ = 0.0, window_load_ = 0.0;
   int window_n_ = 0;
   double floor_us_ = 0.0;
+  double floor_load_ = 0.0;  // the lowest load at which the floor's time was seen
   Micros floor_at_{0};
   bool queue_window(std::uint64_t seq, int load, double us, Micros now);
   void decrease(double carrying, double factor, Signal why, Micros now);
   // A new queue window, of requests admitted from now on (after a decrease,
   // or a probe's step: answers to those sent before would dilute it).
   void start_window();
+  // A window's mean at `load`: a lower one is the floor; one within
+  // kProbeTolerance of it saw the floor's time at that load.
+  void floor_seen(double mean, double load, Micros now);
 };
 
 struct LanePolicy {

@@ -522,3 +522,63 @@ TEST_CASE("slots paced on two upstreams at once open, at production shape",
   CHECK(a.failed + b.failed == 0);
   CHECK(a.other + b.other == 0);
 }
+
+// Upstreams that queue above their capacity never say "too much": the estimate
+// finds each one's capacity from its answers slowing (the queue rule), and once
+// found it keeps what it forwards out of the upstream's queue, waiting in Sluice
+// where its lanes decide who goes first. Two capacities, so a capacity measured
+// for the process and not for its upstream shows.
+TEST_CASE(
+    "queueing upstreams at production shape: each capacity is found from its answers, "
+    "and what is forwarded stays out of the upstream's queue",
+    "[e2e][scale][concurrency]") {
+  const int service_ms = kSanitized ? 100 : 40;
+  const auto shape = [&](int capacity) {
+    return std::vector<std::string>{
+        "--capacity",   std::to_string(capacity),   "--over-capacity", "queue",
+        "--service-ms", std::to_string(service_ms), "--threads",       "2"};
+  };
+  Upstream api(kUpstream, shape(3)), search(kUpstream, shape(6));
+  Sluice s(kSluice,
+           two_upstreams(api, search, {{"SLUICE_THREADS", "2"}, {"SLUICE_ACCESS_LOG", "off"}}));
+  // Three times what each upstream serves at once, standard (its 500 ms window).
+  Tally a, b;
+  Load on_api(s.port, "/", 9, a), on_search(s.port, "/search/q", 18, b);
+  const auto carrying = [&](const std::string& upstream) {
+    return s.metric(R"(sluice_upstream_carrying_capacity{upstream=")" + upstream + "\"}");
+  };
+  REQUIRE(eventually([&] { return carrying("api") > 0 && carrying("search") > 0; }, 20s));
+  // Settled past slow start's overshoot: what each upstream queued over the next 3 s.
+  std::this_thread::sleep_for(2s);
+  const auto api_before = upstream_stats(api), search_before = upstream_stats(search);
+  std::this_thread::sleep_for(3s);
+  const auto api_after = upstream_stats(api), search_after = upstream_stats(search);
+  const auto state = json::parse(request(s.admin, "GET", "/admin/state").body);
+  on_api.stop();
+  on_search.stop();
+  const auto delta = [](const json& after, const json& before, const char* field) {
+    return after[field].get<double>() - before[field].get<double>();
+  };
+  const double api_served = delta(api_after, api_before, "requests");
+  const double search_served = delta(search_after, search_before, "requests");
+  const double api_queued = delta(api_after, api_before, "queued");
+  const double search_queued = delta(search_after, search_before, "queued");
+  INFO("api: K " << carrying("api") << ", served " << api_served << ", queued " << api_queued
+                 << "; search: K " << carrying("search") << ", served " << search_served
+                 << ", queued " << search_queued << "; state " << state["upstreams"].dump());
+  for (const auto& u : state["upstreams"]) CHECK(u["why"] == "slow");  // measured by the queue
+  CHECK(carrying("api") >= 2);
+  CHECK(carrying("api") <= 4);
+  CHECK(carrying("search") >= 5);
+  CHECK(carrying("search") <= 7);
+  // Without the queue rule the estimate grows to the pool and two in three of
+  // what is forwarded wait at the upstream; probes past K queue a few.
+  CHECK(api_queued < api_served / 3);
+  CHECK(search_queued < search_served / 3);
+  // And the upstreams stay busy: 3 s at 3 and 6 at once.
+  const double seconds = 3.0, per_slot = 1000.0 / service_ms;
+  CHECK(api_served > 0.75 * 3 * per_slot * seconds);
+  CHECK(search_served > 0.75 * 6 * per_slot * seconds);
+  CHECK(a.failed + b.failed == 0);
+  CHECK(a.other + b.other == 0);
+}

@@ -493,6 +493,64 @@ TEST_CASE(
   CHECK(off.value() == 16);
 }
 
+TEST_CASE(
+    "a floor never seen under K is judged by one window one under K: a seed above a small "
+    "upstream's capacity",
+    "[admission][bulkhead]") {
+  // Answers n in flight on an upstream that serves c at once in 40 ms each.
+  const auto queued_ttfb = [](int n, int c) { return Micros(40'000 * std::max(n, c) / c); };
+  const auto window = [](Estimate& e, int samples, int n, Micros ttfb, Micros t) {
+    bool decreased = false;
+    for (int i = 0; i < samples; ++i)
+      decreased = e.observe(Signal::clean, e.next_seq(), n - 1, ttfb, t) || decreased;
+    return decreased;
+  };
+  SECTION("an upstream of 3: the seed's 4 queued from the first window") {
+    EstimatePolicy p;
+    p.seed = 4;
+    Estimate e(p);
+    window(e, EstimatePolicy::kFirstQueueSamples, 4, queued_ttfb(4, 3), 1s);
+    REQUIRE(e.queue_floor() == queued_ttfb(4, 3));  // 53.3 ms: 4 on 3, not 40
+    // Slow start overshot to 8: Little's law against that floor says 4.
+    REQUIRE(window(e, EstimatePolicy::kQueueSamples, 8, queued_ttfb(8, 3), 2s));
+    REQUIRE(e.carrying() == 4);
+    // A window at K answered in the floor's time: nothing says a queue, but the
+    // floor was never seen under 4 in flight. K̂ = 3 for a window of its own.
+    CHECK_FALSE(window(e, EstimatePolicy::kQueueSamples, 4, queued_ttfb(4, 3), 3s));
+    CHECK(e.value() == 3);
+    e.demand();
+    CHECK_FALSE(e.maybe_grow(3s + 500ms));  // no growth before it is judged
+    CHECK_FALSE(window(e, EstimatePolicy::kProbeSamples, 3, queued_ttfb(3, 3), 3s + 600ms));
+    CHECK(e.queue_floor() == 40ms);  // the upstream's own time
+    CHECK(e.value() == 4);           // back at K
+    // Against it, the next window at K says 3 served at once: K = 3.
+    CHECK(window(e, EstimatePolicy::kQueueSamples, 4, queued_ttfb(4, 3), 4s));
+    CHECK(e.carrying() == 3);
+    CHECK(e.value() == 3);
+    // The floor was seen at 3: no window under it.
+    CHECK_FALSE(window(e, EstimatePolicy::kQueueSamples, 3, queued_ttfb(3, 3), 5s));
+    CHECK(e.value() == 3);
+  }
+  SECTION("an upstream of 8 whose K is right: once, and K stays") {
+    EstimatePolicy p;
+    p.seed = 8;
+    Estimate e(p);
+    window(e, EstimatePolicy::kFirstQueueSamples, 8, queued_ttfb(8, 8), 1s);
+    REQUIRE(window(e, EstimatePolicy::kQueueSamples, 16, queued_ttfb(16, 8), 2s));
+    REQUIRE(e.carrying() == 8);
+    CHECK_FALSE(window(e, EstimatePolicy::kQueueSamples, 8, queued_ttfb(8, 8), 3s));
+    CHECK(e.value() == 7);
+    CHECK_FALSE(window(e, EstimatePolicy::kProbeSamples, 7, queued_ttfb(7, 8), 3s + 600ms));
+    CHECK(e.value() == 8);
+    CHECK(e.queue_floor() == 40ms);
+    // Seen at 7 now: the windows at K go on at K.
+    for (int i = 0; i < 3; ++i)
+      CHECK_FALSE(window(e, EstimatePolicy::kQueueSamples, 8, queued_ttfb(8, 8), 4s + i * 1s));
+    CHECK(e.value() == 8);
+    CHECK(e.carrying() == 8);
+  }
+}
+
 TEST_CASE("the first queue window is short: a slow start that overshot does not set the floor",
           "[admission][bulkhead]") {
   EstimatePolicy p;
