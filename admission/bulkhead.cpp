@@ -332,9 +332,11 @@ void Estimate::decrease(double carrying, double factor, Signal why, Micros now) 
 
 void Estimate::floor_seen(double mean, double load, Micros now) {
   if (floor_us_ <= 0 || mean < floor_us_) {
+    // Within the tolerance of the floor it replaces, the time seen at that one's load.
+    const bool same = floor_us_ > 0 && floor_us_ <= (1.0 + EstimatePolicy::kProbeTolerance) * mean;
+    floor_load_ = same ? std::min(floor_load_, load) : load;
     floor_us_ = mean;
     floor_at_ = now;
-    floor_load_ = load;
   } else if (mean <= (1.0 + EstimatePolicy::kProbeTolerance) * floor_us_) {
     floor_load_ = std::min(floor_load_, load);
   }

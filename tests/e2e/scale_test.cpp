@@ -549,7 +549,7 @@ TEST_CASE(
   };
   REQUIRE(eventually([&] { return carrying("api") > 0 && carrying("search") > 0; }, 20s));
   // Settled past slow start's overshoot: what each upstream queued over the next 3 s.
-  std::this_thread::sleep_for(2s);
+  std::this_thread::sleep_for(3s);
   const auto api_before = upstream_stats(api), search_before = upstream_stats(search);
   std::this_thread::sleep_for(3s);
   const auto api_after = upstream_stats(api), search_after = upstream_stats(search);
@@ -571,10 +571,10 @@ TEST_CASE(
   CHECK(carrying("api") <= 4);
   CHECK(carrying("search") >= 5);
   CHECK(carrying("search") <= 7);
-  // Without the queue rule the estimate grows to the pool and two in three of
-  // what is forwarded wait at the upstream; probes past K queue a few.
-  CHECK(api_queued < api_served / 3);
-  CHECK(search_queued < search_served / 3);
+  // One over the capacity (or no queue rule) and two in three of what is
+  // forwarded wait at the upstream; each probe past K queues a few.
+  CHECK(api_queued < 0.4 * api_served);
+  CHECK(search_queued < 0.4 * search_served);
   // And the upstreams stay busy: 3 s at 3 and 6 at once.
   const double seconds = 3.0, per_slot = 1000.0 / service_ms;
   CHECK(api_served > 0.75 * 3 * per_slot * seconds);
