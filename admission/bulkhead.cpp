@@ -35,8 +35,13 @@ bool before(const LanePolicy& p, Lane a, Lane b) {
   return tie_rank(a) < tie_rank(b);
 }
 
+// What lane l would hold borrowed with one more slot, per weight: with the
+// slot counted, a lane of weight 4 borrows four for each one of a lane of
+// weight 1 (deficit round robin); counted without it, one borrowed slot of the
+// heavier lane ranked it behind a lighter lane with none, and on a bulkhead
+// of a few slots the lanes took turns, whatever their weights.
 double borrowed_per_weight(const LanePolicy& p, const Census& c, const Seats& g, std::size_t l) {
-  return std::max(0, c.running[l] - g[l]) / p.weights[l];
+  return (std::max(0, c.running[l] - g[l]) + 1) / p.weights[l];
 }
 
 }  // namespace

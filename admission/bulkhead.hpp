@@ -77,8 +77,10 @@
 //   2b budget    a borrower is refused while the upstream's quota reading is at
 //                or below the lane's reserve (admission/resilience.hpp).
 //   3 fair share the borrowed part goes to the waiting lane with the least
-//                borrowed per weight (ties: the heavier weight, then standard,
-//                heavy, bulk); other borrowers yield to it.
+//                borrowed per weight, the slot asked for counted ((borrowed +
+//                1) / weight: weight 4 borrows four for each one of weight 1;
+//                ties: the heavier weight, then standard, heavy, bulk); other
+//                borrowers yield to it.
 //   4 chance     admitted with p = s(φ/0.3)^e, φ = 1 - running/K̂, s the
 //                smoothstep, e = clamp(max weight / weight_l, 1, 4): certain while
 //                30 % is free, 0 at K̂, flatter for lighter lanes. A newcomer

@@ -123,6 +123,28 @@ TEST_CASE("the borrowed part goes to the waiting lane with the least borrowed pe
 }
 
 TEST_CASE(
+    "the borrowed part is shared by weight however few the slots: weight 4 borrows four for each "
+    "one of weight 1",
+    "[admission][bulkhead]") {
+  LanePolicy p;
+  p.floors = {0, 0, 0};
+  p.weights = {1, 4, 2};
+  // Three slots, standard borrows one of them, bulk none; both wait for the
+  // last. Ranked on what each holds, bulk's none went first, and the two lanes
+  // took turns at that slot.
+  auto c = census(3, true, seats(0, 1, 0), seats(1, 1, 0));
+  CHECK(decide(p, c, Lane::standard, 0.0) == Hold::none);
+  CHECK(decide(p, c, Lane::bulk, 0.0) == Hold::fair_share);
+  // Standard's fourth goes before bulk's first (a tie: the heavier weight), its fifth after.
+  c = census(8, true, seats(0, 3, 0), seats(1, 1, 0));
+  CHECK(decide(p, c, Lane::standard, 0.0) == Hold::none);
+  CHECK(decide(p, c, Lane::bulk, 0.0) == Hold::fair_share);
+  c.running = seats(0, 4, 0);
+  CHECK(decide(p, c, Lane::standard, 0.0) == Hold::fair_share);
+  CHECK(decide(p, c, Lane::bulk, 0.0) == Hold::none);
+}
+
+TEST_CASE(
     "a marginal admission is certain while 30 % is free, impossible at the estimate and flatter "
     "for lighter lanes",
     "[admission][bulkhead]") {
