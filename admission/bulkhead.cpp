@@ -272,6 +272,16 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
     failed_probes_ = std::min(failed + 1, EstimatePolicy::kProbeBackoff);
     return true;
   }
+  // A probe past a K the queue measured that held: the upstream served its n
+  // at once (its capacity grew). K is the step now, so that a later probe that
+  // fails comes back to it and not to the K before the climb (which left a
+  // grown capacity's new slots unused but for the probes); a window at the new
+  // K judges it once, as any K the queue rule measured.
+  if (probe_window && why_ == Signal::slow && k_ > 0 && concurrency > k_ + 0.5) {
+    k_ = khat_;
+    lowered_at_k_ = false;
+    return false;
+  }
   // A K measured by Little's law can be one too many (the rounding of a
   // window taken as slow start overshot, its load still rising). Judged as a
   // probe is, a window at K that says fewer than n - 0.5 were served at once

@@ -54,7 +54,8 @@
 //                probe waits probe_after, doubled for each probe refuted in a
 //                row up to 2^kProbeBackoff (the 1.5x line let a probe climb 5
 //                past K; on a queue, a probe makes every request sent during
-//                it wait). A K the queue rule measured is one too many when a
+//                it wait). A probe that held (all n served at once) makes K
+//                the step. A K the queue rule measured is one too many when a
 //                window at K (n within 0.5 of it) says the same: K -= 1, once
 //                per K measured (a stale floor reads the same). A floor
 //                never seen under K in flight can hold the upstream's queue at

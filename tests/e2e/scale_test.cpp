@@ -582,3 +582,42 @@ TEST_CASE(
   CHECK(a.failed + b.failed == 0);
   CHECK(a.other + b.other == 0);
 }
+
+// A queueing upstream whose capacity grows says nothing: its answers stay as
+// fast while the probes past K find the room. Each probe that holds is the
+// capacity now; a probe back at the K before the climb left the new slots
+// unused but for the probes (3 on an upstream that had grown to 6).
+TEST_CASE("a queueing upstream whose capacity grows is followed, at production shape",
+          "[e2e][scale][concurrency]") {
+  const int service_ms = kSanitized ? 100 : 40;
+  // 3 slots, 6 from 4 s after its first request; the other upstream keeps 4.
+  Upstream api(kUpstream, {"--capacity", "3", "--over-capacity", "queue", "--capacity-schedule",
+                           "4:6", "--service-ms", std::to_string(service_ms), "--threads", "2"});
+  Upstream search(kUpstream, {"--capacity", "4", "--over-capacity", "queue", "--service-ms",
+                              std::to_string(service_ms), "--threads", "2"});
+  Sluice s(kSluice,
+           two_upstreams(api, search, {{"SLUICE_THREADS", "2"}, {"SLUICE_ACCESS_LOG", "off"}}));
+  Tally a, b;
+  Load on_api(s.port, "/", 18, a), on_search(s.port, "/search/q", 12, b);
+  const auto carrying = [&](const std::string& upstream) {
+    return s.metric(R"(sluice_upstream_carrying_capacity{upstream=")" + upstream + "\"}");
+  };
+  REQUIRE(eventually([&] { return upstream_stats(api)["capacity"] == 6; }, 20s));
+  // Four seconds to find the room, then three measured.
+  std::this_thread::sleep_for(4s);
+  const auto before = upstream_stats(api)["requests"].get<double>();
+  std::this_thread::sleep_for(3s);
+  const double served = upstream_stats(api)["requests"].get<double>() - before;
+  const double k = carrying("api");
+  on_api.stop();
+  on_search.stop();
+  INFO("api: K " << k << ", K-hat "
+                 << s.metric(R"(sluice_upstream_capacity_estimate{upstream="api"})") << ", served "
+                 << served << " in 3 s; search: K " << carrying("search"));
+  CHECK(k >= 5);
+  CHECK(served > 0.75 * 6 * (1000.0 / service_ms) * 3);
+  CHECK(carrying("search") >= 3);
+  CHECK(carrying("search") <= 5);
+  CHECK(a.failed + b.failed == 0);
+  CHECK(a.other + b.other == 0);
+}

@@ -272,17 +272,55 @@ TEST_CASE("a probe past K is judged on a short window of its own requests, befor
 }
 
 TEST_CASE(
+    "a probe past a K the queue measured that holds makes K the step: a later probe that fails "
+    "comes back to it",
+    "[admission][bulkhead]") {
+  EstimatePolicy p;
+  p.seed = 16;
+  Estimate e(p);
+  for (int i = 0; i < EstimatePolicy::kFirstQueueSamples; ++i)  // the floor: 50 ms at 4
+    e.observe(Signal::clean, e.next_seq(), 3, 50ms, 1s);
+  // Slow start overshot to 20 in flight on an upstream of 7: 20/7 of the floor.
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)
+    e.observe(Signal::clean, e.next_seq(), 19, Micros(142'857), 1s + 500ms);
+  REQUIRE(e.carrying() == 7);
+  REQUIRE(e.value() == 7);
+  e.observe(Signal::clean, e.next_seq(), 6, 50ms, 2s);  // served at K: growth may go on
+  // The upstream serves 9 now: the probe to 8 holds (answered in the floor's time).
+  e.demand();
+  REQUIRE(e.maybe_grow(2s + 500ms));
+  REQUIRE(e.value() == 8);
+  answer_probe(e, 2s + 600ms, 50ms);
+  CHECK(e.carrying() == 8);
+  e.demand();
+  REQUIRE(e.maybe_grow(2s + 850ms));  // the next step an interval later
+  answer_probe(e, 2s + 950ms, 50ms);  // 9 held too
+  CHECK(e.carrying() == 9);
+  // 10 in flight answered in 10/9 of the floor: the probe fails, back at 9,
+  // not at the 7 before the climb.
+  e.demand();
+  REQUIRE(e.maybe_grow(3s + 200ms));
+  REQUIRE(e.value() == 10);
+  answer_probe(e, 3s + 300ms, Micros(55'556));
+  CHECK(e.value() == 9);
+  CHECK(e.carrying() == 9);
+}
+
+TEST_CASE(
     "probes its queue refuted in a row wait twice as long each time, up to 4x, until a probe "
     "holds",
     "[admission][bulkhead]") {
   Estimate e = at_k_with_floor();
-  // A probe at t, judged failed 100 ms later.
+  // A probe at t, judged failed 100 ms later: one past K answered in (K + 1) / K
+  // of the floor.
   auto failed_probe = [&](Micros t) {
+    const double k = e.carrying();
     e.demand();
     REQUIRE(e.maybe_grow(t));
-    answer_probe(e, t + 100ms, kNineOnEight);
-    REQUIRE(e.value() == 8);
-    e.observe(Signal::clean, e.next_seq(), 7, 50ms, t + 150ms);  // served at K since
+    answer_probe(e, t + 100ms, Micros(static_cast<std::int64_t>(50'000 * (k + 1) / k)));
+    REQUIRE(e.value() == k);
+    e.observe(Signal::clean, e.next_seq(), static_cast<int>(k) - 1, 50ms,
+              t + 150ms);  // served at K since
   };
   failed_probe(2s);  // judged at 2.1 s
   e.demand();
@@ -298,7 +336,7 @@ TEST_CASE(
   // away, and the count of failures starts over.
   answer_probe(e, 12s + 400ms, 50ms);
   REQUIRE(e.value() == 9);
-  failed_probe(12s + 550ms);  // judged at 12.65 s
+  failed_probe(12s + 550ms);  // judged at 12.65 s, back at 9
   e.demand();
   CHECK_FALSE(e.maybe_grow(14s + 649ms));
   CHECK(e.maybe_grow(14s + 650ms));  // 2 x: the first failure in a row
