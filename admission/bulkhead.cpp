@@ -104,7 +104,11 @@ bool Estimate::maybe_grow(Micros now) {
   if (probe && exhausted_at_ && now - *exhausted_at_ < p_.probe_after * (1 << failed_probes_))
     return false;
   if (probe && probe_open_) return false;  // the last step is not judged yet
-  if (floor_probe_open_) return false;     // one under K for one window
+  if (floor_probe_open_ && now - floor_probe_at_ > std::max(p_.probe_after, 16 * baseline())) {
+    end_floor_probe();  // its window never filled (answers the proxy's own lateness left out)
+    return true;
+  }
+  if (floor_probe_open_) return false;  // one under K for one window
   limited_ = false;
   last_growth_ = now;
   double before = khat_;
@@ -212,7 +216,6 @@ bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, 
     return false;
   }
   lowered_at_k_ = false;
-  floor_probed_ = false;
   decrease(carrying, confirmed ? 1.0 : p_.decrease, signal, now);
   return true;
 }
@@ -237,14 +240,20 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   window_n_ = 0;
   if (floor_probe_open_) {
     // One under K: a faster mean is the upstream's own time, and K is judged
-    // against it again; K̂ goes back to K either way.
-    floor_probe_open_ = false;
-    if (mean < floor_us_) lowered_at_k_ = false;
-    floor_seen(mean, concurrency, now);
-    khat_ = std::max(khat_, k_);
-    start_window();
+    // against it again; one no faster says the floor holds under K. K̂ goes
+    // back to K either way.
+    if (mean < floor_us_) {
+      lowered_at_k_ = false;
+      floor_seen(mean, concurrency, now);
+    } else {
+      floor_load_ = std::min(floor_load_, concurrency);
+    }
+    end_floor_probe();
     return false;
   }
+  const bool queued = floor_us_ > 0 && concurrency * floor_us_ / mean < concurrency - 0.5 &&
+                      mean > (1.0 + EstimatePolicy::kProbeTolerance) * floor_us_;
+  if (probe_window && !queued) held(concurrency);
   if (floor_us_ <= 0 || mean < floor_us_) {
     floor_seen(mean, concurrency, now);
     return false;
@@ -265,22 +274,10 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   // queue. Not all n served at once (and the window measurably slower): the
   // probe failed, and K̂ goes back to K, no lower (noise in one window says
   // nothing below K); the next probe waits probe_after again.
-  const bool queued = concurrency * floor_us_ / mean < concurrency - 0.5 &&
-                      mean > (1.0 + EstimatePolicy::kProbeTolerance) * floor_us_;
   if (k_ > 0 && concurrency > k_ + 0.5 && queued) {
     decrease(k_, 1.0, Signal::slow, now);
     failed_probes_ = std::min(failed + 1, EstimatePolicy::kProbeBackoff);
     return true;
-  }
-  // A probe past a K the queue measured that held: the upstream served its n
-  // at once (its capacity grew). K is the step now, so that a later probe that
-  // fails comes back to it and not to the K before the climb (which left a
-  // grown capacity's new slots unused but for the probes); a window at the new
-  // K judges it once, as any K the queue rule measured.
-  if (probe_window && why_ == Signal::slow && k_ > 0 && concurrency > k_ + 0.5) {
-    k_ = khat_;
-    lowered_at_k_ = false;
-    return false;
   }
   // A K measured by Little's law can be one too many (the rounding of a
   // window taken as slow start overshot, its load still rising). Judged as a
@@ -297,10 +294,10 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   // A floor never seen under K may be the upstream's time with a queue at K
   // in it (every window since the first queued: a seed above its capacity).
   // One window one under K tells.
-  if (why_ == Signal::slow && !floor_probed_ && !probe_window && k_ >= 2 &&
-      std::abs(concurrency - k_) <= 0.5 && floor_load_ > k_ - 0.5 && khat_ >= k_) {
-    floor_probed_ = true;
+  if (why_ == Signal::slow && !probe_window && k_ >= 2 && std::abs(concurrency - k_) <= 0.5 &&
+      floor_load_ > k_ - 0.5 && khat_ >= k_) {
     floor_probe_open_ = true;
+    floor_probe_at_ = now;
     khat_ = k_ - 1.0;
     start_window();
     return false;
@@ -310,7 +307,6 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
     return false;
   // Little's law: `concurrency` in flight, each answered after `mean` instead of `floor`.
   lowered_at_k_ = false;
-  floor_probed_ = false;
   decrease(std::max(1.0, std::round(concurrency * floor_us_ / mean)), 1.0, Signal::slow, now);
   return true;
 }
@@ -342,6 +338,31 @@ void Estimate::decrease(double carrying, double factor, Signal why, Micros now) 
   exhausted_at_ = now;
   why_ = why;
   ++decreases_;
+  start_window();
+}
+
+// A probe past a K the queue measured that held: the upstream served its n
+// at once, its capacity grew. K is the step now, so that a later probe that
+// fails comes back to it and not to the K before the climb (which left a grown
+// capacity's new slots unused but for the probes); a window at the new K
+// judges it once, as any K the queue rule measured. Only where a queue of one
+// shows: at n in flight it lengthens the mean by 1/(n - 1) of the floor, at
+// least twice the probe's tolerance up to n = 11; past that a probe that held
+// is no evidence, and K stays (each raise would let the floor age into the
+// step's queue, and K climb one step a floor age).
+void Estimate::held(double concurrency) {
+  if (why_ != Signal::slow || k_ <= 0 || concurrency <= k_ + 0.5 ||
+      1.0 / (concurrency - 1.0) < 2.0 * EstimatePolicy::kProbeTolerance)
+    return;
+  const double step = std::min(std::floor(khat_ + 1e-9), std::round(concurrency));
+  if (step <= k_) return;
+  k_ = step;
+  lowered_at_k_ = false;
+}
+
+void Estimate::end_floor_probe() {
+  floor_probe_open_ = false;
+  khat_ = std::max(khat_, k_);
   start_window();
 }
 

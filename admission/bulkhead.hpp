@@ -54,16 +54,18 @@
 //                probe waits probe_after, doubled for each probe refuted in a
 //                row up to 2^kProbeBackoff (the 1.5x line let a probe climb 5
 //                past K; on a queue, a probe makes every request sent during
-//                it wait). A probe that held (all n served at once) makes K
-//                the step. A K the queue rule measured is one too many when a
+//                it wait). A probe that held (all n served at once, n up to
+//                11, where a queue of one shows) makes K the step. A K the
+//                queue rule measured is one too many when a
 //                window at K (n within 0.5 of it) says the same: K -= 1, once
 //                per K measured (a stale floor reads the same). A floor
 //                never seen under K in flight can hold the upstream's queue at
 //                K (a seed above a small upstream's capacity: every window
 //                queued, the first too): after a window at K, K̂ = K - 1 for
-//                one window of kProbeSamples answers of its own, once per K
-//                measured; a faster mean there is the floor, and the next
-//                window at K is judged against it.
+//                one window of kProbeSamples answers of its own (ended after
+//                max(probe_after, 16 x baseline) if it never fills); a faster
+//                mean there is the floor, and the next window at K is judged
+//                against it; one no faster means the floor holds under K.
 //   K̂ never exceeds `max` (the connection pool's share).
 //
 // Lanes, in one bulkhead, for a request of lane l (slots S = floor(K̂), free F = S - running):
@@ -247,8 +249,8 @@ class Estimate {
   bool probe_open_ = false;        // a probe past K waits for its window's judgement
   int failed_probes_ = 0;          // probes in a row its queue refuted, at this K
   bool lowered_at_k_ = false;      // this K was lowered by one already (a window at K)
-  bool floor_probed_ = false;      // this K had its window one under it already
   bool floor_probe_open_ = false;  // K̂ is K - 1 until a window of its own is judged
+  Micros floor_probe_at_{0};
   std::optional<Micros> exhausted_at_;
   Signal why_ = Signal::none;
   std::uint64_t decreases_ = 0;
@@ -266,6 +268,8 @@ class Estimate {
   // A window's mean at `load`: a lower one is the floor; one within
   // kProbeTolerance of it saw the floor's time at that load.
   void floor_seen(double mean, double load, Micros now);
+  void held(double concurrency);  // a probe's window at `concurrency` that held
+  void end_floor_probe();         // K̂ back at K, a new window
 };
 
 struct LanePolicy {

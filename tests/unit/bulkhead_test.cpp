@@ -112,12 +112,14 @@ TEST_CASE("the borrowed part goes to the waiting lane with the least borrowed pe
   LanePolicy p;
   p.floors = {0, 0, 0};
   p.weights = {1, 4, 2};
-  // Standard borrowed 4 (1 per weight), bulk 2 (2 per weight), 14 slots free.
+  // Standard borrowed 4 ((4 + 1) / 4 with the slot it asks for), bulk 2 ((2 + 1) / 1),
+  // 14 slots free.
   auto c = census(20, true, seats(2, 4, 0), seats(1, 1, 0));
   CHECK(decide(p, c, Lane::bulk, 0.0) == Hold::fair_share);
   CHECK(decide(p, c, Lane::standard, 0.0) == Hold::none);
-  // Equal borrowed per weight: the heavier weight goes first.
-  c.running = seats(1, 4, 0);
+  // Equal borrowed per weight, the slot counted ((3 + 1) / 4 = (0 + 1) / 1): the
+  // heavier weight goes first.
+  c.running = seats(0, 3, 0);
   CHECK(decide(p, c, Lane::bulk, 0.0) == Hold::fair_share);
   CHECK(decide(p, c, Lane::standard, 0.0) == Hold::none);
 }
@@ -304,6 +306,26 @@ TEST_CASE(
   answer_probe(e, 3s + 300ms, Micros(55'556));
   CHECK(e.value() == 9);
   CHECK(e.carrying() == 9);
+}
+
+TEST_CASE("a probe that held past 11 in flight is no evidence of room: K stays",
+          "[admission][bulkhead]") {
+  EstimatePolicy p;
+  p.seed = 32;
+  Estimate e(p);
+  for (int i = 0; i < EstimatePolicy::kFirstQueueSamples; ++i)  // the floor: 50 ms at 4
+    e.observe(Signal::clean, e.next_seq(), 3, 50ms, 1s);
+  for (int i = 0; i < EstimatePolicy::kQueueSamples; ++i)  // 40 in flight on 20: twice the floor
+    e.observe(Signal::clean, e.next_seq(), 39, 100ms, 1s + 500ms);
+  REQUIRE(e.carrying() == 20);
+  e.observe(Signal::clean, e.next_seq(), 19, 50ms, 2s);
+  // 21 in flight on an upstream of 20 answer in 21/20 of the floor: within the
+  // probe's tolerance, so the probe is not refuted, and not evidence either.
+  e.demand();
+  REQUIRE(e.maybe_grow(2s + 600ms));
+  REQUIRE(e.value() == 21);
+  answer_probe(e, 2s + 700ms, 52'500us);
+  CHECK(e.carrying() == 20);
 }
 
 TEST_CASE(
@@ -587,9 +609,52 @@ TEST_CASE(
     CHECK(window(e, EstimatePolicy::kQueueSamples, 4, queued_ttfb(4, 3), 4s));
     CHECK(e.carrying() == 3);
     CHECK(e.value() == 3);
-    // The floor was seen at 3: no window under it.
+    // The floor was seen at 3, not under it: a window at 2 once, no faster,
+    // and K stays 3 with no window under it again.
     CHECK_FALSE(window(e, EstimatePolicy::kQueueSamples, 3, queued_ttfb(3, 3), 5s));
+    CHECK(e.value() == 2);
+    CHECK_FALSE(window(e, EstimatePolicy::kProbeSamples, 2, queued_ttfb(2, 3), 5s + 200ms));
     CHECK(e.value() == 3);
+    for (int i = 0; i < 3; ++i)
+      CHECK_FALSE(window(e, EstimatePolicy::kQueueSamples, 3, queued_ttfb(3, 3), 6s + i * 1s));
+    CHECK(e.value() == 3);
+    CHECK(e.carrying() == 3);
+  }
+  SECTION("a window under K whose answers never come ends") {
+    // (The proxy's own lateness leaves answers out of windows.)
+    EstimatePolicy p;
+    p.seed = 4;
+    Estimate e(p);
+    window(e, EstimatePolicy::kFirstQueueSamples, 4, queued_ttfb(4, 3), 1s);
+    REQUIRE(window(e, EstimatePolicy::kQueueSamples, 8, queued_ttfb(8, 3), 2s));
+    REQUIRE_FALSE(window(e, EstimatePolicy::kQueueSamples, 4, queued_ttfb(4, 3), 3s));
+    REQUIRE(e.value() == 3);
+    e.demand();
+    CHECK_FALSE(e.maybe_grow(3s + 500ms));
+    CHECK(e.value() == 3);
+    // After max(probe_after, 16 x the baseline), at most 16 x 106.7 ms here.
+    CHECK(e.maybe_grow(3s + 1800ms));
+    CHECK(e.value() == 4);
+  }
+  SECTION("upstreams of 1 and 2: the windows under K walk K down to the capacity, one at a time") {
+    for (int capacity : {1, 2}) {
+      INFO("capacity " << capacity);
+      EstimatePolicy p;
+      p.seed = 4;
+      Estimate e(p);
+      window(e, EstimatePolicy::kFirstQueueSamples, 4, queued_ttfb(4, capacity), 1s);
+      REQUIRE(window(e, EstimatePolicy::kQueueSamples, 8, queued_ttfb(8, capacity), 2s));
+      REQUIRE(e.carrying() == 4);
+      // Then answers one at a time, at what the estimate lets run, as the upstream answers them.
+      Micros t = 3s;
+      for (int i = 0; i < 600; ++i, t += 10ms) {
+        const int n = e.slots();
+        e.observe(Signal::clean, e.next_seq(), n - 1, queued_ttfb(n, capacity), t);
+      }
+      CHECK(e.carrying() == capacity);
+      CHECK(e.value() == capacity);
+      CHECK(e.queue_floor() == 40ms);
+    }
   }
   SECTION("an upstream of 8 whose K is right: once, and K stays") {
     EstimatePolicy p;
