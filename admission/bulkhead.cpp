@@ -40,6 +40,11 @@ bool before(const LanePolicy& p, Lane a, Lane b) {
 // weight 1 (deficit round robin); counted without it, one borrowed slot of the
 // heavier lane ranked it behind a lighter lane with none, and on a bulkhead
 // of a few slots the lanes took turns, whatever their weights.
+// a within the probe's tolerance of b (5 % over it at most).
+bool within_tolerance(double a, double b) {
+  return a <= (1.0 + EstimatePolicy::kProbeTolerance) * b;
+}
+
 double borrowed_per_weight(const LanePolicy& p, const Census& c, const Seats& g, std::size_t l) {
   return (std::max(0, c.running[l] - g[l]) + 1) / p.weights[l];
 }
@@ -242,17 +247,14 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
     // One under K: a faster mean is the upstream's own time, and K is judged
     // against it again; one no faster says the floor holds under K. K̂ goes
     // back to K either way.
-    if (mean < floor_us_) {
-      lowered_at_k_ = false;
-      floor_seen(mean, concurrency, now);
-    } else {
-      floor_load_ = std::min(floor_load_, concurrency);
-    }
+    if (mean < floor_us_) lowered_at_k_ = false;
+    floor_seen(mean, concurrency, now);
+    floor_load_ = std::min(floor_load_, concurrency);
     end_floor_probe();
     return false;
   }
   const bool queued = floor_us_ > 0 && concurrency * floor_us_ / mean < concurrency - 0.5 &&
-                      mean > (1.0 + EstimatePolicy::kProbeTolerance) * floor_us_;
+                      !within_tolerance(mean, floor_us_);
   if (probe_window && !queued) held(concurrency);
   if (floor_us_ <= 0 || mean < floor_us_) {
     floor_seen(mean, concurrency, now);
@@ -261,10 +263,10 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   // An aged floor gives way to a window at no more than the capacity measured:
   // one taken at a probe's queue would hide that queue from then on.
   if (now - floor_at_ > EstimatePolicy::kQueueFloorAge && (k_ <= 0 || concurrency <= k_ + 0.5)) {
-    const bool same = mean <= (1.0 + EstimatePolicy::kProbeTolerance) * floor_us_;
+    floor_load_ =
+        within_tolerance(mean, floor_us_) ? std::min(floor_load_, concurrency) : concurrency;
     floor_us_ = mean;
     floor_at_ = now;
-    floor_load_ = same ? std::min(floor_load_, concurrency) : concurrency;
     return false;
   }
   floor_seen(mean, concurrency, now);
@@ -369,11 +371,11 @@ void Estimate::end_floor_probe() {
 void Estimate::floor_seen(double mean, double load, Micros now) {
   if (floor_us_ <= 0 || mean < floor_us_) {
     // Within the tolerance of the floor it replaces, the time seen at that one's load.
-    const bool same = floor_us_ > 0 && floor_us_ <= (1.0 + EstimatePolicy::kProbeTolerance) * mean;
-    floor_load_ = same ? std::min(floor_load_, load) : load;
+    floor_load_ =
+        floor_us_ > 0 && within_tolerance(floor_us_, mean) ? std::min(floor_load_, load) : load;
     floor_us_ = mean;
     floor_at_ = now;
-  } else if (mean <= (1.0 + EstimatePolicy::kProbeTolerance) * floor_us_) {
+  } else if (within_tolerance(mean, floor_us_)) {
     floor_load_ = std::min(floor_load_, load);
   }
 }

@@ -41,6 +41,13 @@ Estimate measured(double k) { return Estimate(EstimatePolicy{}, k, k); }
 
 constexpr double kCertain = 0.999999;
 
+// No floors: every slot is borrowed, by the default weights (bulk 1, standard 4, heavy 2).
+LanePolicy lend_all() {
+  LanePolicy p;
+  p.floors = {0, 0, 0};
+  return p;
+}
+
 // A probe past K is judged on a window of its own requests before the next
 // step: answers at the estimate's load, as fast as before (the probe succeeded).
 void answer_probe(Estimate& e, Micros t, Micros ttfb = 1ms) {
@@ -109,9 +116,7 @@ TEST_CASE("a borrower is refused while the free slots are owed to lanes below th
 
 TEST_CASE("the borrowed part goes to the waiting lane with the least borrowed per weight",
           "[admission][bulkhead]") {
-  LanePolicy p;
-  p.floors = {0, 0, 0};
-  p.weights = {1, 4, 2};
+  const LanePolicy p = lend_all();
   // Standard borrowed 4 ((4 + 1) / 4 with the slot it asks for), bulk 2 ((2 + 1) / 1),
   // 14 slots free.
   auto c = census(20, true, seats(2, 4, 0), seats(1, 1, 0));
@@ -128,9 +133,7 @@ TEST_CASE(
     "the borrowed part is shared by weight however few the slots: weight 4 borrows four for each "
     "one of weight 1",
     "[admission][bulkhead]") {
-  LanePolicy p;
-  p.floors = {0, 0, 0};
-  p.weights = {1, 4, 2};
+  const LanePolicy p = lend_all();
   // Three slots, standard borrows one of them, bulk none; both wait for the
   // last. Ranked on what each holds, bulk's none went first, and the two lanes
   // took turns at that slot.
