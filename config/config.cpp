@@ -2175,7 +2175,8 @@ std::string to_json(const Config& c) {
   };
   for (const Row& row : kRows)
     if (row.show && row.shown_after.empty()) show(show, row);
-  return j.dump(2);
+  // A path is any bytes: one that is not UTF-8 prints with U+FFFD for its bad bytes.
+  return j.dump(2, ' ', false, Json::error_handler_t::replace);
 }
 
 Reloaded reload(const Config& running, const Config& next) {

@@ -605,6 +605,12 @@ TEST_CASE("to_json never contains the admin token", "[config][json]") {
   CHECK(nlohmann::json::parse(to_json(load(minimal())))["admin_token"].is_null());
 }
 
+TEST_CASE("to_json prints a value that is not UTF-8, its bad bytes replaced", "[config][json]") {
+  // A path is any bytes but '/' and NUL; `sluice config` prints it all the same.
+  std::string shown = to_json(load(minimal({{"SLUICE_PINS_FILE", "/etc/sluice/pins-\xff.json"}})));
+  CHECK(nlohmann::json::parse(shown)["pins_file"] == "/etc/sluice/pins-\xef\xbf\xbd.json");
+}
+
 TEST_CASE("to_json never contains the lease key", "[config][json]") {
   const std::string key = "00112233445566778899aabbccddeeff";
   std::string shown = to_json(load(minimal({{"SLUICE_LEASE_KEY", key}})));
