@@ -35,16 +35,29 @@ bool before(const LanePolicy& p, Lane a, Lane b) {
   return tie_rank(a) < tie_rank(b);
 }
 
-// What lane l would hold borrowed with one more slot, per weight: with the
-// slot counted, a lane of weight 4 borrows four for each one of a lane of
-// weight 1 (deficit round robin); counted without it, one borrowed slot of the
-// heavier lane ranked it behind a lighter lane with none, and on a bulkhead
-// of a few slots the lanes took turns, whatever their weights.
 // a within the probe's tolerance of b (5 % over it at most).
 bool within_tolerance(double a, double b) {
   return a <= (1.0 + EstimatePolicy::kProbeTolerance) * b;
 }
 
+// Whether a window of `mean` at `n` in flight shows a queue at the upstream
+// against `floor`: fewer than n - 0.5 served at once (Little's law: n x floor
+// / mean), the mean measurably slower, and the queue's wait worth a
+// decision: the n x (mean - floor) that a queue of one would have waited, at
+// least kQueueMinGap, the least queue the queue rule acts on. On an upstream
+// faster than that, a queue of one costs less than the gap, and a window's
+// noise reads as one (a sub-millisecond upstream on a busy host walked K
+// down to 1 on means 0.1 ms over the floor).
+bool queue_shows(double mean, double n, double floor) {
+  return floor > 0 && n * floor / mean < n - 0.5 && !within_tolerance(mean, floor) &&
+         n * (mean - floor) >= static_cast<double>(EstimatePolicy::kQueueMinGap.count());
+}
+
+// What lane l would hold borrowed with one more slot, per weight: with the
+// slot counted, a lane of weight 4 borrows four for each one of a lane of
+// weight 1 (deficit round robin); counted without it, one borrowed slot of the
+// heavier lane ranked it behind a lighter lane with none, and on a bulkhead
+// of a few slots the lanes took turns, whatever their weights.
 double borrowed_per_weight(const LanePolicy& p, const Census& c, const Seats& g, std::size_t l) {
   return (std::max(0, c.running[l] - g[l]) + 1) / p.weights[l];
 }
@@ -253,8 +266,7 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
     end_floor_probe();
     return false;
   }
-  const bool queued = floor_us_ > 0 && concurrency * floor_us_ / mean < concurrency - 0.5 &&
-                      !within_tolerance(mean, floor_us_);
+  const bool queued = queue_shows(mean, concurrency, floor_us_);
   if (probe_window && !queued) held(concurrency);
   if (floor_us_ <= 0 || mean < floor_us_) {
     floor_seen(mean, concurrency, now);
@@ -295,9 +307,11 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   }
   // A floor never seen under K may be the upstream's time with a queue at K
   // in it (every window since the first queued: a seed above its capacity).
-  // One window one under K tells.
+  // One window one under K tells; only where a queue of one shows (it holds
+  // a request about one service time, the floor).
   if (why_ == Signal::slow && !probe_window && k_ >= 2 && std::abs(concurrency - k_) <= 0.5 &&
-      floor_load_ > k_ - 0.5 && khat_ >= k_) {
+      floor_load_ > k_ - 0.5 && khat_ >= k_ &&
+      floor_us_ >= static_cast<double>(EstimatePolicy::kQueueMinGap.count())) {
     floor_probe_open_ = true;
     floor_probe_at_ = now;
     khat_ = k_ - 1.0;

@@ -49,23 +49,27 @@
 //                A probe past K is judged at its own load, on a window of
 //                kProbeSamples answers of requests admitted after its step: a
 //                window at n > K in flight whose mean says fewer than n - 0.5
-//                were served at once (n x floor / m, and m at least 1.05 x the
-//                floor) ends the probe: K̂ = K again, no lower, and the next
-//                probe waits probe_after, doubled for each probe refuted in a
-//                row up to 2^kProbeBackoff (the 1.5x line let a probe climb 5
-//                past K; on a queue, a probe makes every request sent during
-//                it wait). A probe that held (all n served at once, n up to
-//                11, where a queue of one shows) makes K the step. A K the
-//                queue rule measured is one too many when a
-//                window at K (n within 0.5 of it) says the same: K -= 1, once
-//                per K measured (a stale floor reads the same). A floor
-//                never seen under K in flight can hold the upstream's queue at
-//                K (a seed above a small upstream's capacity: every window
-//                queued, the first too): after a window at K, K̂ = K - 1 for
-//                one window of kProbeSamples answers of its own (ended after
-//                max(probe_after, 16 x baseline) if it never fills); a faster
-//                mean there is the floor, and the next window at K is judged
-//                against it; one no faster means the floor holds under K.
+//                were served at once (n x floor / m, m at least 1.05 x the
+//                floor, and n x (m - floor), the wait of a queue of one, at
+//                least kQueueMinGap: on a faster upstream a queue of one is
+//                under the least queue acted on, and noise reads as one) ends
+//                the probe: K̂ = K again, no lower, and the next probe waits
+//                probe_after, doubled for each probe refuted in a row up to
+//                2^kProbeBackoff (the 1.5x line let a probe climb 5 past K; on
+//                a queue, a probe makes every request sent during it wait). A
+//                probe that held (all n served at once, n up to 11, where a
+//                queue of one shows) makes K the step. A K the queue rule
+//                measured is one too many when a window at K (n within 0.5 of
+//                it) says the same: K -= 1, once per K measured (a stale floor
+//                reads the same). A floor never seen under K in flight can hold
+//                the upstream's queue at K (a seed above a small upstream's
+//                capacity: every window queued, the first too; a floor of
+//                kQueueMinGap or more, where a queue of one shows): after a
+//                window at K, K̂ = K - 1 for one window of kProbeSamples
+//                answers of its own (ended after max(probe_after, 16 x
+//                baseline) if it never fills); a faster mean there is the
+//                floor, and the next window at K is judged against it; one no
+//                faster means the floor holds under K.
 //   K̂ never exceeds `max` (the connection pool's share).
 //
 // Lanes, in one bulkhead, for a request of lane l (slots S = floor(K̂), free F = S - running):

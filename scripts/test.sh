@@ -14,14 +14,22 @@ cd "$(dirname "$0")/.."
 jobs=" ${SLUICE_TEST_JOBS:-release asan tsan fuzz} "
 cores="$(nproc)"
 
-./scripts/setup.sh
+# Each step's time, for CI's log: "test: <step>: <seconds> s".
+timed() {
+  local name="$1" start=$SECONDS
+  shift
+  "$@"
+  echo "test: $name: $((SECONDS - start)) s"
+}
+
+timed setup ./scripts/setup.sh
 
 if [[ $jobs == *" release "* ]]; then
-  ./scripts/check-format.sh
-  ./scripts/build.sh release
-  ./scripts/check-tidy.sh
-  ./scripts/check-ops.sh
-  ctest --preset release -j "$cores" --timeout 180
+  timed format ./scripts/check-format.sh
+  timed "release build" ./scripts/build.sh release
+  timed tidy ./scripts/check-tidy.sh
+  timed ops ./scripts/check-ops.sh
+  timed "release tests" ctest --preset release -j "$cores" --timeout 180 --output-on-failure
 fi
 
 # Runs ctest for a sanitizer preset with every report written under
@@ -54,18 +62,21 @@ sanitized_ctest() {
 
 if [[ $jobs == *" asan "* ]]; then
   cmake --preset asan-ubsan >/dev/null
-  cmake --build --preset asan-ubsan -j "$cores" --target sluice_unit_tests sluice_e2e_tests fuzzers
-  sanitized_ctest asan-ubsan build/asan -j "$cores" --timeout 300
+  timed "asan build" cmake --build --preset asan-ubsan -j "$cores" \
+    --target sluice_unit_tests sluice_e2e_tests fuzzers
+  timed "asan tests" sanitized_ctest asan-ubsan build/asan -j "$cores" --timeout 300 \
+    --output-on-failure
 fi
 
 if [[ $jobs == *" tsan "* ]]; then
   cmake --preset tsan >/dev/null
-  cmake --build --preset tsan -j "$cores" --target sluice_e2e_tests
-  sanitized_ctest tsan build/tsan -L concurrency -j "$cores" --timeout 300
+  timed "tsan build" cmake --build --preset tsan -j "$cores" --target sluice_e2e_tests
+  timed "tsan tests" sanitized_ctest tsan build/tsan -L concurrency -j "$cores" --timeout 300 \
+    --output-on-failure
 fi
 
 if [[ $jobs == *" fuzz "* ]]; then
   cmake --preset fuzz >/dev/null
-  cmake --build --preset fuzz -j "$cores"
-  ./fuzz/run.sh
+  timed "fuzz build" cmake --build --preset fuzz -j "$cores"
+  timed fuzz ./fuzz/run.sh
 fi

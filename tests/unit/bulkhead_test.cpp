@@ -398,6 +398,42 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "on an upstream faster than the least queue acted on, a window's noise is no queue of one: "
+    "K is not lowered at K, no window under K, and a probe holds",
+    "[admission][bulkhead]") {
+  EstimatePolicy p;
+  p.seed = 16;
+  Estimate e(p);
+  auto window = [&](int samples, int load, Micros ttfb, Micros t) {
+    bool decreased = false;
+    for (int i = 0; i < samples; ++i)
+      decreased = e.observe(Signal::clean, e.next_seq(), load, ttfb, t) || decreased;
+    return decreased;
+  };
+  window(EstimatePolicy::kFirstQueueSamples, 3, 1ms, 1s);  // the floor: 1 ms at 4
+  // A busy host: 20 in flight answered in 11 ms, 10 ms over the floor. The
+  // queue rule acts (Little's law: 20 x 1 / 11, 2 at once).
+  REQUIRE(window(EstimatePolicy::kQueueSamples, 19, 11ms, 2s));
+  REQUIRE(e.carrying() == 2);
+  REQUIRE(e.value() == 2);
+  // At K, 2 in flight answered in twice the floor: 1 at once by Little's law,
+  // but a queue of one would have waited 2 ms, under kQueueMinGap. K stays,
+  // and K̂ with it (no window one under K).
+  CHECK_FALSE(window(EstimatePolicy::kQueueSamples, 1, 2ms, 3s));
+  CHECK(e.carrying() == 2);
+  CHECK(e.value() == 2);
+  // A probe to 3, answered in 3 ms: a queue of one would have waited 6 ms.
+  // It holds: K is the step.
+  e.observe(Signal::clean, e.next_seq(), 1, 1ms, 4s);
+  e.demand();
+  REQUIRE(e.maybe_grow(4s));
+  REQUIRE(e.value() == 3);
+  answer_probe(e, 4s + 100ms, 3ms);
+  CHECK(e.carrying() == 3);
+  CHECK(e.value() == 3);
+}
+
+TEST_CASE(
     "a refusal's wait: the overload so far or as the earlier ones lasted, then the drain of the "
     "queues and of every client refused in it",
     "[admission][bulkhead]") {
