@@ -105,9 +105,16 @@ class Worker {
   void wake_bulkheads_at(admission::Micros when);
   // How late this thread's loop runs at `now`, for an answer read now: its
   // last heartbeat's lag. Across a stall (a heartbeat overdue by 5 ms, or the
-  // last one that late, until the stall is over by its length and an interval)
-  // an answer's part of it is unknown: Micros::max(). Read on its own thread.
+  // last one that late, until the stall is over by its length and an interval;
+  // or one an answer's bytes told, see saw_stall) an answer's part of it is
+  // unknown: Micros::max(). Read on its own thread.
   admission::Micros own_delay(Clock::time_point now) const;
+  // An answer read at `now` had waited `late` in its socket: past 5 ms, the
+  // loop stalled between two heartbeats. The answers read for its length and
+  // an interval after it are the stall's as after a late heartbeat: the
+  // requests the stall held back went to their upstreams at once, and the
+  // queue they met there was the proxy's doing.
+  void saw_stall(Clock::time_point now, Clock::duration late);
   void stop() { ioc_.stop(); }
   // Nanoseconds (steady clock) of the last heartbeat: the watchdog reads it.
   std::atomic<std::int64_t> heartbeat_ns{0};
@@ -149,6 +156,7 @@ class Worker {
   Clock::time_point expected_{};
   Clock::duration last_lag_{};  // the last heartbeat's, and when it ran
   Clock::time_point last_heartbeat_{};
+  Clock::time_point stalled_until_{};  // saw_stall's: answers until then are the stall's
   Shard stats_;
   AccessLog log_;
   BlockPool blocks_;

@@ -1440,9 +1440,12 @@ class Session : public Tracked,
     tcp_info info{};
     socklen_t len = sizeof info;
     if (::getsockopt(ex_.up->stream.socket().native_handle(), IPPROTO_TCP, TCP_INFO, &info, &len) ==
-        0)
-      own = std::max(
-          own, admission::Micros(std::int64_t{info.tcpi_last_data_recv} * 1000) - kKernelTick);
+        0) {
+      const auto waited =
+          admission::Micros(std::int64_t{info.tcpi_last_data_recv} * 1000) - kKernelTick;
+      w_.saw_stall(now, waited);
+      own = std::max(own, waited);
+    }
     return own;
   }
 

@@ -139,10 +139,18 @@ void Worker::on_heartbeat() {
   arm_heartbeat();
 }
 
+namespace {
+constexpr auto kStall = std::chrono::milliseconds(5);
+}
+
+void Worker::saw_stall(Clock::time_point now, Clock::duration late) {
+  if (late > kStall)
+    stalled_until_ = std::max(stalled_until_, now + late + config().lag_probe_interval);
+}
+
 admission::Micros Worker::own_delay(Clock::time_point now) const {
-  constexpr auto kStall = std::chrono::milliseconds(5);
   const auto overdue = now - expected_;
-  if (overdue > kStall ||
+  if (overdue > kStall || now < stalled_until_ ||
       (last_lag_ > kStall && now - last_heartbeat_ < last_lag_ + config().lag_probe_interval))
     return admission::Micros::max();
   return std::chrono::duration_cast<admission::Micros>(

@@ -329,7 +329,9 @@ def main() -> int:
     if args.proxy == "sluice":
         if not args.sluice:
             ap.error("--proxy sluice needs --sluice BINARY")
-        servers.SluiceProxy.binary = str(pathlib.Path(args.sluice).resolve())
+        # The sanitizer jobs of scripts/test.sh name the sluice their preset built.
+        binary = os.environ.get("TEST_SLUICE_BIN") or args.sluice
+        servers.SluiceProxy.binary = str(pathlib.Path(binary).resolve())
     corpora_dir = args.corpora.resolve()
     for sub in ("llhttp/test/request", "llhttp/test/response", "http-desync-guardian/tests"):
         if not (corpora_dir / sub).is_dir():

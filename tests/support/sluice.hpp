@@ -1,6 +1,7 @@
 #pragma once
 // A running `sluice` on free loopback ports, for end-to-end tests.
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -13,16 +14,22 @@
 
 namespace sluice::test {
 
-// The binaries under test (tests/CMakeLists.txt defines the paths).
-inline const std::string kSluice = SLUICE_BIN;
+// The binaries under test (tests/CMakeLists.txt defines the paths). The
+// sanitizer jobs of scripts/test.sh run this suite, built once, against the
+// sluice their preset built: TEST_SLUICE_BIN names it.
+inline const std::string kSluice = [] {
+  const char* bin = std::getenv("TEST_SLUICE_BIN");
+  return std::string(bin != nullptr && *bin != '\0' ? bin : SLUICE_BIN);
+}();
 inline const std::string kUpstream = SLUICE_UPSTREAM_BIN;
 
-// Built with ASan or TSan (the asan-ubsan and tsan presets): every binary runs
-// several times slower, so a throughput figure says nothing about Sluice.
+// Sluice built with ASan or TSan (this suite built so, or TEST_SLUICE_SANITIZED
+// set, as the sanitizer jobs do): it runs several times slower, so a
+// throughput figure says nothing about Sluice.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-inline constexpr bool kSanitized = true;
+inline const bool kSanitized = true;
 #else
-inline constexpr bool kSanitized = false;
+inline const bool kSanitized = std::getenv("TEST_SLUICE_SANITIZED") != nullptr;
 #endif
 
 // extra, plus SLUICE_UPSTREAMS naming `up` "api".
