@@ -50,6 +50,15 @@ LanePolicy lend_all() {
 
 // A probe past K is judged on a window of its own requests before the next
 // step: answers at the estimate's load, as fast as before (the probe succeeded).
+// `samples` clean answers at `load` (and the request), each after `ttfb`, at
+// `t`: whether any of them decreased the estimate.
+bool answer_window(Estimate& e, int samples, int load, Micros ttfb, Micros t) {
+  bool decreased = false;
+  for (int i = 0; i < samples; ++i)
+    decreased = e.observe(Signal::clean, e.next_seq(), load, ttfb, t) || decreased;
+  return decreased;
+}
+
 void answer_probe(Estimate& e, Micros t, Micros ttfb = 1ms) {
   const int load = static_cast<int>(e.value()) - 1;
   for (int i = 0; i < EstimatePolicy::kProbeSamples; ++i)
@@ -374,26 +383,20 @@ TEST_CASE(
   EstimatePolicy p;
   p.seed = 16;
   Estimate e(p);
-  auto window = [&](int samples, int load, Micros ttfb, Micros t) {
-    bool decreased = false;
-    for (int i = 0; i < samples; ++i)
-      decreased = e.observe(Signal::clean, e.next_seq(), load, ttfb, t) || decreased;
-    return decreased;
-  };
-  window(EstimatePolicy::kFirstQueueSamples, 3, 50ms, 1s);  // the floor: 50 ms
+  answer_window(e, EstimatePolicy::kFirstQueueSamples, 3, 50ms, 1s);  // the floor: 50 ms
   // Slow start overshot: 20 in flight answered in 105.6 ms reads as 9.47 served
   // at once (Little's law), and rounds to 9 on an upstream that serves 8.
-  REQUIRE(window(EstimatePolicy::kQueueSamples, 19, 105'600us, 2s));
+  REQUIRE(answer_window(e, EstimatePolicy::kQueueSamples, 19, 105'600us, 2s));
   REQUIRE(e.carrying() == 9);
   REQUIRE(e.value() == 9);
   // At K, 9 in flight answered in 9/8 of the floor: 8 served at once, under the
   // 1.5x line. K is one too many.
-  CHECK(window(EstimatePolicy::kQueueSamples, 8, kNineOnEight, 3s));
+  CHECK(answer_window(e, EstimatePolicy::kQueueSamples, 8, kNineOnEight, 3s));
   CHECK(e.carrying() == 8);
   CHECK(e.value() == 8);
   // At the new K, answers as slow again: an upstream now slower, not a queue
   // (a stale floor reads the same). Once per K measured: K stays.
-  CHECK_FALSE(window(EstimatePolicy::kQueueSamples, 7, kNineOnEight, 4s));
+  CHECK_FALSE(answer_window(e, EstimatePolicy::kQueueSamples, 7, kNineOnEight, 4s));
   CHECK(e.carrying() == 8);
 }
 
@@ -404,22 +407,16 @@ TEST_CASE(
   EstimatePolicy p;
   p.seed = 16;
   Estimate e(p);
-  auto window = [&](int samples, int load, Micros ttfb, Micros t) {
-    bool decreased = false;
-    for (int i = 0; i < samples; ++i)
-      decreased = e.observe(Signal::clean, e.next_seq(), load, ttfb, t) || decreased;
-    return decreased;
-  };
-  window(EstimatePolicy::kFirstQueueSamples, 3, 1ms, 1s);  // the floor: 1 ms at 4
+  answer_window(e, EstimatePolicy::kFirstQueueSamples, 3, 1ms, 1s);  // the floor: 1 ms at 4
   // A busy host: 20 in flight answered in 11 ms, 10 ms over the floor. The
   // queue rule acts (Little's law: 20 x 1 / 11, 2 at once).
-  REQUIRE(window(EstimatePolicy::kQueueSamples, 19, 11ms, 2s));
+  REQUIRE(answer_window(e, EstimatePolicy::kQueueSamples, 19, 11ms, 2s));
   REQUIRE(e.carrying() == 2);
   REQUIRE(e.value() == 2);
   // At K, 2 in flight answered in twice the floor: 1 at once by Little's law,
   // but a queue of one would have waited 2 ms, under kQueueMinGap. K stays,
   // and K̂ with it (no window one under K).
-  CHECK_FALSE(window(EstimatePolicy::kQueueSamples, 1, 2ms, 3s));
+  CHECK_FALSE(answer_window(e, EstimatePolicy::kQueueSamples, 1, 2ms, 3s));
   CHECK(e.carrying() == 2);
   CHECK(e.value() == 2);
   // A probe to 3, answered in 3 ms: a queue of one would have waited 6 ms.
@@ -621,10 +618,7 @@ TEST_CASE(
   // Answers n in flight on an upstream that serves c at once in 40 ms each.
   const auto queued_ttfb = [](int n, int c) { return Micros(40'000 * std::max(n, c) / c); };
   const auto window = [](Estimate& e, int samples, int n, Micros ttfb, Micros t) {
-    bool decreased = false;
-    for (int i = 0; i < samples; ++i)
-      decreased = e.observe(Signal::clean, e.next_seq(), n - 1, ttfb, t) || decreased;
-    return decreased;
+    return answer_window(e, samples, n - 1, ttfb, t);  // n in flight, the request's own included
   };
   SECTION("an upstream of 3: the seed's 4 queued from the first window") {
     EstimatePolicy p;
