@@ -35,6 +35,9 @@ bool before(const LanePolicy& p, Lane a, Lane b) {
   return tie_rank(a) < tie_rank(b);
 }
 
+// The least queue the queue rule acts on, in the microseconds its means are in.
+constexpr auto kQueueMinGapUs = static_cast<double>(EstimatePolicy::kQueueMinGap.count());
+
 // a within the probe's tolerance of b (5 % over it at most).
 bool within_tolerance(double a, double b) {
   return a <= (1.0 + EstimatePolicy::kProbeTolerance) * b;
@@ -50,7 +53,7 @@ bool within_tolerance(double a, double b) {
 // down to 1 on means 0.1 ms over the floor).
 bool queue_shows(double mean, double n, double floor) {
   return floor > 0 && n * floor / mean < n - 0.5 && !within_tolerance(mean, floor) &&
-         n * (mean - floor) >= static_cast<double>(EstimatePolicy::kQueueMinGap.count());
+         n * (mean - floor) >= kQueueMinGapUs;
 }
 
 // What lane l would hold borrowed with one more slot, per weight: with the
@@ -310,17 +313,14 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   // One window one under K tells; only where a queue of one shows (it holds
   // a request about one service time, the floor).
   if (why_ == Signal::slow && !probe_window && k_ >= 2 && std::abs(concurrency - k_) <= 0.5 &&
-      floor_load_ > k_ - 0.5 && khat_ >= k_ &&
-      floor_us_ >= static_cast<double>(EstimatePolicy::kQueueMinGap.count())) {
+      floor_load_ > k_ - 0.5 && khat_ >= k_ && floor_us_ >= kQueueMinGapUs) {
     floor_probe_open_ = true;
     floor_probe_at_ = now;
     khat_ = k_ - 1.0;
     start_window();
     return false;
   }
-  if (mean <= p_.queue_factor * floor_us_ ||
-      mean - floor_us_ < static_cast<double>(EstimatePolicy::kQueueMinGap.count()))
-    return false;
+  if (mean <= p_.queue_factor * floor_us_ || mean - floor_us_ < kQueueMinGapUs) return false;
   // Little's law: `concurrency` in flight, each answered after `mean` instead of `floor`.
   lowered_at_k_ = false;
   decrease(std::max(1.0, std::round(concurrency * floor_us_ / mean)), 1.0, Signal::slow, now);
