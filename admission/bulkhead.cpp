@@ -968,6 +968,12 @@ std::array<bool, kLaneCount> Bulkhead::tick(Micros now) {
   const bool probe = estimate_.probing();
   if (estimate_.maybe_grow(now) && !probe) pace(before, now);
   serve(now);
+  if (waiting_[0] + waiting_[1] + waiting_[2] == 0) {
+    const auto dt = static_cast<double>((now - busy_seen_).count());
+    const int running = running_[0] + running_[1] + running_[2];
+    if (dt > 0) busy_ += (running - busy_) * dt / (static_cast<double>(kBusyTau.count()) + dt);
+    busy_seen_ = now;
+  }
   std::array<bool, kLaneCount> became{};
   Seats g = guaranteed(lanes_, census_locked(std::nullopt));
   for (Lane lane : kLanes) {
@@ -983,22 +989,34 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
   Lock lock(mutex_);
   const auto l = index(lane);
   if (!refusing_since_[l] || now - refused_at_[l] > kRefusalGap) {
-    if (refusing_since_[l]) {  // the last episode ended: what it lasted joins the memory
+    // The last episode ended: what it lasted joins the memory, unless it was a blip.
+    if (refusing_since_[l] && refused_at_[l] - *refusing_since_[l] >= kRefusalGap) {
       const Micros lasted = refused_at_[l] - *refusing_since_[l];
       episodes_[l] = episodes_[l] == Micros{0} ? lasted : (episodes_[l] + lasted) / 2;
     }
     refusing_since_[l] = now;
-    refusals_[l] = 0;
+    const double slots = estimate_.slots();
+    spare_[l] = std::max(slots - busy_, slots * kLeastSpare);
   }
   refused_at_[l] = now;
-  // Every client refused in this episode comes back once: the queues and they
-  // drain, at the capacity measured, one after another, after the overload
-  // (as long as it has lasted, or as the earlier ones lasted).
-  ++refusals_[l];
-  const auto backlog = static_cast<double>(waiting_[0] + waiting_[1] + waiting_[2] + refusals_[l]);
-  auto drain = Micros(static_cast<std::int64_t>(
-      backlog * static_cast<double>(estimate_.baseline().count()) / estimate_.slots()));
-  return std::max(now - *refusing_since_[l], episodes_[l]) + drain;
+  // Every client refused comes back once, each in its turn on the slots the
+  // load beside them leaves: after the overload (as long as it has lasted, or
+  // as the earlier ones lasted) and the queues ahead, behind the last one told.
+  const auto turn = Micros(
+      static_cast<std::int64_t>(static_cast<double>(estimate_.baseline().count()) / spare_[l]));
+  const Micros overload = std::max(now - *refusing_since_[l], episodes_[l]);
+  line_[l] =
+      std::max(line_[l], now + overload + (waiting_[0] + waiting_[1] + waiting_[2]) * turn) + turn;
+  // Bulk borrows what the other lanes leave (rule 4): their refused, told
+  // less, come back ahead of those of bulk still to come back.
+  const auto bulk = index(Lane::bulk);
+  if (lane != Lane::bulk && line_[bulk] > now) line_[bulk] += turn;
+  return line_[l] - now;
+}
+
+double Bulkhead::busy() const {
+  Lock lock(mutex_);
+  return busy_;
 }
 
 std::optional<Micros> Bulkhead::youngest(Lane lane) const {

@@ -493,17 +493,25 @@ class Bulkhead {
   LanePolicy lanes() const;
   void set_lanes(const LanePolicy& lanes);
   // A refusal of `lane` at `now` (noted: it extends the lane's refusals): the
-  // wait it derives. The overload first: the larger of how long the lane's
+  // wait it derives, its place in the lane's line of clients refused, each
+  // coming back once (told one time, they would come back together). Each
+  // takes a turn of baseline / spare, the spare being the slots the load
+  // before the episode left free (slots - busy, at least kLeastSpare of
+  // them): they come back beside that load, not into an empty upstream. The
+  // line starts after the overload: the larger of how long the lane's
   // refusals have gone on without a gap of kRefusalGap (an overload that has
-  // lasted T is told T) and how long its earlier episodes of refusals lasted
-  // (the last one's length averaged with the memory before it: a client
-  // refused early in an overload like the last one is told to come back after
-  // it, not into it). Then the drain, at the capacity measured, of what is
-  // ahead of it: the requests waiting and every client of the lane refused in
-  // this episode, this one included, each coming back once ((waiting +
-  // refused) x baseline / slots): told one time, they would come back together.
+  // lasted T is told T) and how long its earlier episodes lasted (the last
+  // one's length averaged with the memory before it; an episode shorter than
+  // kRefusalGap is a blip, not an overload to remember), then the requests
+  // waiting. Bulk, which borrows what the other lanes leave, has their refused
+  // ahead of it too.
   Micros refusal_wait(Lane lane, Micros now);
   static constexpr Micros kRefusalGap{2'000'000};
+  static constexpr double kLeastSpare = 0.1;
+  // busy: the slots in use, averaged over kBusyTau at each tick while no
+  // request waits (the load the upstream carries outside an overload).
+  static constexpr Micros kBusyTau{5'000'000};
+  double busy() const;
   // The youngest live seat of `lane` (seed 004: when capacity last turned over).
   std::optional<Micros> youngest(Lane lane) const;
   std::optional<Micros> oldest_waiting(Lane lane) const;
@@ -567,8 +575,11 @@ class Bulkhead {
   std::array<bool, kLaneCount> was_starving_{};
   std::array<std::optional<Micros>, kLaneCount> refusing_since_{};
   std::array<Micros, kLaneCount> refused_at_{};
-  std::array<Micros, kLaneCount> episodes_{};        // what the lane's episodes of refusals lasted
-  std::array<std::int64_t, kLaneCount> refusals_{};  // in the lane's current episode
+  std::array<Micros, kLaneCount> episodes_{};  // what the lane's episodes of refusals lasted
+  std::array<double, kLaneCount> spare_{};     // slots free before the lane's episode began
+  std::array<Micros, kLaneCount> line_{};      // when the last client the lane refused is due
+  double busy_ = 0;                            // see busy()
+  Micros busy_seen_{0};
   std::uint64_t successes_ = 0, failures_ = 0;
   double latency_sum_us_ = 0;
   std::optional<BudgetReading> budget_;

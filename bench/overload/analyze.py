@@ -377,7 +377,7 @@ def honesty(a, p):
         if "due beyond the horizon" in line:
             beyond = int(line.split(",")[1].split()[0])
     edges = [0, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, 256]
-    step, bursts = "2", 1
+    step, bursts, period = "2", 1, 60
     meta = os.path.join(a.dir, "honesty.tsv")
     if os.path.exists(meta):
         fields = open(meta).read().split()
@@ -385,16 +385,18 @@ def honesty(a, p):
             step = fields[2]
         if len(fields) >= 4:
             bursts = int(fields[3])
+        if len(fields) >= 5:
+            period = int(fields[4])
     p("#### Retry-After honesty (Sluice; 0.5x, %sx from 5 s to 15 s%s, streams too, 0.5x around)" % (
-        step, "".join(", again from %d s to %d s" % (5 + 60 * k, 15 + 60 * k) for k in range(1, bursts))))
+        step, "".join(", again from %d s to %d s" % (5 + period * k, 15 + period * k) for k in range(1, bursts))))
     p("")
     p("| overload | lane | refusals with Retry-After | median told wait | obeying first retries admitted | "
       "probes (admitted / sent) by wait | shortest wait that worked | median told / shortest |")
     p("|---|---|---:|---:|---:|---|---:|---:|")
     result = {}
-    # Overload k's refusals: from its start to the next one's (60 s apart).
+    # Overload k's refusals: from its start to the next one's (period s apart).
     for k in range(bursts):
-        lo_t, hi_t = (0 if k == 0 else 60 * k), (60 * (k + 1) if k + 1 < bursts else math.inf)
+        lo_t, hi_t = (0 if k == 0 else period * k), (period * (k + 1) if k + 1 < bursts else math.inf)
         label = ["first", "second", "third"][k] if k < 3 else str(k + 1)
         for lane in LANES:
             told = [num(r["retry_after"]) for r in log

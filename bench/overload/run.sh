@@ -65,8 +65,9 @@
 #
 # Retry-After honesty (Sluice, HONESTY_SHAPE): 0.5x, HONESTY_STEP x from 5 s to 15 s (and
 # HONESTY_STREAM_STEP times as many streams, so that every lane is refused), 0.5x to 25 s;
-# with HONESTY_BURSTS 2, the same overload again from 65 s to 75 s, then 0.5x to 85 s
-# (the first overload a lane meets has no earlier one to go by; the second has);
+# with HONESTY_BURSTS 2, the same overload again HONESTY_PERIOD s later (from 155 s to 165 s),
+# then 0.5x to 175 s (the first overload a lane meets has no earlier one to go by; the
+# second has);
 # every refused request with a Retry-After retries once, half of them after exactly the
 # told wait ("obey"), half after a random share of it ("probe"); retries due more than
 # HONESTY_HORIZON s after the arrivals end are not sent. bench/overload/analyze.py derives
@@ -80,7 +81,7 @@
 # (0.2), STREAM_RATE (0.25 per second), STREAM_SECONDS (2), QUEUE_MS (HAProxy's timeout queue, 500), THREADS (1),
 # STEP (1; 0 skips), STEP_SYSTEMS (as SYSTEMS), STEP_SHAPE (queue), STEP_BEFORE (5),
 # STEP_AFTER (15), HONESTY (1; 0 skips), HONESTY_SHAPE (queue), HONESTY_STEP (6),
-# HONESTY_STREAM_STEP (12), HONESTY_BURSTS (2), HONESTY_HORIZON (20),
+# HONESTY_STREAM_STEP (12), HONESTY_BURSTS (2), HONESTY_PERIOD (150), HONESTY_HORIZON (110),
 # CHARTS (docs/images: the SVGs are written there; "" skips them), SEED (1),
 # QUIET_MAX / QUIET_WAIT (before each run, wait up to QUIET_WAIT s, default 20, for the
 # machine's busy CPU to drop to QUIET_MAX percent, default 15; 100 turns it off),
@@ -122,7 +123,8 @@ STEP_BEFORE=${STEP_BEFORE:-5}
 STEP_AFTER=${STEP_AFTER:-15}
 HONESTY=${HONESTY:-1}
 HONESTY_SHAPE=${HONESTY_SHAPE:-queue}
-HONESTY_HORIZON=${HONESTY_HORIZON:-20}
+HONESTY_HORIZON=${HONESTY_HORIZON:-110}
+HONESTY_PERIOD=${HONESTY_PERIOD:-150}
 HONESTY_STEP=${HONESTY_STEP:-6}
 HONESTY_STREAM_STEP=${HONESTY_STREAM_STEP:-12}
 HONESTY_BURSTS=${HONESTY_BURSTS:-2}
@@ -141,12 +143,13 @@ die() { log "error: $*"; exit 1; }
 . "$REPO/bench/lib/common.sh"
 no_arguments "$@"
 need_whole CAPACITY SERVICE_MS TIMEOUT_MS DURATION WARMUP STREAM_SECONDS QUEUE_MS THREADS STEP \
-  STEP_BEFORE STEP_AFTER HONESTY HONESTY_HORIZON HONESTY_BURSTS SEED QUIET_MAX QUIET_WAIT HALVE_PHASE
+  STEP_BEFORE STEP_AFTER HONESTY HONESTY_HORIZON HONESTY_BURSTS HONESTY_PERIOD SEED QUIET_MAX QUIET_WAIT HALVE_PHASE
 need_positive CAPACITY SERVICE_MS TIMEOUT_MS DURATION THREADS HALVE_PHASE
 [[ $STANDARD_SHARE =~ ^0?\.[0-9]+$|^1$ ]] || die "STANDARD_SHARE must be in 0..1, not '$STANDARD_SHARE'"
 need_decimal STREAM_RATE
 for l in $LOADS; do [[ $l =~ ^[0-9]+(\.[0-9]+)?p?$ ]] || die "LOADS: '$l' is not a load (1.5, 0.9p)"; done
 [ "$HONESTY_BURSTS" -ge 1 ] || die "HONESTY_BURSTS: at least 1, not '$HONESTY_BURSTS'"
+[ "$HONESTY_PERIOD" -ge 30 ] || die "HONESTY_PERIOD: at least 30 (s), not '$HONESTY_PERIOD'"
 for v in HONESTY_STEP HONESTY_STREAM_STEP; do
   [[ ${!v} =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "$v: '${!v}' is not a multiple (6, 2.5)"
 done
@@ -489,12 +492,13 @@ run_honesty() {  # SHAPE
   wait_quiet
   start_upstream "$shape" "$name"
   start_system sluice "$name"
-  # Overload k (of HONESTY_BURSTS) from 5 + 60 (k - 1) s for 10 s, 0.5x around them: 60 s
-  # apart, so that the first one's retries (told up to about 45 s) are over before the next.
+  # Overload k (of HONESTY_BURSTS) from 5 + HONESTY_PERIOD (k - 1) s for 10 s, 0.5x around
+  # them: far enough apart that every client refused in one, coming back once on the half of
+  # the capacity the 0.5x leaves (about 8,000 at 6x: 100 s of it), is served before the next.
   local k at steps="" stream_steps="" streams
   streams=$(awk -v r="$STREAM_RATE" -v x="$HONESTY_STREAM_STEP" 'BEGIN { printf "%.4f", r * x }')
   for ((k = 0; k < HONESTY_BURSTS; k++)); do
-    at=$((5 + 60 * k))
+    at=$((5 + HONESTY_PERIOD * k))
     steps+=" $at:$HONESTY_STEP $((at + 10)):0.5"
     stream_steps+="step=$at:$streams,step=$((at + 10)):$STREAM_RATE,"
   done
@@ -510,7 +514,7 @@ run_honesty() {  # SHAPE
   done
   cpu_mark
   start_bg "$TMP/runs/$name-loadgen.tsv" "$LOADGEN" --target "127.0.0.1:$SYS_PORT" \
-    --warmup 0 --duration $((25 + 60 * (HONESTY_BURSTS - 1))) --seed "$SEED" \
+    --warmup 0 --duration $((25 + HONESTY_PERIOD * (HONESTY_BURSTS - 1))) --seed "$SEED" \
     --obey-retry-after --probe-share 0.5 \
     --retry-horizon "$HONESTY_HORIZON" --retries "$TMP/runs/$name-retries.tsv" \
     --log "$TMP/runs/$name-log.tsv" "${CLASS_ARGS[@]}"
@@ -519,7 +523,8 @@ run_honesty() {  # SHAPE
   stop_pid "$gen"
   other=$(cpu_other_pct)
   stop_run sluice
-  printf '%s\t%s\t%s\t%s\n' "$shape" "$other" "$HONESTY_STEP" "$HONESTY_BURSTS" >"$TMP/honesty.tsv"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$shape" "$other" "$HONESTY_STEP" "$HONESTY_BURSTS" "$HONESTY_PERIOD" \
+    >"$TMP/honesty.tsv"
   log "$(printf '%-32s done, other CPU %s%%' "$name" "$other")"
 }
 

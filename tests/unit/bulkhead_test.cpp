@@ -431,8 +431,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "a refusal's wait: the overload so far or as the earlier ones lasted, then the drain of the "
-    "queues and of every client refused in it",
+    "a refusal's wait: after the overload so far or as the earlier ones lasted and the queues, "
+    "a turn behind every client refused before it",
     "[admission][bulkhead]") {
   Estimate e(EstimatePolicy{}, 4, 4);
   for (int i = 0; i < 4; ++i) e.observe(Signal::clean, e.next_seq(), 0, 100ms, 1s);
@@ -447,22 +447,83 @@ TEST_CASE(
     seats.emplace_back(Lane::standard);
     REQUIRE_FALSE(b.ask(seats.back(), 1s, rng));
   }
-  constexpr auto kEach = 25ms;  // 100 ms over 4 slots
-  // 7 waiting, and this one: 8 x 100 ms over 4 slots.
-  CHECK(b.refusal_wait(Lane::standard, 10s) == 8 * kEach);
+  constexpr auto kTurn = 25ms;  // 100 ms over 4 slots, none busy before
+  // The 7 waiting, then this one's turn.
+  CHECK(b.refusal_wait(Lane::standard, 10s) == 8 * kTurn);
+  // Three more at once: each a turn behind the one before.
+  CHECK(b.refusal_wait(Lane::standard, 10s) == 9 * kTurn);
+  CHECK(b.refusal_wait(Lane::standard, 10s) == 10 * kTurn);
   // Refusals every second since 10 s: at 15 s they have lasted 5 s, and the
-  // six refused come back after the 7 waiting.
+  // line (due by 10.25 s) is long past: after the 5 s and the queue.
   for (int t = 11; t <= 14; ++t) b.refusal_wait(Lane::standard, Micros(std::chrono::seconds(t)));
-  CHECK(b.refusal_wait(Lane::standard, 15s) == 5s + 13 * kEach);
-  CHECK(b.refusal_wait(Lane::bulk, 15s) == 8 * kEach);  // per lane
-  // A gap longer than kRefusalGap ends them: the next one starts over, but it
-  // is told at least what the last one lasted (5 s): an overload like it.
-  const auto next = 15s + Bulkhead::kRefusalGap + 1ms;
-  CHECK(b.refusal_wait(Lane::standard, next) == 5s + 8 * kEach);
-  CHECK(b.refusal_wait(Lane::bulk, 20s) == 8 * kEach);  // bulk's last episode: one refusal
-  CHECK(b.refusal_wait(Lane::standard, 18s) == 5s + 9 * kEach);
-  // The memory is the mean of the last episode and those before, halved each time.
-  CHECK(b.refusal_wait(Lane::standard, 30s) == (5s + (18s - next)) / 2 + 8 * kEach);
+  CHECK(b.refusal_wait(Lane::standard, 15s) == 5s + 8 * kTurn);
+  // A line still ahead is joined at its end, whatever the overload's age.
+  for (int i = 0; i < 400; ++i) b.refusal_wait(Lane::standard, 15s);  // due by 30.2 s
+  CHECK(b.refusal_wait(Lane::standard, 16s) == 30s + 200ms + kTurn - 16s);
+  // A gap longer than kRefusalGap ends the episode: the next one is told at
+  // least what the last one lasted (6 s), an overload like it, and joins the
+  // line if it is still ahead.
+  const auto next = 16s + Bulkhead::kRefusalGap + 1ms;
+  CHECK(b.refusal_wait(Lane::standard, next) == 30s + 200ms + 2 * kTurn - next);
+  CHECK(b.refusal_wait(Lane::standard, 30s) == 6s + 8 * kTurn);  // 30-31 s: a blip
+  // A blip is no overload to remember: the memory stays 6 s.
+  CHECK(b.refusal_wait(Lane::standard, 40s) == 6s + 8 * kTurn);
+  // One that lasts 3 s joins it: the memory is the mean of the last episode and
+  // those before, halved each time.
+  b.refusal_wait(Lane::standard, 41s);
+  b.refusal_wait(Lane::standard, 43s);
+  CHECK(b.refusal_wait(Lane::standard, 50s) == (6000ms + 3000ms) / 2 + 8 * kTurn);
+  // Per lane: bulk's line starts on its own.
+  CHECK(b.refusal_wait(Lane::bulk, 50s) == 8 * kTurn);
+  for (int i = 0; i < 10; ++i) b.refusal_wait(Lane::bulk, 50s);
+  CHECK(b.refusal_wait(Lane::bulk, 50s) == 19 * kTurn);
+  // But bulk borrows what standard leaves: standard's refused, told less, come
+  // back ahead of bulk's, each a turn.
+  b.refusal_wait(Lane::standard, 50s);
+  b.refusal_wait(Lane::standard, 50s);
+  CHECK(b.refusal_wait(Lane::bulk, 50s) == 22 * kTurn);
+}
+
+TEST_CASE(
+    "a refusal's drain is counted on the slots the load before its episode left free, as a "
+    "tick measured it while nobody waited",
+    "[admission][bulkhead]") {
+  EstimatePolicy four;
+  four.max = 4;  // four slots throughout
+  Estimate e(four, 4, 4);
+  for (int i = 0; i < 4; ++i) e.observe(Signal::clean, e.next_seq(), 0, 100ms, 1s);
+  Bulkhead b(LanePolicy{}, e);
+  Rng rng(1);
+  std::deque<TestSeat> seats;
+  // Two of the four slots busy for a while: the load outside an overload.
+  for (int i = 0; i < 2; ++i) {
+    seats.emplace_back(Lane::standard);
+    REQUIRE(b.ask(seats.back(), 0s, rng));
+  }
+  for (int t = 0; t <= 60; ++t) b.tick(Micros(std::chrono::milliseconds(500 * t)));
+  CHECK(b.busy() == Approx(2).epsilon(0.01));
+  // The overload: the two free slots taken, six more wait.
+  for (int i = 0; i < 8; ++i) {
+    seats.emplace_back(Lane::standard);
+    b.ask(seats.back(), 30s, rng);
+  }
+  // Every slot busy now, but while requests wait the ticks measure nothing.
+  for (int t = 61; t <= 70; ++t) b.tick(Micros(std::chrono::milliseconds(500 * t)));
+  CHECK(b.busy() == Approx(2).epsilon(0.01));
+  // 6 waiting and this one, on the 2 slots the load leaves: 7 x 100 ms / 2.
+  CHECK(b.refusal_wait(Lane::standard, 35s).count() == Approx(350'000).epsilon(0.01));
+  // Nothing left free is counted as kLeastSpare of the slots: long, not endless.
+  Estimate e2(four, 4, 4);
+  for (int i = 0; i < 4; ++i) e2.observe(Signal::clean, e2.next_seq(), 0, 100ms, 1s);
+  Bulkhead full(LanePolicy{}, e2);
+  std::deque<TestSeat> all;
+  for (int i = 0; i < 4; ++i) {
+    all.emplace_back(Lane::standard);
+    REQUIRE(full.ask(all.back(), 0s, rng));
+  }
+  for (int t = 0; t <= 60; ++t) full.tick(Micros(std::chrono::milliseconds(500 * t)));
+  CHECK(full.refusal_wait(Lane::standard, 31s).count() ==
+        Approx(100'000 / (4 * Bulkhead::kLeastSpare)).epsilon(0.01));
 }
 
 TEST_CASE("too much decreases the estimate once per burst and remembers the load as K",
