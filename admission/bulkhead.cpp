@@ -989,16 +989,22 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
   Lock lock(mutex_);
   const auto l = index(lane);
   if (!refusing_since_[l] || now - refused_at_[l] > kRefusalGap) {
-    // The last episode ended: what it lasted joins the memory, unless it was a blip.
-    if (refusing_since_[l] && refused_at_[l] - *refusing_since_[l] >= kRefusalGap) {
-      const Micros lasted = refused_at_[l] - *refusing_since_[l];
-      episodes_[l] = episodes_[l] == Micros{0} ? lasted : (episodes_[l] + lasted) / 2;
+    // The last episode ended: what it lasted joins the memory, weighed by the
+    // clients it refused (what a client refused met), the older ones halved.
+    if (refusing_since_[l]) {
+      const double lasted = static_cast<double>((refused_at_[l] - *refusing_since_[l]).count());
+      const double older = remembered_[l] / 2, n = static_cast<double>(refusals_[l]);
+      episodes_[l] = Micros(static_cast<std::int64_t>(
+          (static_cast<double>(episodes_[l].count()) * older + lasted * n) / (older + n)));
+      remembered_[l] = older + n;
     }
     refusing_since_[l] = now;
+    refusals_[l] = 0;
     const double slots = estimate_.slots();
     spare_[l] = std::max(slots - busy_, slots * kLeastSpare);
   }
   refused_at_[l] = now;
+  ++refusals_[l];
   // Every client refused comes back once, each in its turn on the slots the
   // load beside them leaves: after the overload (as long as it has lasted, or
   // as the earlier ones lasted) and the queues ahead, behind the last one told.

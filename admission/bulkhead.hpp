@@ -500,11 +500,11 @@ class Bulkhead {
   // them): they come back beside that load, not into an empty upstream. The
   // line starts after the overload: the larger of how long the lane's
   // refusals have gone on without a gap of kRefusalGap (an overload that has
-  // lasted T is told T) and how long its earlier episodes lasted (the last
-  // one's length averaged with the memory before it; an episode shorter than
-  // kRefusalGap is a blip, not an overload to remember), then the requests
-  // waiting. Bulk, which borrows what the other lanes leave, has their refused
-  // ahead of it too.
+  // lasted T is told T) and how long its earlier episodes lasted (their mean,
+  // each weighed by the clients it refused, halved at each later one: a blip
+  // of a refusal or two hardly moves it), then the requests waiting. Bulk,
+  // which borrows what the other lanes leave, has their refused ahead of it
+  // too.
   Micros refusal_wait(Lane lane, Micros now);
   static constexpr Micros kRefusalGap{2'000'000};
   static constexpr double kLeastSpare = 0.1;
@@ -575,10 +575,12 @@ class Bulkhead {
   std::array<bool, kLaneCount> was_starving_{};
   std::array<std::optional<Micros>, kLaneCount> refusing_since_{};
   std::array<Micros, kLaneCount> refused_at_{};
-  std::array<Micros, kLaneCount> episodes_{};  // what the lane's episodes of refusals lasted
-  std::array<double, kLaneCount> spare_{};     // slots free before the lane's episode began
-  std::array<Micros, kLaneCount> line_{};      // when the last client the lane refused is due
-  double busy_ = 0;                            // see busy()
+  std::array<Micros, kLaneCount> episodes_{};        // what the lane's episodes of refusals lasted
+  std::array<double, kLaneCount> remembered_{};      // the refusals they weigh
+  std::array<std::int64_t, kLaneCount> refusals_{};  // in the lane's current episode
+  std::array<double, kLaneCount> spare_{};           // slots free before the lane's episode began
+  std::array<Micros, kLaneCount> line_{};            // when the last client the lane refused is due
+  double busy_ = 0;                                  // see busy()
   Micros busy_seen_{0};
   std::uint64_t successes_ = 0, failures_ = 0;
   double latency_sum_us_ = 0;

@@ -465,14 +465,10 @@ TEST_CASE(
   // line if it is still ahead.
   const auto next = 16s + Bulkhead::kRefusalGap + 1ms;
   CHECK(b.refusal_wait(Lane::standard, next) == 30s + 200ms + 2 * kTurn - next);
-  CHECK(b.refusal_wait(Lane::standard, 30s) == 6s + 8 * kTurn);  // 30-31 s: a blip
-  // A blip is no overload to remember: the memory stays 6 s.
-  CHECK(b.refusal_wait(Lane::standard, 40s) == 6s + 8 * kTurn);
-  // One that lasts 3 s joins it: the memory is the mean of the last episode and
-  // those before, halved each time.
-  b.refusal_wait(Lane::standard, 41s);
-  b.refusal_wait(Lane::standard, 43s);
-  CHECK(b.refusal_wait(Lane::standard, 50s) == (6000ms + 3000ms) / 2 + 8 * kTurn);
+  // That one was a blip: one client against the 409 of the 6 s, which weigh
+  // half once a later episode has ended (see the memory's own test).
+  CHECK(b.refusal_wait(Lane::standard, 40s).count() ==
+        Approx(6e6 * 204.5 / (204.5 + 1) + 8 * 25'000));
   // Per lane: bulk's line starts on its own.
   CHECK(b.refusal_wait(Lane::bulk, 50s) == 8 * kTurn);
   for (int i = 0; i < 10; ++i) b.refusal_wait(Lane::bulk, 50s);
@@ -482,6 +478,28 @@ TEST_CASE(
   b.refusal_wait(Lane::standard, 50s);
   b.refusal_wait(Lane::standard, 50s);
   CHECK(b.refusal_wait(Lane::bulk, 50s) == 22 * kTurn);
+}
+
+TEST_CASE(
+    "the overload remembered: the episodes' mean length, each weighed by the clients it refused, "
+    "the older halved at each later one",
+    "[admission][bulkhead]") {
+  Estimate e(EstimatePolicy{}, 4, 4);
+  for (int i = 0; i < 4; ++i) e.observe(Signal::clean, e.next_seq(), 0, 100ms, 1s);
+  Bulkhead b(LanePolicy{}, e);
+  constexpr auto kTurn = 25ms;  // 100 ms over 4 slots, none busy before
+  // An overload: 100 clients refused over 9.9 s.
+  for (int i = 0; i < 100; ++i) b.refusal_wait(Lane::standard, Micros(100'000 * i));
+  // The next episode, 20 s on, is told the 9.9 s first.
+  CHECK(b.refusal_wait(Lane::standard, 30s) == 9900ms + kTurn);
+  // That one was a blip, one client: it weighs 1 against the first's 100, halved.
+  const double blip = 9.9 * 50 / (50 + 1);
+  CHECK(b.refusal_wait(Lane::standard, 40s).count() == Approx(1e6 * blip + 25'000));
+  // Another overload as big, 3 s long (40 s included): it weighs 101 against
+  // the blip's 1 and the first's 100, each halved again (51 / 2).
+  for (int i = 1; i < 101; ++i) b.refusal_wait(Lane::standard, 40s + Micros(30'000 * i));
+  const double both = (blip * 51 / 2 + 3.0 * 101) / (51.0 / 2 + 101);
+  CHECK(b.refusal_wait(Lane::standard, 60s).count() == Approx(1e6 * both + 25'000));
 }
 
 TEST_CASE(
