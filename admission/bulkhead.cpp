@@ -991,20 +991,28 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
   if (!refusing_since_[l] || now - refused_at_[l] > kRefusalGap) {
     // The last episode ended: what it lasted joins the memory, weighed by the
     // clients it refused (what a client refused met), the older ones halved.
+    // What it lasted: the span its refusals would cover were they even, twice
+    // their mean age, at most its span: a sparse tail of refusals after the
+    // overload (clients refused in it, come back early) hardly lengthens it.
     if (refusing_since_[l]) {
-      const double lasted = static_cast<double>((refused_at_[l] - *refusing_since_[l]).count());
-      const double older = remembered_[l] / 2, n = static_cast<double>(refusals_[l]);
+      const double n = static_cast<double>(refusals_[l]);
+      const double lasted =
+          std::min(static_cast<double>((refused_at_[l] - *refusing_since_[l]).count()),
+                   2 * refused_age_us_[l] / n);
+      const double older = remembered_[l] / 2;
       episodes_[l] = Micros(static_cast<std::int64_t>(
           (static_cast<double>(episodes_[l].count()) * older + lasted * n) / (older + n)));
       remembered_[l] = older + n;
     }
     refusing_since_[l] = now;
     refusals_[l] = 0;
+    refused_age_us_[l] = 0;
     const double slots = estimate_.slots();
     spare_[l] = std::max(slots - busy_, slots * kLeastSpare);
   }
   refused_at_[l] = now;
   ++refusals_[l];
+  refused_age_us_[l] += static_cast<double>((now - *refusing_since_[l]).count());
   // Every client refused comes back once, each in its turn on the slots the
   // load beside them leaves: after the overload (as long as it has lasted, or
   // as the earlier ones lasted) and the queues ahead, behind the last one told.

@@ -502,9 +502,10 @@ class Bulkhead {
   // refusals have gone on without a gap of kRefusalGap (an overload that has
   // lasted T is told T) and how long its earlier episodes lasted (their mean,
   // each weighed by the clients it refused, halved at each later one: a blip
-  // of a refusal or two hardly moves it), then the requests waiting. Bulk,
-  // which borrows what the other lanes leave, has their refused ahead of it
-  // too.
+  // of a refusal or two hardly moves it; each one's length twice its
+  // refusals' mean age, at most its span: a sparse tail hardly lengthens it),
+  // then the requests waiting. Bulk, which borrows what the other lanes leave,
+  // has their refused ahead of it too.
   Micros refusal_wait(Lane lane, Micros now);
   static constexpr Micros kRefusalGap{2'000'000};
   static constexpr double kLeastSpare = 0.1;
@@ -578,6 +579,7 @@ class Bulkhead {
   std::array<Micros, kLaneCount> episodes_{};        // what the lane's episodes of refusals lasted
   std::array<double, kLaneCount> remembered_{};      // the refusals they weigh
   std::array<std::int64_t, kLaneCount> refusals_{};  // in the lane's current episode
+  std::array<double, kLaneCount> refused_age_us_{};  // the sum of their ages in it
   std::array<double, kLaneCount> spare_{};           // slots free before the lane's episode began
   std::array<Micros, kLaneCount> line_{};            // when the last client the lane refused is due
   double busy_ = 0;                                  // see busy()

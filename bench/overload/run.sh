@@ -66,7 +66,7 @@
 # Retry-After honesty (Sluice, HONESTY_SHAPE): 0.5x, HONESTY_STEP x from 5 s to 15 s (and
 # HONESTY_STREAM_STEP times as many streams, so that every lane is refused), 0.5x to 25 s;
 # with HONESTY_BURSTS 2, the same overload again HONESTY_PERIOD s later (from 155 s to 165 s),
-# then 0.5x to 175 s (the first overload a lane meets has no earlier one to go by; the
+# then 0.5x to 305 s (the first overload a lane meets has no earlier one to go by; the
 # second has);
 # every refused request with a Retry-After retries once, half of them after exactly the
 # told wait ("obey"), half after a random share of it ("probe"); retries due more than
@@ -81,7 +81,7 @@
 # (0.2), STREAM_RATE (0.25 per second), STREAM_SECONDS (2), QUEUE_MS (HAProxy's timeout queue, 500), THREADS (1),
 # STEP (1; 0 skips), STEP_SYSTEMS (as SYSTEMS), STEP_SHAPE (queue), STEP_BEFORE (5),
 # STEP_AFTER (15), HONESTY (1; 0 skips), HONESTY_SHAPE (queue), HONESTY_STEP (6),
-# HONESTY_STREAM_STEP (12), HONESTY_BURSTS (2), HONESTY_PERIOD (150), HONESTY_HORIZON (110),
+# HONESTY_STREAM_STEP (12), HONESTY_BURSTS (2), HONESTY_PERIOD (150), HONESTY_HORIZON (20),
 # CHARTS (docs/images: the SVGs are written there; "" skips them), SEED (1),
 # QUIET_MAX / QUIET_WAIT (before each run, wait up to QUIET_WAIT s, default 20, for the
 # machine's busy CPU to drop to QUIET_MAX percent, default 15; 100 turns it off),
@@ -123,7 +123,7 @@ STEP_BEFORE=${STEP_BEFORE:-5}
 STEP_AFTER=${STEP_AFTER:-15}
 HONESTY=${HONESTY:-1}
 HONESTY_SHAPE=${HONESTY_SHAPE:-queue}
-HONESTY_HORIZON=${HONESTY_HORIZON:-110}
+HONESTY_HORIZON=${HONESTY_HORIZON:-20}
 HONESTY_PERIOD=${HONESTY_PERIOD:-150}
 HONESTY_STEP=${HONESTY_STEP:-6}
 HONESTY_STREAM_STEP=${HONESTY_STREAM_STEP:-12}
@@ -493,8 +493,9 @@ run_honesty() {  # SHAPE
   start_upstream "$shape" "$name"
   start_system sluice "$name"
   # Overload k (of HONESTY_BURSTS) from 5 + HONESTY_PERIOD (k - 1) s for 10 s, 0.5x around
-  # them: far enough apart that every client refused in one, coming back once on the half of
-  # the capacity the 0.5x leaves (about 8,000 at 6x: 100 s of it), is served before the next.
+  # them and to the end of the last one's period: long enough that every client refused in
+  # an overload, coming back once on the half of the capacity the 0.5x leaves (about 8,000
+  # at 6x: 100 s of it), comes back beside the same load, before the next.
   local k at steps="" stream_steps="" streams
   streams=$(awk -v r="$STREAM_RATE" -v x="$HONESTY_STREAM_STEP" 'BEGIN { printf "%.4f", r * x }')
   for ((k = 0; k < HONESTY_BURSTS; k++)); do
@@ -514,7 +515,7 @@ run_honesty() {  # SHAPE
   done
   cpu_mark
   start_bg "$TMP/runs/$name-loadgen.tsv" "$LOADGEN" --target "127.0.0.1:$SYS_PORT" \
-    --warmup 0 --duration $((25 + HONESTY_PERIOD * (HONESTY_BURSTS - 1))) --seed "$SEED" \
+    --warmup 0 --duration $((5 + HONESTY_PERIOD * HONESTY_BURSTS)) --seed "$SEED" \
     --obey-retry-after --probe-share 0.5 \
     --retry-horizon "$HONESTY_HORIZON" --retries "$TMP/runs/$name-retries.tsv" \
     --log "$TMP/runs/$name-log.tsv" "${CLASS_ARGS[@]}"

@@ -500,6 +500,21 @@ TEST_CASE(
   for (int i = 1; i < 101; ++i) b.refusal_wait(Lane::standard, 40s + Micros(30'000 * i));
   const double both = (blip * 51 / 2 + 3.0 * 101) / (51.0 / 2 + 101);
   CHECK(b.refusal_wait(Lane::standard, 60s).count() == Approx(1e6 * both + 25'000));
+  // An overload's length is the span its refusals would cover were they even,
+  // twice their mean age: 100 clients refused in 1 s, then a sparse tail of
+  // 10 (clients refused in it, come back early), one every 1.5 s, 16 s in all.
+  double ages = 0;
+  for (int i = 0; i < 100; ++i) {
+    b.refusal_wait(Lane::bulk, 100s + Micros(10'000 * i));
+    ages += 0.01 * i;
+  }
+  for (int k = 1; k <= 10; ++k) {
+    b.refusal_wait(Lane::bulk, 100s + Micros(990'000 + 1'500'000 * k));
+    ages += 0.99 + 1.5 * k;
+  }
+  const double lasted = 2 * ages / 110;
+  CHECK(lasted < 3);  // not the 16 s the refusals spanned
+  CHECK(b.refusal_wait(Lane::bulk, 140s).count() == Approx(1e6 * lasted + 25'000));
 }
 
 TEST_CASE(
