@@ -889,7 +889,8 @@ bool Bulkhead::pace_one(Micros now, double reach) {
 // kBaselineSamples holds have shown how much they vary.
 std::optional<Micros> Bulkhead::paced_open(Micros now, double reach) const {
   const double hold = hold_us_;
-  if (holds_ < EstimatePolicy::kBaselineSamples || hold_dev_us_ > kSteadyHold * hold)
+  if (holds_ < static_cast<std::uint64_t>(EstimatePolicy::kBaselineSamples) ||
+      hold_dev_us_ > kSteadyHold * hold)
     return std::nullopt;
   std::array<double, kMaxPhases + kMaxPaced> phase{};
   std::size_t n = 0;
@@ -968,12 +969,19 @@ std::array<bool, kLaneCount> Bulkhead::tick(Micros now) {
   const bool probe = estimate_.probing();
   if (estimate_.maybe_grow(now) && !probe) pace(before, now);
   serve(now);
-  if (waiting_[0] + waiting_[1] + waiting_[2] == 0) {
-    const auto dt = static_cast<double>((now - busy_seen_).count());
-    const int running = running_[0] + running_[1] + running_[2];
-    if (dt > 0) busy_ += (running - busy_) * dt / (static_cast<double>(kBusyTau.count()) + dt);
-    busy_seen_ = now;
+  // Clean releases a second: while requests wait, what the upstream serves
+  // (full); while none does, the load outside an overload (quiet).
+  const auto dt = static_cast<double>((now - rate_seen_).count());
+  if (dt > 0) {
+    const double rate = static_cast<double>(holds_ - rate_holds_) * 1e6 / dt;
+    const bool full = waiting_[0] + waiting_[1] + waiting_[2] > 0;
+    double& mean = full ? full_rate_ : quiet_rate_;
+    const double tau = static_cast<double>((full ? kFullTau : kQuietTau).count());
+    mean += (rate - mean) * (full && !full_seen_ ? 1.0 : dt / (tau + dt));  // the first whole
+    full_seen_ = full_seen_ || full;
   }
+  rate_seen_ = now;
+  rate_holds_ = holds_;
   std::array<bool, kLaneCount> became{};
   Seats g = guaranteed(lanes_, census_locked(std::nullopt));
   for (Lane lane : kLanes) {
@@ -1007,20 +1015,25 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
     refusing_since_[l] = now;
     refusals_[l] = 0;
     refused_age_us_[l] = 0;
-    const double slots = estimate_.slots();
-    spare_[l] = std::max(slots - busy_, slots * kLeastSpare);
   }
   refused_at_[l] = now;
   ++refusals_[l];
   refused_age_us_[l] += static_cast<double>((now - *refusing_since_[l]).count());
-  // Every client refused comes back once, each in its turn on the slots the
-  // load beside them leaves: after the overload (as long as it has lasted, or
-  // as the earlier ones lasted) and the queues ahead, behind the last one told.
-  const auto turn = Micros(
-      static_cast<std::int64_t>(static_cast<double>(estimate_.baseline().count()) / spare_[l]));
+  // Every client refused comes back once, each in its turn on what the
+  // upstream serves beyond the load beside them: after the overload (as long
+  // as it has lasted, or as the earlier ones lasted) and the queues ahead,
+  // behind the last one told. What it serves: as measured while requests
+  // waited (before that, the slots at the baseline), never under kLeastSpare
+  // of the slots at the baseline (a stalled upstream would make every turn
+  // endless); and the line at most kLongestLine ahead.
+  const double serves =
+      std::max(full_seen_ ? full_rate_ : at_baseline(), at_baseline() * kLeastSpare);
+  const double spare = std::max(serves - quiet_rate_, serves * kLeastSpare);
+  const auto turn = Micros(static_cast<std::int64_t>(1e6 / spare));
   const Micros overload = std::max(now - *refusing_since_[l], episodes_[l]);
-  line_[l] =
-      std::max(line_[l], now + overload + (waiting_[0] + waiting_[1] + waiting_[2]) * turn) + turn;
+  line_[l] = std::min(
+      std::max(line_[l], now + overload + (waiting_[0] + waiting_[1] + waiting_[2]) * turn) + turn,
+      now + kLongestLine);
   // Bulk borrows what the other lanes leave (rule 4): their refused, told
   // less, come back ahead of those of bulk still to come back.
   const auto bulk = index(Lane::bulk);
@@ -1028,9 +1041,18 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
   return line_[l] - now;
 }
 
-double Bulkhead::busy() const {
+double Bulkhead::at_baseline() const {
+  return estimate_.slots() * 1e6 / static_cast<double>(estimate_.baseline().count());
+}
+
+double Bulkhead::quiet_rate() const {
   Lock lock(mutex_);
-  return busy_;
+  return quiet_rate_;
+}
+
+double Bulkhead::full_rate() const {
+  Lock lock(mutex_);
+  return full_rate_;
 }
 
 std::optional<Micros> Bulkhead::youngest(Lane lane) const {

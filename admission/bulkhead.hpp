@@ -495,9 +495,12 @@ class Bulkhead {
   // A refusal of `lane` at `now` (noted: it extends the lane's refusals): the
   // wait it derives, its place in the lane's line of clients refused, each
   // coming back once (told one time, they would come back together). Each
-  // takes a turn of baseline / spare, the spare being the slots the load
-  // before the episode left free (slots - busy, at least kLeastSpare of
-  // them): they come back beside that load, not into an empty upstream. The
+  // takes a turn of 1 / spare, the spare being what the upstream serves a
+  // second while requests wait (full_rate; before it was measured, the slots
+  // at the baseline; never under kLeastSpare of them) beyond the load outside an
+  // overload (quiet_rate), at least kLeastSpare of it: they come back beside
+  // that load, not into an empty upstream. The line ends at most kLongestLine
+  // ahead: no band tells more. The
   // line starts after the overload: the larger of how long the lane's
   // refusals have gone on without a gap of kRefusalGap (an overload that has
   // lasted T is told T) and how long its earlier episodes lasted (their mean,
@@ -509,10 +512,15 @@ class Bulkhead {
   Micros refusal_wait(Lane lane, Micros now);
   static constexpr Micros kRefusalGap{2'000'000};
   static constexpr double kLeastSpare = 0.1;
-  // busy: the slots in use, averaged over kBusyTau at each tick while no
-  // request waits (the load the upstream carries outside an overload).
-  static constexpr Micros kBusyTau{5'000'000};
-  double busy() const;
+  static constexpr Micros kLongestLine{600'000'000};
+  // The clean releases of bulk and standard seats a second, averaged at each
+  // tick: while no request waits, over kQuietTau (quiet: the load the upstream
+  // carries outside an overload), and while some do, over kFullTau (full: what
+  // it serves; its first sample taken whole, to be known within the overload).
+  static constexpr Micros kQuietTau{5'000'000};
+  static constexpr Micros kFullTau{1'000'000};
+  double quiet_rate() const;
+  double full_rate() const;
   // The youngest live seat of `lane` (seed 004: when capacity last turned over).
   std::optional<Micros> youngest(Lane lane) const;
   std::optional<Micros> oldest_waiting(Lane lane) const;
@@ -546,6 +554,7 @@ class Bulkhead {
   std::optional<Micros> youngest_locked(Lane lane) const;
   std::optional<Micros> oldest_waiting_locked(Lane lane) const;
   Micros mean_latency() const;
+  double at_baseline() const;  // what the slots serve a second at the baseline
 
   mutable std::mutex mutex_;
   LanePolicy lanes_;
@@ -561,10 +570,10 @@ class Bulkhead {
   std::array<Micros, kMaxPaced> paced_{};  // when each paced slot opens
   int paced_n_ = 0;
   std::uint64_t paced_total_ = 0;
-  double hold_us_ = 0;      // mean time a bulk or standard request holds its seat
-  double hold_dev_us_ = 0;  // its mean deviation: phases last only while it is small
-  int holds_ = 0;           // holds measured
-  Micros last_release_{0};  // of a bulk or standard seat
+  double hold_us_ = 0;       // mean time a bulk or standard request holds its seat
+  double hold_dev_us_ = 0;   // its mean deviation: phases last only while it is small
+  std::uint64_t holds_ = 0;  // holds measured
+  Micros last_release_{0};   // of a bulk or standard seat
   std::array<int, kLaneCount> running_{};
   std::array<int, kLaneCount> waiting_{};
   std::array<int, kLaneCount> delegated_{};
@@ -580,10 +589,11 @@ class Bulkhead {
   std::array<double, kLaneCount> remembered_{};      // the refusals they weigh
   std::array<std::int64_t, kLaneCount> refusals_{};  // in the lane's current episode
   std::array<double, kLaneCount> refused_age_us_{};  // the sum of their ages in it
-  std::array<double, kLaneCount> spare_{};           // slots free before the lane's episode began
   std::array<Micros, kLaneCount> line_{};            // when the last client the lane refused is due
-  double busy_ = 0;                                  // see busy()
-  Micros busy_seen_{0};
+  double quiet_rate_ = 0, full_rate_ = 0;            // see quiet_rate()
+  bool full_seen_ = false;
+  Micros rate_seen_{0};
+  std::uint64_t rate_holds_ = 0;
   std::uint64_t successes_ = 0, failures_ = 0;
   double latency_sum_us_ = 0;
   std::optional<BudgetReading> budget_;

@@ -15,6 +15,7 @@ namespace {
 struct TestSeat : Seat {
   explicit TestSeat(Lane l) { lane = l; }
   int seated_calls = 0;
+  bool counted = false;  // seen seated by a test that tracks its seats
   void on_seated() override { ++seated_calls; }
 };
 
@@ -518,45 +519,92 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "a refusal's drain is counted on the slots the load before its episode left free, as a "
-    "tick measured it while nobody waited",
+    "a refusal's turn is counted on what the upstream serves while requests wait, beyond the "
+    "load outside an overload",
     "[admission][bulkhead]") {
   EstimatePolicy four;
   four.max = 4;  // four slots throughout
-  Estimate e(four, 4, 4);
-  for (int i = 0; i < 4; ++i) e.observe(Signal::clean, e.next_seq(), 0, 100ms, 1s);
-  Bulkhead b(LanePolicy{}, e);
   Rng rng(1);
-  std::deque<TestSeat> seats;
-  // Two of the four slots busy for a while: the load outside an overload.
-  for (int i = 0; i < 2; ++i) {
-    seats.emplace_back(Lane::standard);
-    REQUIRE(b.ask(seats.back(), 0s, rng));
-  }
-  for (int t = 0; t <= 60; ++t) b.tick(Micros(std::chrono::milliseconds(500 * t)));
-  CHECK(b.busy() == Approx(2).epsilon(0.01));
-  // The overload: the two free slots taken, six more wait.
-  for (int i = 0; i < 8; ++i) {
-    seats.emplace_back(Lane::standard);
-    b.ask(seats.back(), 30s, rng);
-  }
-  // Every slot busy now, but while requests wait the ticks measure nothing.
-  for (int t = 61; t <= 70; ++t) b.tick(Micros(std::chrono::milliseconds(500 * t)));
-  CHECK(b.busy() == Approx(2).epsilon(0.01));
-  // 6 waiting and this one, on the 2 slots the load leaves: 7 x 100 ms / 2.
-  CHECK(b.refusal_wait(Lane::standard, 35s).count() == Approx(350'000).epsilon(0.01));
-  // Nothing left free is counted as kLeastSpare of the slots: long, not endless.
+  // The answers' heads come at the baseline, 50 ms: at it four slots would
+  // serve 80 a second, where the estimate starts.
+  constexpr auto kHead = 50ms;
+  auto bulkhead = [&](Estimate& e) {
+    for (int i = 0; i < 4; ++i) e.observe(Signal::clean, e.next_seq(), 0, kHead, 1s);
+    return std::make_unique<Bulkhead>(LanePolicy{}, e);
+  };
+  // `n` requests of 100 ms every 100 ms, evenly spaced, for 30 s, a tick a
+  // round: the load outside an overload.
+  auto quiet = [&](Bulkhead& b, int n) {
+    std::deque<TestSeat> seats;
+    const auto gap = 100ms / n;
+    for (int k = 0; k <= 300 * n; ++k) {
+      const auto now = k * gap;
+      if (k >= n) b.release(seats[static_cast<std::size_t>(k - n)], Signal::clean, kHead, now);
+      if (k == 300 * n) break;
+      seats.emplace_back(Lane::standard);
+      REQUIRE(b.ask(seats.back(), now, rng));
+      if (k % n == 0) b.tick(now);
+    }
+  };
+  // An overload from 30 s for 40 s: ten come, then four more every 100 ms,
+  // when the `n` seated longest are answered, and a tick. Returns the answers
+  // a second.
+  auto overload = [&](Bulkhead& b, int n) {
+    std::deque<TestSeat> seats;
+    std::deque<bool> in;  // seated, not yet answered
+    auto come = [&](Micros now) {
+      seats.emplace_back(Lane::standard);
+      in.push_back(seats.back().counted = b.ask(seats.back(), now, rng));
+    };
+    int answered = 0;
+    for (int i = 0; i < 10; ++i) come(30s);
+    for (int r = 1; r <= 400; ++r) {
+      const auto now = 30s + r * 100ms;
+      for (std::size_t i = 0, k = 0; i < seats.size() && k < static_cast<std::size_t>(n); ++i)
+        if (in[i]) {
+          in[i] = false;
+          b.release(seats[i], Signal::clean, kHead, now);
+          ++answered, ++k;
+        }
+      for (int i = 0; i < 4; ++i) come(now);
+      b.tick(now);
+      for (std::size_t i = 0; i < seats.size(); ++i)
+        if (seats[i].seated_calls == 1 && !seats[i].counted) in[i] = seats[i].counted = true;
+    }
+    return answered / 40.0;
+  };
+  Estimate e(four, 4, 4);
+  auto b = bulkhead(e);
+  quiet(*b, 1);
+  CHECK(b->quiet_rate() == Approx(10).epsilon(0.01));
+  // Overloaded, the upstream answers what the bulkhead seats, well under the
+  // 80 a second its slots would at the baseline: that is what it serves.
+  const double served = overload(*b, 4);
+  CHECK(served < 45);
+  CHECK(b->full_rate() == Approx(served).epsilon(0.05));
+  // The ticks while requests waited did not count as the load outside.
+  CHECK(b->quiet_rate() == Approx(10).epsilon(0.01));
+  // The requests waiting and this one, each a turn of 1 / (served - 10) s.
+  const int waiting = b->census().waiting[index(Lane::standard)];
+  CHECK(b->refusal_wait(Lane::standard, 80s).count() ==
+        Approx((waiting + 1) * 1e6 / (b->full_rate() - 10)).epsilon(0.01));
+
+  // Serving less than the load outside leaves nothing, counted as kLeastSpare
+  // of what it serves: long, not endless.
   Estimate e2(four, 4, 4);
-  for (int i = 0; i < 4; ++i) e2.observe(Signal::clean, e2.next_seq(), 0, 100ms, 1s);
-  Bulkhead full(LanePolicy{}, e2);
-  std::deque<TestSeat> all;
-  for (int i = 0; i < 4; ++i) {
-    all.emplace_back(Lane::standard);
-    REQUIRE(full.ask(all.back(), 0s, rng));
-  }
-  for (int t = 0; t <= 60; ++t) full.tick(Micros(std::chrono::milliseconds(500 * t)));
-  CHECK(full.refusal_wait(Lane::standard, 31s).count() ==
-        Approx(100'000 / (4 * Bulkhead::kLeastSpare)).epsilon(0.01));
+  auto slow = bulkhead(e2);
+  quiet(*slow, 2);
+  CHECK(slow->quiet_rate() == Approx(20).epsilon(0.01));
+  CHECK(overload(*slow, 1) == Approx(10));
+  CHECK(slow->full_rate() == Approx(10).epsilon(0.05));
+  const int behind = slow->census().waiting[index(Lane::standard)];
+  const double turn = 1e6 / (slow->full_rate() * Bulkhead::kLeastSpare);
+  INFO(behind << " waiting, turns of " << turn << " us");
+  CHECK(turn == Approx(1e6).epsilon(0.01));
+  // The line ends at most kLongestLine ahead.
+  CHECK(slow->refusal_wait(Lane::standard, 80s).count() ==
+        Approx(std::min((behind + 1) * turn, static_cast<double>(Bulkhead::kLongestLine.count())))
+            .epsilon(0.01));
 }
 
 TEST_CASE("too much decreases the estimate once per burst and remembers the load as K",
