@@ -1042,7 +1042,8 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
 }
 
 double Bulkhead::at_baseline() const {
-  return estimate_.slots() * 1e6 / static_cast<double>(estimate_.baseline().count());
+  // With no answer yet there is no baseline: a microsecond, a turn of next to nothing.
+  return estimate_.slots() * 1e6 / std::max(1.0, static_cast<double>(estimate_.baseline().count()));
 }
 
 double Bulkhead::quiet_rate() const {
