@@ -534,24 +534,30 @@ TEST_CASE(
   };
   // `n` requests of 100 ms every 100 ms, evenly spaced, for 30 s, a tick a
   // round: the load outside an overload.
-  auto quiet = [&](Bulkhead& b, int n) {
-    std::deque<TestSeat> seats;
+  // The seats live as long as the bulkhead's test: each bulkhead's in its own deque.
+  auto quiet = [&](Bulkhead& b, std::deque<TestSeat>& seats, int n) {
+    const auto from = seats.size();
     const auto gap = 100ms / n;
     for (int k = 0; k <= 300 * n; ++k) {
       const auto now = k * gap;
-      if (k >= n) b.release(seats[static_cast<std::size_t>(k - n)], Signal::clean, kHead, now);
-      if (k == 300 * n) break;
+      if (k >= n)
+        b.release(seats[from + static_cast<std::size_t>(k - n)], Signal::clean, kHead, now);
+      if (k == 300 * n) {
+        for (auto i = seats.size() - static_cast<std::size_t>(n) + 1; i < seats.size(); ++i)
+          b.release(seats[i], Signal::clean, kHead, now);
+        break;
+      }
       seats.emplace_back(Lane::standard);
       REQUIRE(b.ask(seats.back(), now, rng));
+      seats.back().counted = true;
       if (k % n == 0) b.tick(now);
     }
   };
   // An overload from 30 s for 40 s: ten come, then four more every 100 ms,
   // when the `n` seated longest are answered, and a tick. Returns the answers
   // a second.
-  auto overload = [&](Bulkhead& b, int n) {
-    std::deque<TestSeat> seats;
-    std::deque<bool> in;  // seated, not yet answered
+  auto overload = [&](Bulkhead& b, std::deque<TestSeat>& seats, int n) {
+    std::deque<bool> in(seats.size(), false);  // seated, not yet answered
     auto come = [&](Micros now) {
       seats.emplace_back(Lane::standard);
       in.push_back(seats.back().counted = b.ask(seats.back(), now, rng));
@@ -575,11 +581,12 @@ TEST_CASE(
   };
   Estimate e(four, 4, 4);
   auto b = bulkhead(e);
-  quiet(*b, 1);
+  std::deque<TestSeat> seats;
+  quiet(*b, seats, 1);
   CHECK(b->quiet_rate() == Approx(10).epsilon(0.01));
   // Overloaded, the upstream answers what the bulkhead seats, well under the
   // 80 a second its slots would at the baseline: that is what it serves.
-  const double served = overload(*b, 4);
+  const double served = overload(*b, seats, 4);
   CHECK(served < 45);
   CHECK(b->full_rate() == Approx(served).epsilon(0.05));
   // The ticks while requests waited did not count as the load outside.
@@ -593,9 +600,10 @@ TEST_CASE(
   // of what it serves: long, not endless.
   Estimate e2(four, 4, 4);
   auto slow = bulkhead(e2);
-  quiet(*slow, 2);
+  std::deque<TestSeat> slow_seats;
+  quiet(*slow, slow_seats, 2);
   CHECK(slow->quiet_rate() == Approx(20).epsilon(0.01));
-  CHECK(overload(*slow, 1) == Approx(10));
+  CHECK(overload(*slow, slow_seats, 1) == Approx(10));
   CHECK(slow->full_rate() == Approx(10).epsilon(0.05));
   const int behind = slow->census().waiting[index(Lane::standard)];
   const double turn = 1e6 / (slow->full_rate() * Bulkhead::kLeastSpare);
