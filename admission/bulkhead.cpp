@@ -548,7 +548,7 @@ void Bulkhead::note_head(Signal signal, Micros ttfb, Micros now) {
   if (!unmeasured() || signal != Signal::clean) return;
   Lock lock(mutex_);
   const int before = estimate_.slots();
-  if (estimate_.on_head(signal, ttfb, waiting_[0] + waiting_[1] + waiting_[2] > 0)) {
+  if (estimate_.on_head(signal, ttfb, waiting_locked() > 0)) {
     pace(before, now);
     serve(now);
   }
@@ -871,7 +871,7 @@ void Bulkhead::pace(int before, Micros now) {
 
 bool Bulkhead::pace_one(Micros now, double reach) {
   // Nobody waiting: a newcomer takes the slot when it comes, at its own time.
-  if (paced_n_ == kMaxPaced || waiting_[0] + waiting_[1] + waiting_[2] == 0) return false;
+  if (paced_n_ == kMaxPaced || waiting_locked() == 0) return false;
   auto at = paced_open(now, reach);
   if (!at) return false;
   paced_[static_cast<std::size_t>(paced_n_++)] = *at;
@@ -924,7 +924,7 @@ std::optional<Micros> Bulkhead::paced_open(Micros now, double reach) const {
 // first (a lane below its floor has borrowed nothing; rule 2 keeps its slots
 // from borrowers anyway); stops when no head is seated.
 void Bulkhead::serve(Micros now) {
-  while (waiting_[0] + waiting_[1] + waiting_[2] > 0) {
+  while (waiting_locked() > 0) {
     Census c = census_locked(std::nullopt);
     Seats g = guaranteed(lanes_, c);
     std::array<Lane, kLaneCount> order{};
@@ -974,8 +974,8 @@ std::array<bool, kLaneCount> Bulkhead::tick(Micros now) {
   const auto dt = static_cast<double>((now - rate_seen_).count());
   if (dt > 0) {
     const double rate = static_cast<double>(holds_ - rate_holds_) * 1e6 / dt;
-    const bool full = waiting_[0] + waiting_[1] + waiting_[2] > 0;
-    double& mean = full ? full_rate_ : quiet_rate_;
+    const bool full = waiting_locked() > 0;
+    double& mean = full ? rates_.full : rates_.quiet;
     const double tau = static_cast<double>((full ? kFullTau : kQuietTau).count());
     mean += (rate - mean) * (full && !full_seen_ ? 1.0 : dt / (tau + dt));  // the first whole
     full_seen_ = full_seen_ || full;
@@ -1027,13 +1027,12 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
   // of the slots at the baseline (a stalled upstream would make every turn
   // endless); and the line at most kLongestLine ahead.
   const double serves =
-      std::max(full_seen_ ? full_rate_ : at_baseline(), at_baseline() * kLeastSpare);
-  const double spare = std::max(serves - quiet_rate_, serves * kLeastSpare);
+      std::max(full_seen_ ? rates_.full : at_baseline(), at_baseline() * kLeastSpare);
+  const double spare = std::max(serves - rates_.quiet, serves * kLeastSpare);
   const auto turn = Micros(static_cast<std::int64_t>(1e6 / spare));
   const Micros overload = std::max(now - *refusing_since_[l], episodes_[l]);
-  line_[l] = std::min(
-      std::max(line_[l], now + overload + (waiting_[0] + waiting_[1] + waiting_[2]) * turn) + turn,
-      now + kLongestLine);
+  line_[l] = std::min(std::max(line_[l], now + overload + waiting_locked() * turn) + turn,
+                      now + kLongestLine);
   // Bulk borrows what the other lanes leave (rule 4): their refused, told
   // less, come back ahead of those of bulk still to come back.
   const auto bulk = index(Lane::bulk);
@@ -1046,14 +1045,9 @@ double Bulkhead::at_baseline() const {
   return estimate_.slots() * 1e6 / std::max(1.0, static_cast<double>(estimate_.baseline().count()));
 }
 
-double Bulkhead::quiet_rate() const {
+Bulkhead::Rates Bulkhead::rates() const {
   Lock lock(mutex_);
-  return quiet_rate_;
-}
-
-double Bulkhead::full_rate() const {
-  Lock lock(mutex_);
-  return full_rate_;
+  return rates_;
 }
 
 std::optional<Micros> Bulkhead::youngest(Lane lane) const {
@@ -1088,7 +1082,7 @@ BulkheadView Bulkhead::view(Micros now) const {
   v.why = estimate_.why();
   v.slots = c.slots();
   v.running = c.total_running();
-  v.waiting = waiting_[0] + waiting_[1] + waiting_[2];
+  v.waiting = waiting_locked();
   v.free = std::max(0, v.slots - v.running);
   v.successes = successes_;
   v.failures = failures_;

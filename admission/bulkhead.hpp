@@ -496,12 +496,12 @@ class Bulkhead {
   // wait it derives, its place in the lane's line of clients refused, each
   // coming back once (told one time, they would come back together). Each
   // takes a turn of 1 / spare, the spare being what the upstream serves a
-  // second while requests wait (full_rate; before it was measured, the slots
-  // at the baseline; never under kLeastSpare of them) beyond the load outside an
-  // overload (quiet_rate), at least kLeastSpare of it: they come back beside
-  // that load, not into an empty upstream. The line ends at most kLongestLine
-  // ahead: no band tells more. The
-  // line starts after the overload: the larger of how long the lane's
+  // second while requests wait (rates().full; before it was measured, the
+  // slots at the baseline; never under kLeastSpare of them) beyond the load
+  // outside an overload (rates().quiet), at least kLeastSpare of it: they come
+  // back beside that load, not into an empty upstream. The line ends at most
+  // kLongestLine ahead: no band tells more. The line starts after the
+  // overload: the larger of how long the lane's
   // refusals have gone on without a gap of kRefusalGap (an overload that has
   // lasted T is told T) and how long its earlier episodes lasted (their mean,
   // each weighed by the clients it refused, halved at each later one: a blip
@@ -519,8 +519,10 @@ class Bulkhead {
   // it serves; its first sample taken whole, to be known within the overload).
   static constexpr Micros kQuietTau{5'000'000};
   static constexpr Micros kFullTau{1'000'000};
-  double quiet_rate() const;
-  double full_rate() const;
+  struct Rates {
+    double quiet = 0, full = 0;
+  };
+  Rates rates() const;
   // The youngest live seat of `lane` (seed 004: when capacity last turned over).
   std::optional<Micros> youngest(Lane lane) const;
   std::optional<Micros> oldest_waiting(Lane lane) const;
@@ -555,6 +557,7 @@ class Bulkhead {
   std::optional<Micros> oldest_waiting_locked(Lane lane) const;
   Micros mean_latency() const;
   double at_baseline() const;  // what the slots serve a second at the baseline
+  int waiting_locked() const { return waiting_[0] + waiting_[1] + waiting_[2]; }
 
   mutable std::mutex mutex_;
   LanePolicy lanes_;
@@ -590,7 +593,7 @@ class Bulkhead {
   std::array<std::int64_t, kLaneCount> refusals_{};  // in the lane's current episode
   std::array<double, kLaneCount> refused_age_us_{};  // the sum of their ages in it
   std::array<Micros, kLaneCount> line_{};            // when the last client the lane refused is due
-  double quiet_rate_ = 0, full_rate_ = 0;            // see quiet_rate()
+  Rates rates_;                                      // see rates()
   bool full_seen_ = false;
   Micros rate_seen_{0};
   std::uint64_t rate_holds_ = 0;

@@ -68,6 +68,13 @@ void answer_probe(Estimate& e, Micros t, Micros ttfb = 1ms) {
 
 // Asks with every seat not yet seated or queued, re-asking on ticks, until
 // `running` of their lane run (chance may refuse a few asks along the way).
+// Four slots, the baseline measured on four clean heads of `head`.
+Estimate four_slots(Micros head, EstimatePolicy p = {}) {
+  Estimate e(p, 4, 4);
+  for (int i = 0; i < 4; ++i) e.observe(Signal::clean, e.next_seq(), 0, head, 1s);
+  return e;
+}
+
 void fill(Bulkhead& b, std::span<TestSeat> seats, int running, Rng& rng) {
   const auto l = index(seats.front().lane);
   for (int i = 0; i < 100 && b.census().running[l] < running; ++i) {
@@ -435,9 +442,7 @@ TEST_CASE(
     "a refusal's wait: after the overload so far or as the earlier ones lasted and the queues, "
     "a turn behind every client refused before it",
     "[admission][bulkhead]") {
-  Estimate e(EstimatePolicy{}, 4, 4);
-  for (int i = 0; i < 4; ++i) e.observe(Signal::clean, e.next_seq(), 0, 100ms, 1s);
-  Bulkhead b(LanePolicy{}, e);
+  Bulkhead b(LanePolicy{}, four_slots(100ms));
   Rng rng(1);
   std::deque<TestSeat> seats;
   for (int i = 0; i < 4; ++i) {
@@ -485,9 +490,7 @@ TEST_CASE(
     "the overload remembered: the episodes' mean length, each weighed by the clients it refused, "
     "the older halved at each later one",
     "[admission][bulkhead]") {
-  Estimate e(EstimatePolicy{}, 4, 4);
-  for (int i = 0; i < 4; ++i) e.observe(Signal::clean, e.next_seq(), 0, 100ms, 1s);
-  Bulkhead b(LanePolicy{}, e);
+  Bulkhead b(LanePolicy{}, four_slots(100ms));
   constexpr auto kTurn = 25ms;  // 100 ms over 4 slots, none busy before
   // An overload: 100 clients refused over 9.9 s.
   for (int i = 0; i < 100; ++i) b.refusal_wait(Lane::standard, Micros(100'000 * i));
@@ -528,10 +531,6 @@ TEST_CASE(
   // The answers' heads come at the baseline, 50 ms: at it four slots would
   // serve 80 a second, where the estimate starts.
   constexpr auto kHead = 50ms;
-  auto bulkhead = [&](Estimate& e) {
-    for (int i = 0; i < 4; ++i) e.observe(Signal::clean, e.next_seq(), 0, kHead, 1s);
-    return std::make_unique<Bulkhead>(LanePolicy{}, e);
-  };
   // `n` requests of 100 ms every 100 ms, evenly spaced, for 30 s, a tick a
   // round: the load outside an overload.
   // The seats live as long as the bulkhead's test: each bulkhead's in its own deque.
@@ -579,40 +578,51 @@ TEST_CASE(
     }
     return answered / 40.0;
   };
-  Estimate e(four, 4, 4);
-  auto b = bulkhead(e);
+  Bulkhead b(LanePolicy{}, four_slots(kHead, four));
   std::deque<TestSeat> seats;
-  quiet(*b, seats, 1);
-  CHECK(b->quiet_rate() == Approx(10).epsilon(0.01));
+  quiet(b, seats, 1);
+  CHECK(b.rates().quiet == Approx(10).epsilon(0.01));
   // Overloaded, the upstream answers what the bulkhead seats, well under the
   // 80 a second its slots would at the baseline: that is what it serves.
-  const double served = overload(*b, seats, 4);
+  const double served = overload(b, seats, 4);
   CHECK(served < 45);
-  CHECK(b->full_rate() == Approx(served).epsilon(0.05));
+  CHECK(b.rates().full == Approx(served).epsilon(0.05));
   // The ticks while requests waited did not count as the load outside.
-  CHECK(b->quiet_rate() == Approx(10).epsilon(0.01));
+  CHECK(b.rates().quiet == Approx(10).epsilon(0.01));
   // The requests waiting and this one, each a turn of 1 / (served - 10) s.
-  const int waiting = b->census().waiting[index(Lane::standard)];
-  CHECK(b->refusal_wait(Lane::standard, 80s).count() ==
-        Approx((waiting + 1) * 1e6 / (b->full_rate() - 10)).epsilon(0.01));
+  const int waiting = b.census().waiting[index(Lane::standard)];
+  CHECK(b.refusal_wait(Lane::standard, 80s).count() ==
+        Approx((waiting + 1) * 1e6 / (b.rates().full - 10)).epsilon(0.01));
 
   // Serving less than the load outside leaves nothing, counted as kLeastSpare
   // of what it serves: long, not endless.
-  Estimate e2(four, 4, 4);
-  auto slow = bulkhead(e2);
+  Bulkhead slow(LanePolicy{}, four_slots(kHead, four));
   std::deque<TestSeat> slow_seats;
-  quiet(*slow, slow_seats, 2);
-  CHECK(slow->quiet_rate() == Approx(20).epsilon(0.01));
-  CHECK(overload(*slow, slow_seats, 1) == Approx(10));
-  CHECK(slow->full_rate() == Approx(10).epsilon(0.05));
-  const int behind = slow->census().waiting[index(Lane::standard)];
-  const double turn = 1e6 / (slow->full_rate() * Bulkhead::kLeastSpare);
+  quiet(slow, slow_seats, 2);
+  CHECK(slow.rates().quiet == Approx(20).epsilon(0.01));
+  CHECK(overload(slow, slow_seats, 1) == Approx(10));
+  CHECK(slow.rates().full == Approx(10).epsilon(0.05));
+  const int behind = slow.census().waiting[index(Lane::standard)];
+  const double turn = 1e6 / (slow.rates().full * Bulkhead::kLeastSpare);
   INFO(behind << " waiting, turns of " << turn << " us");
   CHECK(turn == Approx(1e6).epsilon(0.01));
   // The line ends at most kLongestLine ahead.
-  CHECK(slow->refusal_wait(Lane::standard, 80s).count() ==
+  CHECK(slow.refusal_wait(Lane::standard, 80s).count() ==
         Approx(std::min((behind + 1) * turn, static_cast<double>(Bulkhead::kLongestLine.count())))
             .epsilon(0.01));
+
+  // What the upstream serves is known from an overload's first tick: that
+  // sample is taken whole, not averaged up from nothing.
+  Bulkhead cold(LanePolicy{}, four_slots(kHead, four));
+  std::deque<TestSeat> cold_seats;
+  cold.tick(1s);  // nobody waits
+  for (int i = 0; i < 8; ++i) {
+    cold_seats.emplace_back(Lane::standard);
+    cold.ask(cold_seats.back(), 1s, rng);
+  }
+  for (int i = 0; i < 2; ++i) cold.release(cold_seats[i], Signal::clean, kHead, 1s + 50ms);
+  cold.tick(1s + 50ms);  // two answered in 50 ms, requests still waiting
+  CHECK(cold.rates().full == Approx(40));
 }
 
 TEST_CASE("too much decreases the estimate once per burst and remembers the load as K",
