@@ -44,8 +44,10 @@
 //
 // Measured, per shape, system and load (the bench's figures), over a window
 // (warmup to warmup + duration; halve: the whole run and each phase):
-//   goodput     bulk and standard 2xx within the timeout, of the requests that
-//               arrived in the window, per second of it
+//   goodput     the slot time the 2xx within the timeout used, of the requests
+//               that arrived in the window, per second of it, in requests of S:
+//               a bulk or standard request one, a stream its life over S (as the
+//               bench counts it: a stream served is capacity used)
 //   latency     p50 / p99 per lane of those 2xx, from arrival
 //   refused     503 (the proxy) and 429 (the upstream, passed on) at the client,
 //               timeouts, per lane, of the requests that arrived in the window
@@ -209,9 +211,10 @@ struct Measured {
   int upstream_requests = 0, upstream_refused = 0;  // reached it in the window; its 429s
   int max_offered = 0;                              // at the upstream at once, the whole run
   std::optional<double> khat_mean, khat_min, khat_max;
-  int decreases = 0;       // of the estimate, in the window
-  double seconds = 0;      // the window's length
-  double goodput() const;  // requests/s
+  int decreases = 0;           // of the estimate, in the window
+  double seconds = 0;          // the window's length
+  double stream_requests = 0;  // a stream's slot time, in requests of S
+  double goodput() const;      // requests of S per second
 };
 
 // One run: `measured` per window, in the order of windows(). Its arrivals are

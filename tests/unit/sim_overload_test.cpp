@@ -186,6 +186,20 @@ TEST_CASE("overload sim: no gating on the 429 shape at 3x serves about C/S", "[s
   CHECK(r.upstream_share > 0.5);
 }
 
+TEST_CASE("overload sim: goodput counts a stream served as the slot time it held",
+          "[sim][overload]") {
+  // At 0.5x nothing waits and everything is served: the goodput is the load offered,
+  // 0.5 C slots, of which the streams hold 0.25/s x 2 s = 0.5 slot (10 requests of S a
+  // second). Counted as requests alone, it would be 70/s, not 80. A window of 40 s holds
+  // ten streams, not the one of the bench's 6 s.
+  Options o = quick();
+  o.load.duration = 40;
+  auto r = run_rows(Shape::too_many, System::none, {0.5, false}, o).at(0);
+  CHECK(r.ok[index(Lane::heavy)] == r.sent[index(Lane::heavy)]);
+  CHECK(r.ok[index(Lane::heavy)] > 0);
+  CHECK(r.goodput == Approx(0.5 * 160).epsilon(0.03));
+}
+
 TEST_CASE("overload sim: sluice's estimate is reported, and no other system has one",
           "[sim][overload]") {
   auto s = run_rows(Shape::too_many, System::sluice, {2, false}, quick()).at(0);
