@@ -970,15 +970,21 @@ std::array<bool, kLaneCount> Bulkhead::tick(Micros now) {
   if (estimate_.maybe_grow(now) && !probe) pace(before, now);
   serve(now);
   // Clean releases a second: while requests wait, what the upstream serves
-  // (full); while none does, the load outside an overload (quiet).
+  // (full), as if the seats the streams hold served requests too (the streams
+  // end); while none does, the load outside an overload (quiet), and the seats
+  // the streams hold then (streams).
   const auto dt = static_cast<double>((now - rate_seen_).count());
   if (dt > 0) {
-    const double rate = static_cast<double>(holds_ - rate_holds_) * 1e6 / dt;
+    double rate = static_cast<double>(holds_ - rate_holds_) * 1e6 / dt;
     const bool full = waiting_locked() > 0;
+    const int streams = running_[index(Lane::heavy)];
+    const int seated = running_[0] + running_[1] + running_[2];
+    if (full) rate *= static_cast<double>(seated) / std::max(1, seated - streams);
     double& mean = full ? rates_.full : rates_.quiet;
     const double tau = static_cast<double>((full ? kFullTau : kQuietTau).count());
     mean += (rate - mean) * (full && !full_seen_ ? 1.0 : dt / (tau + dt));  // the first whole
     full_seen_ = full_seen_ || full;
+    if (!full) rates_.streams += (streams - rates_.streams) * dt / (tau + dt);
   }
   rate_seen_ = now;
   rate_holds_ = holds_;
@@ -1025,10 +1031,13 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
   // behind the last one told. What it serves: as measured while requests
   // waited (before that, the slots at the baseline), never under kLeastSpare
   // of the slots at the baseline (a stalled upstream would make every turn
-  // endless); and the line at most kLongestLine ahead.
+  // endless); the load beside them: the requests and the streams outside an
+  // overload; and the line at most kLongestLine ahead.
   const double serves =
       std::max(full_seen_ ? rates_.full : at_baseline(), at_baseline() * kLeastSpare);
-  const double spare = std::max(serves - rates_.quiet, serves * kLeastSpare);
+  const double unstreamed =
+      1 - std::min(1.0, rates_.streams / std::max(1, estimate_.slots()));  // the streams' share
+  const double spare = std::max(serves * unstreamed - rates_.quiet, serves * kLeastSpare);
   const auto turn = Micros(static_cast<std::int64_t>(1e6 / spare));
   const Micros overload = std::max(now - *refusing_since_[l], episodes_[l]);
   line_[l] = std::min(std::max(line_[l], now + overload + waiting_locked() * turn) + turn,

@@ -516,11 +516,14 @@ class Bulkhead {
   // The clean releases of bulk and standard seats a second, averaged at each
   // tick: while no request waits, over kQuietTau (quiet: the load the upstream
   // carries outside an overload), and while some do, over kFullTau (full: what
-  // it serves; its first sample taken whole, to be known within the overload).
+  // it serves, as if the heavy seats served requests too, for the streams of
+  // an overload end; its first sample taken whole, to be known within the
+  // overload). streams: the heavy seats held while no request waits, over
+  // kQuietTau (what the streams outside an overload hold).
   static constexpr Micros kQuietTau{5'000'000};
   static constexpr Micros kFullTau{1'000'000};
   struct Rates {
-    double quiet = 0, full = 0;
+    double quiet = 0, full = 0, streams = 0;
   };
   Rates rates() const;
   // The youngest live seat of `lane` (seed 004: when capacity last turned over).

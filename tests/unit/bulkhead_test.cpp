@@ -594,6 +594,29 @@ TEST_CASE(
   CHECK(b.refusal_wait(Lane::standard, 80s).count() ==
         Approx((waiting + 1) * 1e6 / (b.rates().full - 10)).epsilon(0.01));
 
+  // A stream holds one seat throughout. The releases while requests wait come
+  // from the others: what the upstream serves counts the stream's seat as
+  // serving requests too (an overload's streams end). Outside an overload the
+  // stream holds its share of the slots, which the line cannot have.
+  Bulkhead streamed(LanePolicy{}, four_slots(kHead, four));
+  std::deque<TestSeat> streamed_seats;
+  TestSeat stream(Lane::heavy);
+  REQUIRE(streamed.ask(stream, 0s, rng));
+  quiet(streamed, streamed_seats, 1);
+  CHECK(streamed.rates().quiet == Approx(10).epsilon(0.01));
+  CHECK(streamed.rates().streams == Approx(1).epsilon(0.01));
+  const double answered = overload(streamed, streamed_seats, 3);
+  const Census held = streamed.census();
+  const int seated = held.total_running();
+  REQUIRE(held.running[index(Lane::heavy)] == 1);
+  REQUIRE(seated >= 3);
+  CHECK(streamed.rates().full == Approx(answered * seated / (seated - 1)).epsilon(0.05));
+  const int queued = held.waiting[index(Lane::standard)];
+  const double unstreamed = 1 - 1.0 / 4;  // the stream's share of the four slots
+  CHECK(streamed.refusal_wait(Lane::standard, 80s).count() ==
+        Approx((queued + 1) * 1e6 / (streamed.rates().full * unstreamed - 10)).epsilon(0.01));
+  streamed.release(stream, Signal::clean, kHead, 80s);
+
   // Serving less than the load outside leaves nothing, counted as kLeastSpare
   // of what it serves: long, not endless.
   Bulkhead slow(LanePolicy{}, four_slots(kHead, four));
