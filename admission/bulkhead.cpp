@@ -536,7 +536,7 @@ Census Bulkhead::census(std::optional<Micros> now) const {
 
 int Bulkhead::running() const {
   Lock lock(mutex_);
-  return running_[0] + running_[1] + running_[2];
+  return running_locked();
 }
 
 bool Bulkhead::would_seat(Lane lane, Micros now) const {
@@ -683,7 +683,7 @@ void Bulkhead::seat(Seat& s, Micros now) {
   queue_[l].held(s, +1);
   s.seated = true;
   s.seq = estimate_.next_seq();
-  s.load = running_[0] + running_[1] + running_[2] - kept();  // kept slots carry nothing
+  s.load = running_locked() - kept();  // kept slots carry nothing
   s.own_delay = Micros{0};
   s.since = now;
   ++running_[l];
@@ -707,7 +707,7 @@ bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, bool kee
   // build up over its life, so they answer the larger of that and the load at its end.
   int load = s.load;
   if (signal == Signal::slow || signal == Signal::timeout)
-    load = std::max(load, running_[0] + running_[1] + running_[2] - kept());
+    load = std::max(load, running_locked() - kept());
   bool decreased = estimate_.observe(signal, s.seq, load, ttfb, now, s.own_delay);
   if (s.lane != Lane::heavy) {
     // A slot freed in a cluster of releases opens later, in a gap (re-phasing).
@@ -733,8 +733,7 @@ Micros Bulkhead::anticipation() const {
 void Bulkhead::keep(const Seat& s, Micros now) {
   const auto l = index(s.lane);
   if (s.lane == Lane::heavy || kept_n_[l] == kMaxKept || !queue_[l].leads(s)) return;
-  if (running_[0] + running_[1] + running_[2] >= census_locked(std::nullopt).slots())
-    return;  // none free
+  if (running_locked() >= census_locked(std::nullopt).slots()) return;  // none free
   const Micros until = now + anticipation_of(estimate_);
   kept_[l][static_cast<std::size_t>(kept_n_[l]++)] = {s.tenant, until};
   queue_[l].held(s, +1);
@@ -978,7 +977,7 @@ std::array<bool, kLaneCount> Bulkhead::tick(Micros now) {
     double rate = static_cast<double>(holds_ - rate_holds_) * 1e6 / dt;
     const bool full = waiting_locked() > 0;
     const int streams = running_[index(Lane::heavy)];
-    const int seated = running_[0] + running_[1] + running_[2];
+    const int seated = running_locked();
     if (full) rate *= static_cast<double>(seated) / std::max(1, seated - streams);
     double& mean = full ? rates_.full : rates_.quiet;
     const double tau = static_cast<double>((full ? kFullTau : kQuietTau).count());

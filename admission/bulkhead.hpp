@@ -497,11 +497,12 @@ class Bulkhead {
   // coming back once (told one time, they would come back together). Each
   // takes a turn of 1 / spare, the spare being what the upstream serves a
   // second while requests wait (rates().full; before it was measured, the
-  // slots at the baseline; never under kLeastSpare of them) beyond the load
-  // outside an overload (rates().quiet), at least kLeastSpare of it: they come
-  // back beside that load, not into an empty upstream. The line ends at most
-  // kLongestLine ahead: no band tells more. The line starts after the
-  // overload: the larger of how long the lane's
+  // slots at the baseline; never under kLeastSpare of them), less the share
+  // of it the streams hold outside an overload (rates().streams of the
+  // slots), beyond the load outside an overload (rates().quiet), at least
+  // kLeastSpare of it: they come back beside that load, not into an empty
+  // upstream. The line ends at most kLongestLine ahead: no band tells more.
+  // The line starts after the overload: the larger of how long the lane's
   // refusals have gone on without a gap of kRefusalGap (an overload that has
   // lasted T is told T) and how long its earlier episodes lasted (their mean,
   // each weighed by the clients it refused, halved at each later one: a blip
@@ -561,6 +562,7 @@ class Bulkhead {
   Micros mean_latency() const;
   double at_baseline() const;  // what the slots serve a second at the baseline
   int waiting_locked() const { return waiting_[0] + waiting_[1] + waiting_[2]; }
+  int running_locked() const { return running_[0] + running_[1] + running_[2]; }
 
   mutable std::mutex mutex_;
   LanePolicy lanes_;
