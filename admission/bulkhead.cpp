@@ -119,9 +119,12 @@ Estimate::Estimate(const EstimatePolicy& p, double khat, double carrying) : Esti
 int Estimate::slots() const { return std::max(1, static_cast<int>(std::floor(khat_ + 1e-9))); }
 
 bool Estimate::maybe_grow(Micros now) {
-  if (!limited_ || !recovered_ || now - last_growth_ < std::max(p_.growth_interval, baseline()))
-    return false;
   const bool probe = probing();
+  // Past a probe that held, a round trip: the capacity grew, and nothing has
+  // said "too much" since (each step is still judged before the next).
+  const Micros interval =
+      probe && climbing_ ? baseline() : std::max(p_.growth_interval, baseline());
+  if (!limited_ || !recovered_ || now - last_growth_ < interval) return false;
   if (probe && exhausted_at_ && now - *exhausted_at_ < p_.probe_after * (1 << failed_probes_))
     return false;
   if (probe && probe_open_) return false;  // the last step is not judged yet
@@ -255,6 +258,7 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   const int failed = failed_probes_;
   probe_open_ = false;
   if (probe_window) failed_probes_ = 0;  // judged, and not failed unless below
+  climbing_ = false;
   const double mean = window_us_ / window_n_;
   const double concurrency = window_load_ / window_n_;
   window_us_ = window_load_ = 0.0;
@@ -270,7 +274,10 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
     return false;
   }
   const bool queued = queue_shows(mean, concurrency, floor_us_);
-  if (probe_window && !queued) held(concurrency);
+  if (probe_window && !queued) {
+    held(concurrency);
+    climbing_ = true;
+  }
   if (floor_us_ <= 0 || mean < floor_us_) {
     floor_seen(mean, concurrency, now);
     return false;
@@ -344,6 +351,7 @@ bool Estimate::on_head(Signal signal, Micros ttfb, bool waiting) {
 void Estimate::decrease(double carrying, double factor, Signal why, Micros now) {
   burst_seq_ = seq_;
   probe_open_ = false;
+  climbing_ = false;
   floor_probe_open_ = false;
   failed_probes_ = 0;
   k_ = carrying;

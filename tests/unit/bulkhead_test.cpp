@@ -232,7 +232,7 @@ TEST_CASE("after the first decrease the estimate grows logistically toward K, th
   CHECK(e.value() >= 20);
 }
 
-TEST_CASE("past K, the first probe waits probe_after from the decrease, the next ones an interval",
+TEST_CASE("past K, the first probe waits probe_after from the decrease, the next its judgement",
           "[admission][bulkhead]") {
   EstimatePolicy p;  // growth 250 ms, probe_after 1 s
   Estimate e(p, 16, 0);
@@ -255,8 +255,37 @@ TEST_CASE("past K, the first probe waits probe_after from the decrease, the next
   CHECK_FALSE(e.maybe_grow(11s + 249ms));
   CHECK_FALSE(e.maybe_grow(11s + 250ms));  // the probe's own window is not judged yet
   answer_probe(e, 11s + 250ms);
-  CHECK(e.maybe_grow(11s + 250ms));  // the next probe: one interval later
+  CHECK(e.maybe_grow(11s + 250ms));  // the next probe, once this one held
   CHECK(e.value() == Approx(at_k + 2));
+}
+
+TEST_CASE("past a probe that held, the next step comes a round trip after it, not an interval",
+          "[admission][bulkhead]") {
+  // An upstream of 50 ms whose capacity was 4 and serves 8 again (the halve
+  // shape's return): each probe that held says it grew, and nothing has said
+  // "too much" since. Growth 250 ms.
+  Estimate e(EstimatePolicy{}, 4, 4);
+  answer_window(e, 16, 3, 50ms, 1s);  // the baseline and the floor: 50 ms
+  REQUIRE(e.baseline() == 50ms);
+  e.demand();
+  REQUIRE(e.maybe_grow(2s));
+  REQUIRE(e.value() == 5);
+  answer_probe(e, 2s + 60ms, 50ms);  // 5 in flight in the floor's time: it held
+  e.demand();
+  CHECK(e.maybe_grow(2s + 60ms));  // a round trip after the step, not 250 ms
+  CHECK(e.value() == 6);
+  answer_probe(e, 2s + 100ms, 50ms);
+  e.demand();
+  CHECK_FALSE(e.maybe_grow(2s + 100ms));  // judged, but not a round trip after the last step
+  CHECK(e.maybe_grow(2s + 110ms));
+  CHECK(e.value() == 7);
+  // A probe its queue refuted: back at K, and the next waits twice probe_after.
+  answer_probe(e, 2s + 200ms, 80ms);
+  CHECK(e.value() == 4);
+  e.observe(Signal::clean, e.next_seq(), 3, 50ms, 2s + 300ms);
+  e.demand();
+  CHECK_FALSE(e.maybe_grow(4s + 199ms));
+  CHECK(e.maybe_grow(4s + 200ms));
 }
 
 namespace {
