@@ -674,6 +674,18 @@ void Bulkhead::seat_outside(Seat& s, Micros now) {
 
 Hold Bulkhead::try_seat(Seat& s, Micros now, double u) {
   Hold h = decide(lanes_, census_locked(now), s.lane, u);
+  // A paced slot opens at once for a request of a lane ahead of bulk: it
+  // waits for a release otherwise, and a standard request's wait is its
+  // latency. It opens at the request's own time, a phase of its own.
+  if (h == Hold::full && s.lane != Lane::bulk && paced_n_ > 0) {
+    Census c = census_locked(now);
+    c.estimate += 1.0;
+    if (decide(lanes_, c, s.lane, u) == Hold::none) {
+      auto first = std::min_element(paced_.begin(), paced_.begin() + paced_n_);
+      *first = paced_[static_cast<std::size_t>(--paced_n_)];
+      h = decide(lanes_, census_locked(now), s.lane, u);
+    }
+  }
   if (h == Hold::none && s.lane == Lane::heavy && heavy_cap_ && !s.capped) {
     if (heavy_cap_->try_take())
       s.capped = true;

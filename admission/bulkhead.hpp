@@ -121,7 +121,10 @@
 //   meets), within kRephaseReach of a hold. A request that finds every slot
 //   held waits for the next release: through a gap of most of a hold when
 //   every slot turns over at once. At most kMaxPaced slots wait to open; a
-//   paced slot is not in the census until it opens.
+//   paced slot is not in the census until it opens, but for a request of a
+//   lane ahead of bulk that finds every slot held: the paced slot that would
+//   open first opens for it at once (its wait is its latency, and the slot
+//   takes the request's own phase).
 //   A request that is not admitted (but for the budget guard, refused at
 //   once) waits for patience(): its lane's queue window, and at least the
 //   delay target (2 x the uncongested service time, 10..100 ms), re-asking on

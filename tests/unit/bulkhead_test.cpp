@@ -1529,9 +1529,9 @@ struct Lockstep {
     for (auto& s : seats) n += s.seated ? 1 : 0;
     return n;
   }
-  void start(int waiting) {
+  void start(int waiting, Lane lane = Lane::bulk) {
     for (int i = 0; i < waiting; ++i) {
-      seats.emplace_back(Lane::standard);
+      seats.emplace_back(lane);
       b.ask(seats.back(), now, rng);
     }
     for (int i = 0; i < 8 && b.running() < 4; ++i) b.tick(now);
@@ -1563,6 +1563,28 @@ TEST_CASE("a slot freed in a cluster of releases opens in the widest gap, when h
   CHECK(l.b.expire(t + 25ms) == t + 37500us);
   CHECK(l.b.running() == 3);
   CHECK_FALSE(l.b.expire(t + 37500us));
+  CHECK(l.b.running() == 4);
+}
+
+TEST_CASE("a paced slot opens at once for a standard request; bulk waits for its time",
+          "[admission][bulkhead]") {
+  Lockstep l;
+  l.start(60);
+  REQUIRE(l.b.running() == 4);
+  for (int i = 0; i < 4; ++i) l.round(50ms);
+  l.waker.at.clear();
+  const Micros t = l.now + 50ms;
+  REQUIRE(l.round(50ms) == 2);  // two of the cluster paced, at t + 25 and t + 37.5 ms
+  REQUIRE(l.waker.at.size() == 2);
+  CHECK(l.b.running() == 2);  // the bulk waiting is not seated in them
+  // A standard request would wait for a release: the paced slot that opens
+  // first opens now, for it.
+  TestSeat& s = l.seats.emplace_back(Lane::standard);
+  CHECK(l.b.ask(s, t + 1ms, l.rng));
+  CHECK(l.b.running() == 3);
+  CHECK(l.b.expire(t + 25ms) == t + 37500us);  // opened already: nothing at 25 ms
+  CHECK(l.b.running() == 3);
+  CHECK_FALSE(l.b.expire(t + 37500us));  // the other opens at its time, to bulk
   CHECK(l.b.running() == 4);
 }
 
