@@ -275,8 +275,10 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   }
   const bool queued = queue_shows(mean, concurrency, floor_us_);
   if (probe_window && !queued) {
+    // Room past K only if the window carried past it: a probe's slot paced
+    // or kept, its window is the load below it, and says nothing of room.
+    climbing_ = concurrency > k_ + 0.5;
     held(concurrency);
-    climbing_ = true;
   }
   if (floor_us_ <= 0 || mean < floor_us_) {
     floor_seen(mean, concurrency, now);

@@ -279,13 +279,20 @@ TEST_CASE("past a probe that held, the next step comes a round trip after it, no
   CHECK_FALSE(e.maybe_grow(2s + 100ms));  // judged, but not a round trip after the last step
   CHECK(e.maybe_grow(2s + 110ms));
   CHECK(e.value() == 7);
-  // A probe its queue refuted: back at K, and the next waits twice probe_after.
-  answer_probe(e, 2s + 200ms, 80ms);
-  CHECK(e.value() == 4);
-  e.observe(Signal::clean, e.next_seq(), 3, 50ms, 2s + 300ms);
+  // A window that never carried past K (4 in flight: the step's slot not
+  // used) says nothing of room: the next step waits the interval.
+  answer_window(e, EstimatePolicy::kProbeSamples, 3, 50ms, 2s + 150ms);
   e.demand();
-  CHECK_FALSE(e.maybe_grow(4s + 199ms));
-  CHECK(e.maybe_grow(4s + 200ms));
+  CHECK_FALSE(e.maybe_grow(2s + 200ms));
+  CHECK(e.maybe_grow(2s + 360ms));
+  CHECK(e.value() == 8);
+  // A probe its queue refuted: back at K, and the next waits twice probe_after.
+  answer_probe(e, 2s + 400ms, 80ms);
+  CHECK(e.value() == 4);
+  e.observe(Signal::clean, e.next_seq(), 3, 50ms, 2s + 500ms);
+  e.demand();
+  CHECK_FALSE(e.maybe_grow(4s + 399ms));
+  CHECK(e.maybe_grow(4s + 400ms));
 }
 
 namespace {
