@@ -19,7 +19,8 @@
 //                at or above K: K̂ += 1, the first time probe_after after the
 //                              decrease (each probe past K costs one "too much"),
 //                              the next once this one's window is judged; after
-//                              a probe that held, one round trip (the baseline)
+//                              a probe that held at its own load (its window
+//                              carried past K), one round trip (the baseline)
 //                              after it, not growth_interval: the capacity grew,
 //                              and nothing has said "too much" since
 //   too much     an upstream 429 or 503, a connect or response timeout, or a
@@ -257,7 +258,7 @@ class Estimate {
   std::uint64_t burst_seq_ = 0;    // signals from requests admitted at or before it are one burst
   std::uint64_t window_seq_ = 0;   // a queue window counts requests admitted after it
   bool probe_open_ = false;        // a probe past K waits for its window's judgement
-  bool climbing_ = false;          // the last probe past K held: the next waits a round trip
+  bool climbing_ = false;          // the last probe held past K: the next waits a round trip
   int failed_probes_ = 0;          // probes in a row its queue refuted, at this K
   bool lowered_at_k_ = false;      // this K was lowered by one already (a window at K)
   bool floor_probe_open_ = false;  // K̂ is K - 1 until a window of its own is judged
