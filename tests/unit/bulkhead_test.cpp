@@ -1573,7 +1573,7 @@ TEST_CASE("a slot freed in a cluster of releases opens in the widest gap, when h
   CHECK(l.b.running() == 4);
 }
 
-TEST_CASE("a paced slot opens at once for a standard request; bulk waits for its time",
+TEST_CASE("a paced slot opens at once for a standard request, while bulk waits for its time",
           "[admission][bulkhead]") {
   Lockstep l;
   l.start(60);
