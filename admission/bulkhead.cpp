@@ -680,13 +680,11 @@ Hold Bulkhead::try_seat(Seat& s, Micros now, double u) {
   // waits for a release otherwise, and a standard request's wait is its
   // latency. It opens at the request's own time, a phase of its own.
   if (h == Hold::full && s.lane != Lane::bulk && paced_n_ > 0) {
-    Census c = census_locked(now);
-    c.estimate += 1.0;
-    if (decide(lanes_, c, s.lane, u) == Hold::none) {
-      auto first = std::min_element(paced_.begin(), paced_.begin() + paced_n_);
-      *first = paced_[static_cast<std::size_t>(--paced_n_)];
-      h = decide(lanes_, census_locked(now), s.lane, u);
-    }
+    auto first = std::min_element(paced_.begin(), paced_.begin() + paced_n_);
+    const Micros at = *first;
+    *first = paced_[static_cast<std::size_t>(--paced_n_)];
+    h = decide(lanes_, census_locked(now), s.lane, u);
+    if (h != Hold::none) paced_[static_cast<std::size_t>(paced_n_++)] = at;  // not for it
   }
   if (h == Hold::none && s.lane == Lane::heavy && heavy_cap_ && !s.capped) {
     if (heavy_cap_->try_take())

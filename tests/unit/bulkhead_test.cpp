@@ -1543,6 +1543,16 @@ struct Lockstep {
     }
     for (int i = 0; i < 8 && b.running() < 4; ++i) b.tick(now);
   }
+  // Four slots turning over at one instant for 16 holds of `hold` (steady from
+  // the 16th on), 60 bulk requests waiting; the waker's record cleared. The
+  // end of the next round.
+  Micros one_cluster(Micros hold) {
+    start(60);
+    REQUIRE(b.running() == 4);
+    for (int i = 0; i < 4; ++i) round(hold);
+    waker.at.clear();
+    return now + hold;
+  }
 };
 
 }  // namespace
@@ -1550,16 +1560,12 @@ struct Lockstep {
 TEST_CASE("a slot freed in a cluster of releases opens in the widest gap, when holds are steady",
           "[admission][bulkhead]") {
   Lockstep l;
-  l.start(60);
-  REQUIRE(l.b.running() == 4);
   // 16 holds of 50 ms: steady from the 16th on, which is paced already (the
   // last of its cluster): it opens at the next round, in the cluster again.
-  for (int i = 0; i < 4; ++i) l.round(50ms);
+  const Micros t = l.one_cluster(50ms);
   REQUIRE(l.b.running() == 3);
   // Every slot still turns over at one instant; the first released goes on
   // at once, the next ones open in the gaps of the hold ahead.
-  l.waker.at.clear();
-  const Micros t = l.now + 50ms;
   CHECK(l.round(50ms) == 2);
   CHECK(l.b.running() == 2);
   REQUIRE(l.waker.at.size() == 2);
@@ -1576,11 +1582,7 @@ TEST_CASE("a slot freed in a cluster of releases opens in the widest gap, when h
 TEST_CASE("a paced slot opens at once for a standard request, while bulk waits for its time",
           "[admission][bulkhead]") {
   Lockstep l;
-  l.start(60);
-  REQUIRE(l.b.running() == 4);
-  for (int i = 0; i < 4; ++i) l.round(50ms);
-  l.waker.at.clear();
-  const Micros t = l.now + 50ms;
+  const Micros t = l.one_cluster(50ms);
   REQUIRE(l.round(50ms) == 2);  // two of the cluster paced, at t + 25 and t + 37.5 ms
   REQUIRE(l.waker.at.size() == 2);
   CHECK(l.b.running() == 2);  // the bulk waiting is not seated in them
