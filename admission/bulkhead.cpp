@@ -256,13 +256,20 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   if (++window_n_ < samples) return false;
   const bool probe_window = probe_open_;
   const int failed = failed_probes_;
-  probe_open_ = false;
-  if (probe_window) failed_probes_ = 0;  // judged, and not failed unless below
   climbing_ = false;
   const double mean = window_us_ / window_n_;
   const double concurrency = window_load_ / window_n_;
   window_us_ = window_load_ = 0.0;
   window_n_ = 0;
+  const bool queued = queue_shows(mean, concurrency, floor_us_);
+  // A probe is judged at its own load, or by a queue its step made. A window
+  // that never carried past K and shows no queue (the step's slot paced, kept
+  // or unused: demand below it) says nothing of room past K, and the probe
+  // stays open for the next window (else each growth interval would step K̂
+  // once more, unjudged, and the next burst would meet the queue of them all).
+  const bool judged = probe_window && (concurrency > k_ + 0.5 || queued);
+  probe_open_ = probe_window && !judged;
+  if (judged) failed_probes_ = 0;  // and failed again below if its queue shows
   if (floor_probe_open_) {
     // One under K: a faster mean is the upstream's own time, and K is judged
     // against it again; one no faster says the floor holds under K. K̂ goes
@@ -273,11 +280,8 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
     end_floor_probe();
     return false;
   }
-  const bool queued = queue_shows(mean, concurrency, floor_us_);
-  if (probe_window && !queued) {
-    // Room past K only if the window carried past it: a probe's slot paced
-    // or kept, its window is the load below it, and says nothing of room.
-    climbing_ = concurrency > k_ + 0.5;
+  if (judged && !queued) {
+    climbing_ = true;
     held(concurrency);
   }
   if (floor_us_ <= 0 || mean < floor_us_) {
@@ -286,7 +290,8 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   }
   // An aged floor gives way to a window at no more than the capacity measured:
   // one taken at a probe's queue would hide that queue from then on.
-  if (now - floor_at_ > EstimatePolicy::kQueueFloorAge && (k_ <= 0 || concurrency <= k_ + 0.5)) {
+  if (now - floor_at_ > EstimatePolicy::kQueueFloorAge && !probe_window &&
+      (k_ <= 0 || concurrency <= k_ + 0.5)) {
     floor_load_ =
         within_tolerance(mean, floor_us_) ? std::min(floor_load_, concurrency) : concurrency;
     floor_us_ = mean;
@@ -299,8 +304,9 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   // (Little's law), far under the 1.5x line, while every request waits in its
   // queue. Not all n served at once (and the window measurably slower): the
   // probe failed, and K̂ goes back to K, no lower (noise in one window says
-  // nothing below K); the next probe waits probe_after again.
-  if (k_ > 0 && concurrency > k_ + 0.5 && queued) {
+  // nothing below K); the next probe waits probe_after again. So does a
+  // probe's window at K that queued: its requests past K made that queue.
+  if (k_ > 0 && (concurrency > k_ + 0.5 || probe_window) && queued) {
     decrease(k_, 1.0, Signal::slow, now);
     failed_probes_ = std::min(failed + 1, EstimatePolicy::kProbeBackoff);
     return true;

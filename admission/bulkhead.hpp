@@ -51,7 +51,11 @@
 //                time; K = that, rounded to the nearest whole request, and K̂ = K.
 //                Means of windows, not single heads, so one slow request is no queue.
 //                A probe past K is judged at its own load, on a window of
-//                kProbeSamples answers of requests admitted after its step: a
+//                kProbeSamples answers of requests admitted after its step; a
+//                window that never carried past K (n <= K + 0.5) and shows no
+//                queue says nothing of room, and the probe stays open (K̂
+//                steps no further) for the next window. A window at K that
+//                queued ends it as one past K does (its step made the queue). A
 //                window at n > K in flight whose mean says fewer than n - 0.5
 //                were served at once (n x floor / m, m at least 1.05 x the
 //                floor, and n x (m - floor), the wait of a queue of one, at

@@ -280,19 +280,26 @@ TEST_CASE("past a probe that held, the next step comes a round trip after it, no
   CHECK(e.maybe_grow(2s + 110ms));
   CHECK(e.value() == 7);
   // A window that never carried past K (4 in flight: the step's slot not
-  // used) says nothing of room: the next step waits the interval.
+  // used) says nothing of room: the probe stays open, and K̂ steps no further,
+  // however long, until a window at its own load judges it.
   answer_window(e, EstimatePolicy::kProbeSamples, 3, 50ms, 2s + 150ms);
   e.demand();
-  CHECK_FALSE(e.maybe_grow(2s + 200ms));
-  CHECK(e.maybe_grow(2s + 360ms));
+  CHECK_FALSE(e.maybe_grow(2s + 360ms));
+  answer_window(e, EstimatePolicy::kProbeSamples, 3, 50ms, 2s + 400ms);
+  e.demand();
+  CHECK_FALSE(e.maybe_grow(3s));
+  CHECK(e.value() == 7);
+  answer_probe(e, 3s + 10ms, 50ms);  // 7 in flight in the floor's time: it held
+  e.demand();
+  CHECK(e.maybe_grow(3s + 60ms));
   CHECK(e.value() == 8);
   // A probe its queue refuted: back at K, and the next waits twice probe_after.
-  answer_probe(e, 2s + 400ms, 80ms);
+  answer_probe(e, 3s + 100ms, 80ms);
   CHECK(e.value() == 4);
-  e.observe(Signal::clean, e.next_seq(), 3, 50ms, 2s + 500ms);
+  e.observe(Signal::clean, e.next_seq(), 3, 50ms, 3s + 200ms);
   e.demand();
-  CHECK_FALSE(e.maybe_grow(4s + 399ms));
-  CHECK(e.maybe_grow(4s + 400ms));
+  CHECK_FALSE(e.maybe_grow(5s + 99ms));
+  CHECK(e.maybe_grow(5s + 100ms));
 }
 
 namespace {
@@ -327,6 +334,23 @@ TEST_CASE("a probe past K is judged on a short window of its own requests, befor
   CHECK(e.observe(Signal::clean, e.next_seq(), 8, kNineOnEight, 2s + 600ms));
   CHECK(e.value() == 8);
   CHECK(e.carrying() == 8);
+}
+
+TEST_CASE("a probe's window at K that queued refutes the probe and leaves K where it was",
+          "[admission][bulkhead]") {
+  // The step's requests past K queued at the upstream, and the window's mean
+  // load is K (the step's slot busy part of the time): the probe made that
+  // queue. K̂ goes back to K, no lower, and steps no further.
+  Estimate e = at_k_with_floor();
+  e.demand();
+  REQUIRE(e.maybe_grow(2s));
+  REQUIRE(e.value() == 9);
+  for (int i = 0; i < EstimatePolicy::kProbeSamples; ++i)
+    e.observe(Signal::clean, e.next_seq(), 7, kNineOnEight, 2s + 100ms);
+  CHECK(e.value() == 8);
+  CHECK(e.carrying() == 8);
+  e.demand();
+  CHECK_FALSE(e.maybe_grow(2s + 500ms));
 }
 
 TEST_CASE(
