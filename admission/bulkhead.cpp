@@ -227,14 +227,16 @@ bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, 
   // answer arrived can meet a slot still held (on two cores, often). A refusal
   // above that load ends a climb past it: the capacity grew, and this is where
   // it ends now, no margin either.
-  const bool confirmed = signal == Signal::refused && why_ == Signal::refused &&
-                         (std::abs(carrying - k_) < 1.5 || carrying > k_);
-  // One under it is that slot still held, or a capacity that fell by one: the
-  // first such refusal since the upstream last served K at once keeps K (and
-  // ends a probe past it); a second, with no answer at K in flight between,
-  // lowers it (on two cores the first kind came every few seconds, and each
-  // cost a second at K - 1).
-  if (confirmed && carrying < k_ - 0.5 && !doubted_) {
+  const bool sharp = signal == Signal::refused && why_ == Signal::refused;
+  const bool confirmed = sharp && (std::abs(carrying - k_) < 1.5 || carrying > k_);
+  // Under it is a slot still held (one per answer just read: two at once on
+  // two threads), or a capacity that fell: the first such refusal since the
+  // upstream last served K at once keeps K (and ends a probe past it); a
+  // second, with no answer at K in flight between, lowers it (on two cores the
+  // first kind came every few seconds, and each cost a second under K; at two
+  // under, seed 001's margin too: K̂ = 0.85 x (K - 2), and the bulk lane's
+  // queue refused for the second and more it took to climb back).
+  if (sharp && carrying < k_ - 0.5 && !doubted_) {
     doubted_ = true;
     khat_ = std::min(khat_, k_);
     return false;

@@ -730,7 +730,8 @@ TEST_CASE("too much decreases the estimate once per burst and remembers the load
 }
 
 TEST_CASE(
-    "a refusal within one of the load the last refusal met confirms a sharp capacity: no margin",
+    "a refusal within one of the load the last refusal met confirms a sharp capacity: no margin, "
+    "and the first under it keeps it",
     "[admission][bulkhead]") {
   EstimatePolicy p;
   p.seed = 16;
@@ -767,8 +768,14 @@ TEST_CASE(
   CHECK(e.value() == 7);
   CHECK(e.carrying() == 7);
   regrow(8, 44s);
-  REQUIRE(e.observe(Signal::refused, e.next_seq(), 5, 1ms, 60s));
-  CHECK(e.value() == Approx(0.85 * 5));  // two under it: the margin again
+  // Two under it, as two answers read at once on two threads leave: the first
+  // keeps K too. A second with no answer at K between: the capacity fell, by
+  // more than one, and the margin comes back.
+  CHECK_FALSE(e.observe(Signal::refused, e.next_seq(), 5, 1ms, 60s));
+  CHECK(e.carrying() == 7);
+  CHECK(e.value() == 7);
+  REQUIRE(e.observe(Signal::refused, e.next_seq(), 5, 1ms, 60s + 10ms));
+  CHECK(e.value() == Approx(0.85 * 5));
   // The capacity grew: the estimate climbs past 5 and is refused at 8, which
   // ends the climb where the upstream refuses now: K̂ = 8, no margin.
   regrow(7.5, 60s);
