@@ -31,9 +31,10 @@
 //                K the last refusal set confirms a sharp capacity (an upstream
 //                that refuses exactly above it, and frees a slot only once its
 //                answer is written), and one above it ends a climb past it (the
-//                capacity grew): K̂ = min(K̂, K), no margin. One under K
+//                capacity grew): K̂ = min(K̂, K), no margin. Under that K
 //                twice in a row (no answer at K in flight between) for K to
-//                fall to it: the first keeps K (K̂ = min(K̂, K)).
+//                fall: the first keeps K (K̂ = min(K̂, K)), however far under
+//                (a slot held per answer just read: two at once on two threads).
 //                Once per burst: signals from requests admitted before the
 //                decrease are the same burst and change nothing.
 //   a queue      an upstream that queues above its capacity refuses nothing: its
