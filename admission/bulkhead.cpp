@@ -887,8 +887,17 @@ void Bulkhead::note_hold(Micros held) {
     hold_us_ = us;
     return;
   }
-  hold_dev_us_ += (std::abs(us - hold_us_) - hold_dev_us_) / 16;
-  hold_us_ += (us - hold_us_) / 16;
+  // Past the first holds (the mean's start), a hold counts at most
+  // kHoldOutlier x the steady line away from the mean: one cluster of long
+  // holds (a stall of the upstream or of the host, every slot held through
+  // it) is not holds that vary, and pacing goes on re-phasing the cluster it
+  // made; holds that vary for good still cross the line.
+  const double reach = holds_ <= static_cast<std::uint64_t>(EstimatePolicy::kBaselineSamples)
+                           ? std::numeric_limits<double>::infinity()
+                           : kHoldOutlier * kSteadyHold * hold_us_;
+  const double d = std::clamp(us - hold_us_, -reach, reach);
+  hold_dev_us_ += (std::abs(d) - hold_dev_us_) / 16;
+  hold_us_ += d / 16;
 }
 
 void Bulkhead::pace(int before, Micros now) {

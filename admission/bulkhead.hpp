@@ -114,7 +114,10 @@
 //   A kept slot counts as running; never in the heavy lane (its cap), never
 //   after a "too much", and at most kMaxKept per lane.
 //   Pacing: while holds are steady (their mean deviation within kSteadyHold
-//   of the mean hold: a slot's phase, when it turns over, then lasts), a
+//   of the mean hold: a slot's phase, when it turns over, then lasts; each
+//   hold counted at most kHoldOutlier x that line from the mean, so that one
+//   stall that held every slot at once does not stop the re-phasing of the
+//   cluster it leaves), a
 //   slot opens in the widest gap between the releases the live bulk and
 //   standard seats will make (each seat's start + the mean hold), when that
 //   gap is wider than kPaceSpread even gaps (hold / slots): a slot the
@@ -478,6 +481,8 @@ class Bulkhead {
   static constexpr double kClustered = 0.5;      // x the even gap
   static constexpr double kRephaseReach = 0.75;  // x the hold
   static constexpr double kSteadyHold = 0.1;
+  static constexpr double kHoldOutlier =
+      1.5;                                // x kSteadyHold x the hold: a hold counts at most so far
   static constexpr int kMaxPhases = 256;  // live seats looked at; more: no pacing
   // Classifies a response head for release(), without the lock: by the slow
   // line as of the last release (own_delay as Estimate::classify's).

@@ -1628,6 +1628,27 @@ TEST_CASE("a paced slot opens at once for a standard request, while bulk waits f
   CHECK(l.b.running() == 4);
 }
 
+TEST_CASE("one stall that held every slot at once does not stop the pacing of the cluster it left",
+          "[admission][bulkhead]") {
+  Lockstep l;
+  const Micros t = l.one_cluster(50ms);
+  REQUIRE(l.round(50ms) == 2);  // steady: two of the cluster paced
+  REQUIRE(l.waker.at.size() == 2);
+  l.b.expire(t + 50ms);
+  REQUIRE(l.b.running() == 4);
+  // The upstream stalls for 50 ms: the seats made at t are held 100 ms and
+  // come back at one instant, t + 100 ms. The slots their releases free open
+  // in the gaps again, not all at once.
+  l.waker.at.clear();
+  std::vector<TestSeat*> stalled;
+  for (auto& s : l.seats)
+    if (s.seated && s.since == t) stalled.push_back(&s);
+  REQUIRE(stalled.size() >= 2);
+  for (auto* s : stalled) l.b.release(*s, Signal::clean, 100ms, t + 100ms);
+  CHECK_FALSE(l.waker.at.empty());
+  CHECK(l.b.running() < 4);
+}
+
 TEST_CASE("slots whose holds vary refill at once, however close their releases",
           "[admission][bulkhead]") {
   Lockstep l;
