@@ -269,7 +269,8 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   // or unused: demand below it) says nothing of room past K, and the probe
   // stays open for the next window (else each growth interval would step K̂
   // once more, unjudged, and the next burst would meet the queue of them all).
-  const bool judged = probe_window && (concurrency > k_ + 0.5 || queued);
+  const bool past_k = carried_past_k(concurrency);
+  const bool judged = probe_window && (past_k || queued);
   probe_open_ = probe_window && !judged;
   if (judged) failed_probes_ = 0;  // and failed again below if its queue shows
   if (floor_probe_open_) {
@@ -292,8 +293,7 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   }
   // An aged floor gives way to a window at no more than the capacity measured:
   // one taken at a probe's queue would hide that queue from then on.
-  if (now - floor_at_ > EstimatePolicy::kQueueFloorAge && !probe_window &&
-      (k_ <= 0 || concurrency <= k_ + 0.5)) {
+  if (now - floor_at_ > EstimatePolicy::kQueueFloorAge && !probe_window && !past_k) {
     floor_load_ =
         within_tolerance(mean, floor_us_) ? std::min(floor_load_, concurrency) : concurrency;
     floor_us_ = mean;
@@ -308,7 +308,7 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   // probe failed, and K̂ goes back to K, no lower (noise in one window says
   // nothing below K); the next probe waits probe_after again. So does a
   // probe's window at K that queued: its requests past K made that queue.
-  if (k_ > 0 && (concurrency > k_ + 0.5 || probe_window) && queued) {
+  if ((past_k || probe_window) && queued) {
     decrease(k_, 1.0, Signal::slow, now);
     failed_probes_ = std::min(failed + 1, EstimatePolicy::kProbeBackoff);
     return true;
@@ -385,8 +385,7 @@ void Estimate::decrease(double carrying, double factor, Signal why, Micros now) 
 // is no evidence, and K stays (each raise would let the floor age into the
 // step's queue, and K climb one step a floor age).
 void Estimate::held(double concurrency) {
-  if (why_ != Signal::slow || k_ <= 0 || concurrency <= k_ + 0.5 ||
-      1.0 / (concurrency - 1.0) < 2.0 * EstimatePolicy::kProbeTolerance)
+  if (why_ != Signal::slow || 1.0 / (concurrency - 1.0) < 2.0 * EstimatePolicy::kProbeTolerance)
     return;
   const double step = std::min(std::floor(khat_ + 1e-9), std::round(concurrency));
   if (step <= k_) return;

@@ -288,7 +288,10 @@ class Estimate {
   // A window's mean at `load`: a lower one is the floor; one within
   // kProbeTolerance of it saw the floor's time at that load.
   void floor_seen(double mean, double load, Micros now);
-  void held(double concurrency);  // a probe's window at `concurrency` that held
+  // A window at `concurrency` in flight carried past a measured K (by more
+  // than half a request: the window's mean, not one request's load).
+  bool carried_past_k(double concurrency) const { return k_ > 0 && concurrency > k_ + 0.5; }
+  void held(double concurrency);  // a probe's window that carried past K and held
   void end_floor_probe();         // K̂ back at K, a new window
 };
 
@@ -481,9 +484,8 @@ class Bulkhead {
   static constexpr double kClustered = 0.5;      // x the even gap
   static constexpr double kRephaseReach = 0.75;  // x the hold
   static constexpr double kSteadyHold = 0.1;
-  static constexpr double kHoldOutlier =
-      1.5;                                // x kSteadyHold x the hold: a hold counts at most so far
-  static constexpr int kMaxPhases = 256;  // live seats looked at; more: no pacing
+  static constexpr double kHoldOutlier = 1.5;  // x kSteadyHold x the hold: a hold's most weight
+  static constexpr int kMaxPhases = 256;       // live seats looked at; more: no pacing
   // Classifies a response head for release(), without the lock: by the slow
   // line as of the last release (own_delay as Estimate::classify's).
   Signal classify(int status, Micros ttfb, Micros own_delay = Micros{0}) const;
