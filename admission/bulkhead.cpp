@@ -741,7 +741,12 @@ bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, bool kee
     const bool clustered = hold_us_ > 0 && static_cast<double>((now - last_release_).count()) <
                                                kClustered * hold_us_ / estimate_.slots();
     last_release_ = now;
-    if (clustered && !decreased && !delegated && !keep_cap) pace_one(now, kRephaseReach);
+    if (!decreased && !delegated && !keep_cap) {
+      if (clustered)
+        pace_one(now, kRephaseReach);
+      else
+        spread_one(now);
+    }
   }
   slow_above_us_.store(estimate_.slow_above_us(), std::memory_order_relaxed);
   unmeasured_.store(!estimate_.measured(), std::memory_order_relaxed);
@@ -916,18 +921,15 @@ bool Bulkhead::pace_one(Micros now, double reach) {
 }
 
 // The phase in [0, hold) of each release to come, the live bulk and standard
-// seats' (start + the mean hold) and the paced slots' (their opening); a
-// stream's seat turns over too rarely to count. The widest gap between them
-// on the circle of one hold whose middle is within reach x hold: its middle,
-// when it is wider than kPaceSpread times the even gap. None while holds vary
-// by more than kSteadyHold (phases then scatter by themselves), or before
-// kBaselineSamples holds have shown how much they vary.
-std::optional<Micros> Bulkhead::paced_open(Micros now, double reach) const {
+// seats' (start + the mean hold) and the paced slots' (their opening);
+// a stream's seat turns over too rarely to count. None while holds vary by
+// more than kSteadyHold (phases then scatter by themselves), before
+// kBaselineSamples holds have shown how much they vary, or past kMaxPhases.
+std::optional<std::size_t> Bulkhead::phases(Micros now, Phases& phase) const {
   const double hold = hold_us_;
   if (holds_ < static_cast<std::uint64_t>(EstimatePolicy::kBaselineSamples) ||
       hold_dev_us_ > kSteadyHold * hold)
     return std::nullopt;
-  std::array<double, kMaxPhases + kMaxPaced> phase{};
   std::size_t n = 0;
   auto add = [&](Micros release) {
     double d = static_cast<double>((release - now).count());
@@ -939,8 +941,19 @@ std::optional<Micros> Bulkhead::paced_open(Micros now, double reach) const {
       add(s->since + Micros(static_cast<std::int64_t>(hold)));
     }
   for (int i = 0; i < paced_n_; ++i) add(paced_[static_cast<std::size_t>(i)]);
-  if (n == 0) return std::nullopt;
+  return n;
+}
+
+// The widest gap between the phases on the circle of one hold whose middle is
+// within reach x hold: its middle, when it is wider than kPaceSpread times the
+// even gap.
+std::optional<Micros> Bulkhead::paced_open(Micros now, double reach) const {
+  Phases phase;
+  const auto counted = phases(now, phase);
+  if (!counted || *counted == 0) return std::nullopt;
+  const std::size_t n = *counted;
   std::sort(phase.begin(), phase.begin() + static_cast<std::ptrdiff_t>(n));
+  const double hold = hold_us_;
   double widest = phase[0] + hold - phase[n - 1];  // across the end of the circle
   double middle = std::fmod(phase[n - 1] + widest / 2, hold);
   if (middle > reach * hold) widest = 0;
@@ -953,6 +966,33 @@ std::optional<Micros> Bulkhead::paced_open(Micros now, double reach) const {
   }
   if (widest <= kPaceSpread * hold / static_cast<double>(n + 1)) return std::nullopt;
   return now + Micros(static_cast<std::int64_t>(middle));
+}
+
+// The slot a release frees would turn over at phase 0 (= hold) of the circle:
+// its neighbours are the last phase (the seat made last, `before` ago) and the
+// first (the next release, `after` from now). Nearer the one before, it opens
+// at the middle between them: a standard request that finds every slot held
+// waits for the next release, and uneven gaps (a stream's seat that left a
+// hole among the phases, a probe's slot come and gone, holds that differ by a
+// little) make that wait as long as the widest. A phase moves only later (a
+// release cannot come earlier), by at most half of a gap: each slot that
+// turns over halves its side's difference, and the phases settle even.
+bool Bulkhead::spread_one(Micros now) {
+  if (paced_n_ == kMaxPaced || waiting_locked() == 0) return false;
+  Phases phase;
+  const auto counted = phases(now, phase);
+  if (!counted || *counted == 0) return false;
+  const std::size_t n = *counted;
+  const auto [first, last] = std::minmax_element(phase.begin(), phase.begin() + n);
+  const double after = *first;
+  const double before = hold_us_ - *last;
+  const double shift = (after - before) / 2;
+  if (shift <= kSpreadMin * hold_us_ / static_cast<double>(n + 1)) return false;
+  const Micros at = now + Micros(static_cast<std::int64_t>(shift));
+  paced_[static_cast<std::size_t>(paced_n_++)] = at;
+  ++paced_total_;
+  if (waker_) waker_->wake_at(at);
+  return true;
 }
 
 // Offers free slots to the heads of the queues, least borrowed per weight

@@ -127,7 +127,12 @@
 //   and a slot freed within kClustered even gaps of the last
 //   release (re-phasing: a loop busy with a cluster of answers reads them
 //   later, so a cluster's hold is longer and it sweeps up the phases it
-//   meets), within kRephaseReach of a hold. A request that finds every slot
+//   meets), within kRephaseReach of a hold. Any other slot a release frees
+//   opens at the middle between its neighbours on that circle (the last seat
+//   made and the next release) when that is more than kSpreadMin even gaps
+//   later (spreading: a stream's seat or a probe's slot come and gone leaves
+//   a hole among the phases, and a standard request's wait is the gap it
+//   lands in); a phase moves only later. A request that finds every slot
 //   held waits for the next release: through a gap of most of a hold when
 //   every slot turns over at once. At most kMaxPaced slots wait to open; a
 //   paced slot is not in the census until it opens, but for a request of a
@@ -483,6 +488,7 @@ class Bulkhead {
   static constexpr double kPaceSpread = 1.5;     // x the even gap
   static constexpr double kClustered = 0.5;      // x the even gap
   static constexpr double kRephaseReach = 0.75;  // x the hold
+  static constexpr double kSpreadMin = 0.2;      // x the even gap: a smaller shift is noise
   static constexpr double kSteadyHold = 0.1;
   static constexpr double kHoldOutlier = 1.5;  // x kSteadyHold x the hold: a hold's most weight
   static constexpr int kMaxPhases = 256;       // live seats looked at; more: no pacing
@@ -574,6 +580,9 @@ class Bulkhead {
   void pace(int before, Micros now);
   bool pace_one(Micros now, double reach);                           // false: it opens now
   std::optional<Micros> paced_open(Micros now, double reach) const;  // none: open now
+  bool spread_one(Micros now);  // a slot freed nearer the last phase than the next
+  using Phases = std::array<double, kMaxPhases + kMaxPaced>;
+  std::optional<std::size_t> phases(Micros now, Phases& phase) const;
   int kept() const { return kept_n_[0] + kept_n_[1] + kept_n_[2]; }
   bool starving(Lane lane, const Seats& g, Micros now) const;
   void unqueue(Seat& s);

@@ -346,7 +346,7 @@ const FamilySpec kFamilies[] = {
        per_upstream(s, out, [&](std::size_t u) { return s.views[u].carrying; });
      }},
     {"sluice_upstream_paced_slots_total",
-     "Slots opened later, in the widest gap between the releases to come (slot phases).",
+     "Slots opened later, in a gap between the releases to come (slot phases).",
      MetricType::Counter,
      [](const Scrape& s, Samples& out) {
        per_upstream(s, out, [&](std::size_t u) { return s.views[u].paced; });
