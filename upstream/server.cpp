@@ -69,6 +69,12 @@ void note_high(std::atomic<std::uint64_t>& max, std::uint64_t now) {
   }
 }
 
+// What a client offered: `at_upstream` less the answers being written.
+void note_offered(Stats& stats, std::uint64_t at_upstream) {
+  const auto answering = stats.answering.load(std::memory_order_relaxed);
+  note_high(stats.max_offered, at_upstream > answering ? at_upstream - answering : 0);
+}
+
 // Starts the oldest waiters while fewer than the capacity in force are in flight: after the
 // scheduled capacity rose, a release hands on one slot and would leave the new ones idle.
 void admit_waiters(Shared& shared) {
@@ -119,8 +125,8 @@ class InFlight {
     const auto capacity = capacity_now(shared, true);
     if (shared.options.queue_over_capacity && capacity != 0) {
       std::lock_guard lock(shared.slot_queue.mutex);
-      note_high(stats.max_offered, stats.in_flight.load(std::memory_order_relaxed) +
-                                       stats.waiting.load(std::memory_order_relaxed) + 1);
+      note_offered(stats, stats.in_flight.load(std::memory_order_relaxed) +
+                              stats.waiting.load(std::memory_order_relaxed) + 1);
       // Read under the lock: a rise applied since has admitted only the waiters queued before.
       if (stats.in_flight.load(std::memory_order_relaxed) >= shared.capacity.capacity()) {
         shared.slot_queue.waiters.push_back(std::move(resume));
@@ -137,14 +143,14 @@ class InFlight {
       if (capacity != 0 && current >= capacity) {
         stats.rejected.fetch_add(1, std::memory_order_relaxed);
         auto refusing = stats.refusing.fetch_add(1, std::memory_order_relaxed) + 1;
-        note_high(stats.max_offered, current + refusing);
+        note_offered(stats, current + refusing);
         refusing_ = &shared;  // until its 429 is written (release())
         return Seat::kRefused;
       }
     } while (
         !stats.in_flight.compare_exchange_weak(current, current + 1, std::memory_order_relaxed));
     note_high(stats.max_in_flight, current + 1);
-    note_high(stats.max_offered, current + 1 + stats.refusing.load(std::memory_order_relaxed));
+    note_offered(stats, current + 1 + stats.refusing.load(std::memory_order_relaxed));
     shared_ = &shared;
     return Seat::kHeld;
   }
@@ -152,7 +158,17 @@ class InFlight {
   // The slot a release handed over (in_flight already counts it).
   void adopt(Shared& shared) { shared_ = &shared; }
 
+  // Its answer is being written: from here the client may have it.
+  void answering() {
+    Shared* shared = shared_ ? shared_ : refusing_;
+    if (shared == nullptr || answering_ != nullptr) return;
+    answering_ = shared;
+    shared->stats.answering.fetch_add(1, std::memory_order_relaxed);
+  }
+
   void release() {
+    if (answering_)
+      std::exchange(answering_, nullptr)->stats.answering.fetch_sub(1, std::memory_order_relaxed);
     if (refusing_)
       std::exchange(refusing_, nullptr)->stats.refusing.fetch_sub(1, std::memory_order_relaxed);
     if (shared_ == nullptr) return;
@@ -186,7 +202,8 @@ class InFlight {
 
  private:
   Shared* shared_ = nullptr;
-  Shared* refusing_ = nullptr;  // a 429 being answered
+  Shared* refusing_ = nullptr;   // a 429 being answered
+  Shared* answering_ = nullptr;  // an answer being written
 };
 
 // The value of `name` in "a=1&b=2", or "" when absent.
@@ -420,9 +437,9 @@ class Session : public std::enable_shared_from_this<Session> {
           auto& st = shared_.stats;
           auto now = st.in_flight.load(std::memory_order_relaxed);
           st.max_in_flight.store(now, std::memory_order_relaxed);
-          st.max_offered.store(now + st.waiting.load(std::memory_order_relaxed) +
-                                   st.refusing.load(std::memory_order_relaxed),
-                               std::memory_order_relaxed);
+          st.max_offered.store(0, std::memory_order_relaxed);
+          note_offered(st, now + st.waiting.load(std::memory_order_relaxed) +
+                               st.refusing.load(std::memory_order_relaxed));
         }
         return write_small(prepare_small(http::status::ok, "application/json", body_));
       case Route::kBadRequest:
@@ -573,6 +590,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void write_small(SmallResponse& res) {
+    lease_.answering();
     stream_.expires_after(kIoTimeout);
     http::async_write(stream_, res,
                       beast::bind_front_handler(&Session::on_small_written, shared_from_this()));

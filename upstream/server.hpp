@@ -52,9 +52,13 @@ struct Stats {
   std::atomic<std::uint64_t> max_in_flight{0};
   // The most requests at the upstream at once, counting those it is refusing
   // (429 shape: from their arrival until the 429 is written) or queues (queue
-  // shape): the concurrency it was offered.
+  // shape): the concurrency it was offered. A request whose answer is being
+  // written is not counted: the client may have read the answer, and sent its
+  // next request, before the write's completion gives the slot back (a slot
+  // still held for it refuses or queues that request all the same).
   std::atomic<std::uint64_t> max_offered{0};
-  std::atomic<std::uint64_t> refusing{0};  // 429s being answered now
+  std::atomic<std::uint64_t> refusing{0};   // 429s being answered now
+  std::atomic<std::uint64_t> answering{0};  // answers (200s and 429s) being written now
   std::atomic<std::uint64_t> rejected{0};
   std::atomic<std::uint64_t> queued{0};   // requests that waited for a slot (queue shape)
   std::atomic<std::uint64_t> waiting{0};  // requests waiting for a slot now
