@@ -227,7 +227,7 @@ bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, 
   // answer arrived can meet a slot still held (on two cores, often). A refusal
   // above that load ends a climb past it: the capacity grew, and this is where
   // it ends now, no margin either.
-  const bool sharp = signal == Signal::refused && why_ == Signal::refused;
+  const bool sharp = signal == Signal::refused && measured_by_ == Signal::refused;
   const bool confirmed = sharp && (std::abs(carrying - k_) < 1.5 || carrying > k_);
   // Under it is a slot still held (one per answer just read: two at once on
   // two threads), or a capacity that fell: the first such refusal since the
@@ -308,8 +308,12 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   // probe failed, and K̂ goes back to K, no lower (noise in one window says
   // nothing below K); the next probe waits probe_after again. So does a
   // probe's window at K that queued: its requests past K made that queue.
+  // K stands, and so does what measured it: on an upstream that refuses above
+  // K, a stall that read as a probe's queue leaves K sharp (else the next
+  // refusal under it, a slot still held, took seed 001's margin: K̂ 5.95 on an
+  // upstream of 8, and the bulk lane's queue refused while it climbed back).
   if ((past_k || probe_window) && queued) {
-    decrease(k_, 1.0, Signal::slow, now);
+    decrease(k_, 1.0, Signal::slow, now, false);
     failed_probes_ = std::min(failed + 1, EstimatePolicy::kProbeBackoff);
     return true;
   }
@@ -319,8 +323,8 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   // lowers K by one, once per K measured: a floor gone stale (an upstream now
   // slower for good, not queueing) reads the same, and must not walk K down
   // window after window.
-  if (why_ == Signal::slow && !lowered_at_k_ && k_ >= 2 && std::abs(concurrency - k_) <= 0.5 &&
-      queued) {
+  if (measured_by_ == Signal::slow && !lowered_at_k_ && k_ >= 2 &&
+      std::abs(concurrency - k_) <= 0.5 && queued) {
     decrease(k_ - 1.0, 1.0, Signal::slow, now);
     lowered_at_k_ = true;
     return true;
@@ -329,8 +333,9 @@ bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) 
   // in it (every window since the first queued: a seed above its capacity).
   // One window one under K tells; only where a queue of one shows (it holds
   // a request about one service time, the floor).
-  if (why_ == Signal::slow && !probe_window && k_ >= 2 && std::abs(concurrency - k_) <= 0.5 &&
-      floor_load_ > k_ - 0.5 && khat_ >= k_ && floor_us_ >= kQueueMinGapUs) {
+  if (measured_by_ == Signal::slow && !probe_window && k_ >= 2 &&
+      std::abs(concurrency - k_) <= 0.5 && floor_load_ > k_ - 0.5 && khat_ >= k_ &&
+      floor_us_ >= kQueueMinGapUs) {
     floor_probe_open_ = true;
     floor_probe_at_ = now;
     khat_ = k_ - 1.0;
@@ -358,7 +363,7 @@ bool Estimate::on_head(Signal signal, Micros ttfb, bool waiting) {
   return khat_ != before;
 }
 
-void Estimate::decrease(double carrying, double factor, Signal why, Micros now) {
+void Estimate::decrease(double carrying, double factor, Signal why, Micros now, bool measured) {
   burst_seq_ = seq_;
   probe_open_ = false;
   climbing_ = false;
@@ -371,6 +376,7 @@ void Estimate::decrease(double carrying, double factor, Signal why, Micros now) 
   recovered_ = false;
   exhausted_at_ = now;
   why_ = why;
+  if (measured) measured_by_ = why;
   ++decreases_;
   start_window();
 }
@@ -385,7 +391,8 @@ void Estimate::decrease(double carrying, double factor, Signal why, Micros now) 
 // is no evidence, and K stays (each raise would let the floor age into the
 // step's queue, and K climb one step a floor age).
 void Estimate::held(double concurrency) {
-  if (why_ != Signal::slow || 1.0 / (concurrency - 1.0) < 2.0 * EstimatePolicy::kProbeTolerance)
+  if (measured_by_ != Signal::slow ||
+      1.0 / (concurrency - 1.0) < 2.0 * EstimatePolicy::kProbeTolerance)
     return;
   const double step = std::min(std::floor(khat_ + 1e-9), std::round(concurrency));
   if (step <= k_) return;

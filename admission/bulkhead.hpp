@@ -277,7 +277,8 @@ class Estimate {
   bool floor_probe_open_ = false;  // K̂ is K - 1 until a window of its own is judged
   Micros floor_probe_at_{0};
   std::optional<Micros> exhausted_at_;
-  Signal why_ = Signal::none;
+  Signal why_ = Signal::none;          // the last decrease's signal
+  Signal measured_by_ = Signal::none;  // what measured K: refusals (sharp) or the queue
   std::uint64_t decreases_ = 0;
   // The queue rule's current window and floor.
   double window_us_ = 0.0, window_load_ = 0.0;
@@ -286,7 +287,9 @@ class Estimate {
   double floor_load_ = 0.0;  // the lowest load at which the floor's time was seen
   Micros floor_at_{0};
   bool queue_window(std::uint64_t seq, int load, double us, Micros now);
-  void decrease(double carrying, double factor, Signal why, Micros now);
+  // K = carrying, K̂ = factor x min(K̂, K). `why` is the decrease's signal;
+  // a K not measured again (a refuted probe's: K stands) keeps what measured it.
+  void decrease(double carrying, double factor, Signal why, Micros now, bool measured = true);
   // A new queue window, of requests admitted from now on (after a decrease,
   // or a probe's step: answers to those sent before would dilute it).
   void start_window();

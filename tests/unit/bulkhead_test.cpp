@@ -336,6 +336,40 @@ TEST_CASE("a probe past K is judged on a short window of its own requests, befor
   CHECK(e.carrying() == 8);
 }
 
+TEST_CASE(
+    "a probe a stall refuted leaves a K refusals measured sharp: the next refusal under it "
+    "keeps it",
+    "[admission][bulkhead]") {
+  EstimatePolicy p;
+  p.seed = 16;
+  Estimate e(p);
+  for (int i = 0; i < EstimatePolicy::kFirstQueueSamples; ++i)  // the floor: 50 ms at 4
+    e.observe(Signal::clean, e.next_seq(), 3, 50ms, 1s);
+  // Refused above 8, twice: a sharp capacity, K̂ = K = 8.
+  REQUIRE(e.observe(Signal::refused, e.next_seq(), 8, 50ms, 2s));
+  e.observe(Signal::clean, e.next_seq(), 6, 50ms, 2s + 100ms);
+  for (int i = 1; i < 40 && e.value() <= 8; ++i) {
+    e.demand();
+    if (e.maybe_grow(2s + i * 250ms)) answer_probe(e, 2s + i * 250ms, 50ms);
+  }
+  REQUIRE(e.observe(Signal::refused, e.next_seq(), 8, 50ms, 20s));
+  REQUIRE(e.value() == 8);
+  e.observe(Signal::clean, e.next_seq(), 7, 50ms, 20s + 100ms);
+  // The next probe's window meets a stall of the upstream: 9 in flight,
+  // answered in 60 ms, which reads as a queue. The probe is refuted, K stays.
+  e.demand();
+  REQUIRE(e.maybe_grow(22s));
+  REQUIRE(e.value() == 9);
+  answer_probe(e, 22s + 100ms, 60ms);
+  REQUIRE(e.value() == 8);
+  REQUIRE(e.carrying() == 8);
+  // A refusal under K (a slot the upstream still held for an answer just
+  // read): the first keeps K, as it does under any sharp K.
+  CHECK_FALSE(e.observe(Signal::refused, e.next_seq(), 7, 50ms, 23s));
+  CHECK(e.carrying() == 8);
+  CHECK(e.value() == 8);
+}
+
 TEST_CASE("a probe's window at K that queued refutes the probe and leaves K where it was",
           "[admission][bulkhead]") {
   // The step's requests past K queued at the upstream, and the window's mean
