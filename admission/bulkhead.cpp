@@ -748,12 +748,8 @@ bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, bool kee
     const bool clustered = hold_us_ > 0 && static_cast<double>((now - last_release_).count()) <
                                                kClustered * hold_us_ / estimate_.slots();
     last_release_ = now;
-    if (!decreased && !delegated && !keep_cap) {
-      if (clustered)
-        pace_one(now, kRephaseReach);
-      else
-        spread_one(now);
-    }
+    if (!decreased && !delegated && !keep_cap && may_pace())
+      open_later(clustered ? paced_open(now, kRephaseReach) : spread_open(now));
   }
   slow_above_us_.store(estimate_.slow_above_us(), std::memory_order_relaxed);
   unmeasured_.store(!estimate_.measured(), std::memory_order_relaxed);
@@ -913,13 +909,13 @@ void Bulkhead::note_hold(Micros held) {
 
 void Bulkhead::pace(int before, Micros now) {
   for (int n = estimate_.slots() - before; n > 0; --n)
-    if (!pace_one(now, 1.0)) return;
+    if (!may_pace() || !open_later(paced_open(now, 1.0))) return;
 }
 
-bool Bulkhead::pace_one(Micros now, double reach) {
-  // Nobody waiting: a newcomer takes the slot when it comes, at its own time.
-  if (paced_n_ == kMaxPaced || waiting_locked() == 0) return false;
-  auto at = paced_open(now, reach);
+// Nobody waiting: a newcomer takes the slot when it comes, at its own time.
+bool Bulkhead::may_pace() const { return paced_n_ < kMaxPaced && waiting_locked() > 0; }
+
+bool Bulkhead::open_later(std::optional<Micros> at) {
   if (!at) return false;
   paced_[static_cast<std::size_t>(paced_n_++)] = *at;
   ++paced_total_;
@@ -929,14 +925,15 @@ bool Bulkhead::pace_one(Micros now, double reach) {
 
 // The phase in [0, hold) of each release to come, the live bulk and standard
 // seats' (start + the mean hold) and the paced slots' (their opening);
-// a stream's seat turns over too rarely to count. None while holds vary by
-// more than kSteadyHold (phases then scatter by themselves), before
-// kBaselineSamples holds have shown how much they vary, or past kMaxPhases.
-std::optional<std::size_t> Bulkhead::phases(Micros now, Phases& phase) const {
+// a stream's seat turns over too rarely to count. How many; none (0) while
+// holds vary by more than kSteadyHold (phases then scatter by themselves),
+// before kBaselineSamples holds have shown how much they vary, or past
+// kMaxPhases.
+std::size_t Bulkhead::phases(Micros now, Phases& phase) const {
   const double hold = hold_us_;
   if (holds_ < static_cast<std::uint64_t>(EstimatePolicy::kBaselineSamples) ||
       hold_dev_us_ > kSteadyHold * hold)
-    return std::nullopt;
+    return 0;
   std::size_t n = 0;
   auto add = [&](Micros release) {
     double d = static_cast<double>((release - now).count());
@@ -944,7 +941,7 @@ std::optional<std::size_t> Bulkhead::phases(Micros now, Phases& phase) const {
   };
   for (Lane lane : {Lane::bulk, Lane::standard})
     for (const Seat* s = live_[index(lane)].head; s; s = s->next) {
-      if (n == kMaxPhases) return std::nullopt;
+      if (n == kMaxPhases) return 0;
       add(s->since + Micros(static_cast<std::int64_t>(hold)));
     }
   for (int i = 0; i < paced_n_; ++i) add(paced_[static_cast<std::size_t>(i)]);
@@ -956,9 +953,8 @@ std::optional<std::size_t> Bulkhead::phases(Micros now, Phases& phase) const {
 // even gap.
 std::optional<Micros> Bulkhead::paced_open(Micros now, double reach) const {
   Phases phase;
-  const auto counted = phases(now, phase);
-  if (!counted || *counted == 0) return std::nullopt;
-  const std::size_t n = *counted;
+  const std::size_t n = phases(now, phase);
+  if (n == 0) return std::nullopt;
   std::sort(phase.begin(), phase.begin() + static_cast<std::ptrdiff_t>(n));
   const double hold = hold_us_;
   double widest = phase[0] + hold - phase[n - 1];  // across the end of the circle
@@ -984,22 +980,16 @@ std::optional<Micros> Bulkhead::paced_open(Micros now, double reach) const {
 // little) make that wait as long as the widest. A phase moves only later (a
 // release cannot come earlier), by at most half of a gap: each slot that
 // turns over halves its side's difference, and the phases settle even.
-bool Bulkhead::spread_one(Micros now) {
-  if (paced_n_ == kMaxPaced || waiting_locked() == 0) return false;
+std::optional<Micros> Bulkhead::spread_open(Micros now) const {
   Phases phase;
-  const auto counted = phases(now, phase);
-  if (!counted || *counted == 0) return false;
-  const std::size_t n = *counted;
+  const std::size_t n = phases(now, phase);
+  if (n == 0) return std::nullopt;
   const auto [first, last] = std::minmax_element(phase.begin(), phase.begin() + n);
   const double after = *first;
   const double before = hold_us_ - *last;
   const double shift = (after - before) / 2;
-  if (shift <= kSpreadMin * hold_us_ / static_cast<double>(n + 1)) return false;
-  const Micros at = now + Micros(static_cast<std::int64_t>(shift));
-  paced_[static_cast<std::size_t>(paced_n_++)] = at;
-  ++paced_total_;
-  if (waker_) waker_->wake_at(at);
-  return true;
+  if (shift <= kSpreadMin * hold_us_ / static_cast<double>(n + 1)) return std::nullopt;
+  return now + Micros(static_cast<std::int64_t>(shift));
 }
 
 // Offers free slots to the heads of the queues, least borrowed per weight

@@ -581,11 +581,13 @@ class Bulkhead {
   void note_hold(Micros held);  // a bulk or standard seat's, released clean
   // The estimate may have grown from `before` slots: the new ones are paced.
   void pace(int before, Micros now);
-  bool pace_one(Micros now, double reach);                           // false: it opens now
+  bool may_pace() const;                      // room, and a waiter
+  bool open_later(std::optional<Micros> at);  // paced to open at `at`; false: it opens now
   std::optional<Micros> paced_open(Micros now, double reach) const;  // none: open now
-  bool spread_one(Micros now);  // a slot freed nearer the last phase than the next
+  // A slot freed nearer the last phase than the next: between them (none: now).
+  std::optional<Micros> spread_open(Micros now) const;
   using Phases = std::array<double, kMaxPhases + kMaxPaced>;
-  std::optional<std::size_t> phases(Micros now, Phases& phase) const;
+  std::size_t phases(Micros now, Phases& phase) const;  // how many; 0: none to go by
   int kept() const { return kept_n_[0] + kept_n_[1] + kept_n_[2]; }
   bool starving(Lane lane, const Seats& g, Micros now) const;
   void unqueue(Seat& s);

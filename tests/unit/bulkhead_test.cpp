@@ -343,8 +343,7 @@ TEST_CASE(
   EstimatePolicy p;
   p.seed = 16;
   Estimate e(p);
-  for (int i = 0; i < EstimatePolicy::kFirstQueueSamples; ++i)  // the floor: 50 ms at 4
-    e.observe(Signal::clean, e.next_seq(), 3, 50ms, 1s);
+  answer_window(e, EstimatePolicy::kFirstQueueSamples, 3, 50ms, 1s);  // the floor: 50 ms at 4
   // Refused above 8, twice: a sharp capacity, K̂ = K = 8.
   REQUIRE(e.observe(Signal::refused, e.next_seq(), 8, 50ms, 2s));
   e.observe(Signal::clean, e.next_seq(), 6, 50ms, 2s + 100ms);
@@ -1688,9 +1687,8 @@ namespace {
 // Four bulk slots held `hold` each, seated `hold / 4` apart (even phases),
 // with 300 bulk requests waiting: every seat is released at its start + hold
 // and every paced slot opens at its time, in time order.
-struct Turnover {
+struct Turnover : Lockstep {
   explicit Turnover(Micros hold_each) : hold(hold_each) {
-    b.set_waker(&waker);
     for (int i = 0; i < 4; ++i) {
       now = i * hold / 4;
       auto& s = seats.emplace_back(Lane::bulk);
@@ -1699,12 +1697,7 @@ struct Turnover {
     }
     for (int i = 0; i < 300; ++i) b.ask(seats.emplace_back(Lane::bulk), now, rng);
   }
-  Bulkhead b{Lockstep::policy(), measured(4)};
-  PaceWaker waker;
-  Rng rng{1};
   Micros hold;
-  Micros now{0};
-  std::deque<TestSeat> seats;
   std::vector<Micros> releases;
   void run(Micros until) {
     for (;;) {
