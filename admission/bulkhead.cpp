@@ -1080,11 +1080,14 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
     // What it lasted: the span its refusals would cover were they even, twice
     // their mean age, at most its span: a sparse tail of refusals after the
     // overload (clients refused in it, come back early) hardly lengthens it.
+    // Bulk's lasted, for its clients, at least until the other lanes' clients
+    // refused in it were due back (their lines' end): they come back first.
     if (refusing_since_[l]) {
       const double n = static_cast<double>(refusals_[l]);
       const double lasted =
-          std::min(static_cast<double>((refused_at_[l] - *refusing_since_[l]).count()),
-                   2 * refused_age_us_[l] / n);
+          std::max(std::min(static_cast<double>((refused_at_[l] - *refusing_since_[l]).count()),
+                            2 * refused_age_us_[l] / n),
+                   lane == Lane::bulk ? static_cast<double>(others_reach_.count()) : 0.0);
       const double older = remembered_[l] / 2;
       episodes_[l] = Micros(static_cast<std::int64_t>(
           (static_cast<double>(episodes_[l].count()) * older + lasted * n) / (older + n)));
@@ -1093,6 +1096,11 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
     refusing_since_[l] = now;
     refusals_[l] = 0;
     refused_age_us_[l] = 0;
+    if (lane == Lane::bulk) {
+      others_reach_ = Micros{0};
+      for (Lane other : {Lane::standard, Lane::heavy})
+        others_reach_ = std::max(others_reach_, line_[index(other)] - now);
+    }
   }
   refused_at_[l] = now;
   ++refusals_[l];
@@ -1116,8 +1124,15 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
                       now + kLongestLine);
   // Bulk borrows what the other lanes leave (rule 4): their refused, told
   // less, come back ahead of those of bulk still to come back.
+  // How far past the start of bulk's episode their lines reach joins what
+  // that episode lasted (above), for the next one like it: in the one before,
+  // bulk's first refused, told only its own overload, came back among them.
   const auto bulk = index(Lane::bulk);
-  if (lane != Lane::bulk && line_[bulk] > now) line_[bulk] += turn;
+  if (lane != Lane::bulk) {
+    if (line_[bulk] > now) line_[bulk] += turn;
+    if (refusing_since_[bulk] && now - refused_at_[bulk] <= kRefusalGap)
+      others_reach_ = std::max(others_reach_, line_[l] - *refusing_since_[bulk]);
+  }
   return line_[l] - now;
 }
 

@@ -538,7 +538,9 @@ class Bulkhead {
   // of a refusal or two hardly moves it; each one's length twice its
   // refusals' mean age, at most its span: a sparse tail hardly lengthens it),
   // then the requests waiting. Bulk, which borrows what the other lanes leave,
-  // has their refused ahead of it too.
+  // has their refused ahead of it too: each a turn at the end of its line,
+  // and, remembered, at its start: a bulk episode lasted at least until the
+  // other lanes' clients refused in it were due back (their lines' end).
   Micros refusal_wait(Lane lane, Micros now);
   static constexpr Micros kRefusalGap{2'000'000};
   static constexpr double kLeastSpare = 0.1;
@@ -632,7 +634,8 @@ class Bulkhead {
   std::array<std::int64_t, kLaneCount> refusals_{};  // in the lane's current episode
   std::array<double, kLaneCount> refused_age_us_{};  // the sum of their ages in it
   std::array<Micros, kLaneCount> line_{};            // when the last client the lane refused is due
-  Rates rates_;                                      // see rates()
+  Micros others_reach_{0};  // the other lanes' lines' end, past the start of bulk's episode
+  Rates rates_;             // see rates()
   bool full_seen_ = false;
   Micros rate_seen_{0};
   std::uint64_t rate_holds_ = 0;

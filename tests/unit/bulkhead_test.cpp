@@ -615,6 +615,38 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "a bulk overload, remembered, lasts until the other lanes' clients it saw refused are due "
+    "back",
+    "[admission][bulkhead]") {
+  Bulkhead b(LanePolicy{}, four_slots(100ms));
+  constexpr auto kTurn = 25ms;  // 100 ms over 4 slots, none busy before
+  // Bulk refuses 100 clients over 0.99 s; standard 40 at 0.5 s, due back by
+  // 0.5 s + 40 turns = 1.5 s, after bulk's overload (0.99 s) ended.
+  for (int i = 0; i < 100; ++i) {
+    b.refusal_wait(Lane::bulk, Micros(10'000 * i));
+    if (i == 50)
+      for (int k = 0; k < 40; ++k) b.refusal_wait(Lane::standard, 500ms);
+  }
+  // The next bulk overload is told 1.5 s, not 0.99 s: told that, its first
+  // clients would come back among standard's.
+  CHECK(b.refusal_wait(Lane::bulk, 20s) == 1500ms + kTurn);
+  // Standard's refused outside a bulk overload are no part of one: 40 at 30 s
+  // (due by 31 s), after bulk's one refusal at 20 s ended. That one lasted 0
+  // and weighs 1 against the first's 100, halved.
+  for (int k = 0; k < 40; ++k) b.refusal_wait(Lane::standard, 30s);
+  const double remembered = 1.5 * 50 / (50 + 1);
+  CHECK(b.refusal_wait(Lane::bulk, 40s).count() == Approx(1e6 * remembered + 25'000));
+  // A line still ahead when bulk's overload starts reaches into it too:
+  // standard's 40 at 50 s are due by 51 s; bulk's 100 at 50.5 s (after its
+  // one at 40 s, which lasted 0 and weighs 1) end at once but last 0.5 s.
+  for (int k = 0; k < 40; ++k) b.refusal_wait(Lane::standard, 50s);
+  for (int i = 0; i < 100; ++i) b.refusal_wait(Lane::bulk, 50s + 500ms);
+  const double before = remembered * 25.5 / (25.5 + 1);
+  const double reached = (before * 26.5 / 2 + 0.5 * 100) / (26.5 / 2 + 100);
+  CHECK(b.refusal_wait(Lane::bulk, 60s).count() == Approx(1e6 * reached + 25'000));
+}
+
+TEST_CASE(
     "a refusal's turn is counted on what the upstream serves while requests wait, beyond the "
     "load outside an overload",
     "[admission][bulkhead]") {
