@@ -1107,8 +1107,10 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
   refused_age_us_[l] += static_cast<double>((now - *refusing_since_[l]).count());
   // Every client refused comes back once, each in its turn on what the
   // upstream serves beyond the load beside them: after the overload (as long
-  // as it has lasted, or as the earlier ones lasted) and the queues ahead,
-  // behind the last one told. What it serves: as measured while requests
+  // as it has lasted, and the queues ahead; or as long as the earlier ones
+  // lasted, queues and all: a request waiting now is seated or refused within
+  // its patience, and those refused come back in turns of their own), behind
+  // the last one told. What it serves: as measured while requests
   // waited (before that, the slots at the baseline), never under kLeastSpare
   // of the slots at the baseline (a stalled upstream would make every turn
   // endless); the load beside them: the requests and the streams outside an
@@ -1119,9 +1121,9 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
       1 - std::min(1.0, rates_.streams / std::max(1, estimate_.slots()));  // the streams' share
   const double spare = std::max(serves * unstreamed - rates_.quiet, serves * kLeastSpare);
   const auto turn = Micros(static_cast<std::int64_t>(1e6 / spare));
-  const Micros overload = std::max(now - *refusing_since_[l], episodes_[l]);
-  line_[l] = std::min(std::max(line_[l], now + overload + waiting_locked() * turn) + turn,
-                      now + kLongestLine);
+  const Micros overload =
+      std::max(now - *refusing_since_[l] + waiting_locked() * turn, episodes_[l]);
+  line_[l] = std::min(std::max(line_[l], now + overload) + turn, now + kLongestLine);
   // Bulk borrows what the other lanes leave (rule 4): their refused, told
   // less, come back ahead of those of bulk still to come back.
   // How far past the start of bulk's episode their lines reach joins what
