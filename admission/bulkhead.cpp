@@ -1125,10 +1125,10 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
       std::max(now - *refusing_since_[l] + waiting_locked() * turn, episodes_[l]);
   line_[l] = std::min(std::max(line_[l], now + overload) + turn, now + kLongestLine);
   // Bulk borrows what the other lanes leave (rule 4): their refused, told
-  // less, come back ahead of those of bulk still to come back.
-  // How far past the start of bulk's episode their lines reach joins what
-  // that episode lasted (above), for the next one like it: in the one before,
-  // bulk's first refused, told only its own overload, came back among them.
+  // less, come back ahead of those of bulk still to come back, and how far
+  // past the start of bulk's episode their lines reach joins what it lasted
+  // (above), for the next one like it (told only bulk's own overload, bulk's
+  // first refused came back among them).
   const auto bulk = index(Lane::bulk);
   if (lane != Lane::bulk) {
     if (line_[bulk] > now) line_[bulk] += turn;

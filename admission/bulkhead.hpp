@@ -532,12 +532,13 @@ class Bulkhead {
   // kLeastSpare of it: they come back beside that load, not into an empty
   // upstream. The line ends at most kLongestLine ahead: no band tells more.
   // The line starts after the overload: the larger of how long the lane's
-  // refusals have gone on without a gap of kRefusalGap (an overload that has
-  // lasted T is told T) and how long its earlier episodes lasted (their mean,
+  // refusals have gone on without a gap of kRefusalGap, then the requests
+  // waiting (an overload that has lasted T is told T and the queues ahead),
+  // and how long its earlier episodes lasted, queues and all (their mean,
   // each weighed by the clients it refused, halved at each later one: a blip
   // of a refusal or two hardly moves it; each one's length twice its
-  // refusals' mean age, at most its span: a sparse tail hardly lengthens it),
-  // then the requests waiting. Bulk, which borrows what the other lanes leave,
+  // refusals' mean age, at most its span: a sparse tail hardly lengthens it).
+  // Bulk, which borrows what the other lanes leave,
   // has their refused ahead of it too: each a turn at the end of its line,
   // and, remembered, at its start: a bulk episode lasted at least until the
   // other lanes' clients refused in it were due back (their lines' end).
