@@ -1074,7 +1074,7 @@ std::array<bool, kLaneCount> Bulkhead::tick(Micros now) {
 Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
   Lock lock(mutex_);
   const auto l = index(lane);
-  if (!refusing_since_[l] || now - refused_at_[l] > kRefusalGap) {
+  if (!refusing(lane, now)) {
     // The last episode ended: what it lasted joins the memory, weighed by the
     // clients it refused (what a client refused met), the older ones halved.
     // What it lasted: the span its refusals would cover were they even, twice
@@ -1084,10 +1084,9 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
     // refused in it were due back (their lines' end): they come back first.
     if (refusing_since_[l]) {
       const double n = static_cast<double>(refusals_[l]);
-      const double lasted =
-          std::max(std::min(static_cast<double>((refused_at_[l] - *refusing_since_[l]).count()),
-                            2 * refused_age_us_[l] / n),
-                   lane == Lane::bulk ? static_cast<double>(others_reach_.count()) : 0.0);
+      double lasted = std::min(static_cast<double>((refused_at_[l] - *refusing_since_[l]).count()),
+                               2 * refused_age_us_[l] / n);
+      if (lane == Lane::bulk) lasted = std::max(lasted, static_cast<double>(others_reach_.count()));
       const double older = remembered_[l] / 2;
       episodes_[l] = Micros(static_cast<std::int64_t>(
           (static_cast<double>(episodes_[l].count()) * older + lasted * n) / (older + n)));
@@ -1132,10 +1131,15 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
   const auto bulk = index(Lane::bulk);
   if (lane != Lane::bulk) {
     if (line_[bulk] > now) line_[bulk] += turn;
-    if (refusing_since_[bulk] && now - refused_at_[bulk] <= kRefusalGap)
+    if (refusing(Lane::bulk, now))
       others_reach_ = std::max(others_reach_, line_[l] - *refusing_since_[bulk]);
   }
   return line_[l] - now;
+}
+
+bool Bulkhead::refusing(Lane lane, Micros now) const {
+  const auto l = index(lane);
+  return refusing_since_[l] && now - refused_at_[l] <= kRefusalGap;
 }
 
 double Bulkhead::at_baseline() const {

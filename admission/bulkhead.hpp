@@ -538,10 +538,10 @@ class Bulkhead {
   // each weighed by the clients it refused, halved at each later one: a blip
   // of a refusal or two hardly moves it; each one's length twice its
   // refusals' mean age, at most its span: a sparse tail hardly lengthens it).
-  // Bulk, which borrows what the other lanes leave,
-  // has their refused ahead of it too: each a turn at the end of its line,
-  // and, remembered, at its start: a bulk episode lasted at least until the
-  // other lanes' clients refused in it were due back (their lines' end).
+  // Bulk, which borrows what the other lanes leave, has their refused ahead
+  // of it too: each a turn at the end of its line, and, remembered, at its
+  // start: a bulk episode lasted at least until the other lanes' clients
+  // refused in it were due back (their lines' end).
   Micros refusal_wait(Lane lane, Micros now);
   static constexpr Micros kRefusalGap{2'000'000};
   static constexpr double kLeastSpare = 0.1;
@@ -597,6 +597,8 @@ class Bulkhead {
   std::optional<Micros> youngest_locked(Lane lane) const;
   std::optional<Micros> oldest_waiting_locked(Lane lane) const;
   Micros mean_latency() const;
+  // The lane's episode of refusals goes on at `now` (no gap of kRefusalGap).
+  bool refusing(Lane lane, Micros now) const;
   double at_baseline() const;  // what the slots serve a second at the baseline
   int waiting_locked() const { return waiting_[0] + waiting_[1] + waiting_[2]; }
   int running_locked() const { return running_[0] + running_[1] + running_[2]; }
