@@ -736,7 +736,13 @@ bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, bool kee
   } else if (signal != Signal::none) {
     ++failures_;
   }
-  if (s.lane != Lane::heavy && signal == Signal::clean) note_hold(now - s.since);
+  if (signal == Signal::clean) {
+    if (s.lane != Lane::heavy)
+      note_hold(now - s.since);
+    else  // the first whole, then a mean of the last eight or so
+      stream_hold_us_ += (static_cast<double>((now - s.since).count()) - stream_hold_us_) /
+                         (stream_hold_us_ > 0 ? 8 : 1);
+  }
   // A refusal answers the load the request arrived into; slowness and timeouts
   // build up over its life, so they answer the larger of that and the load at its end.
   int load = s.load;
@@ -1109,20 +1115,19 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
   // as it has lasted, and the queues ahead; or as long as the earlier ones
   // lasted, queues and all: a request waiting now is seated or refused within
   // its patience, and those refused come back in turns of their own), behind
-  // the last one told. What it serves: as measured while requests
-  // waited (before that, the slots at the baseline), never under kLeastSpare
-  // of the slots at the baseline (a stalled upstream would make every turn
-  // endless); the load beside them: the requests and the streams outside an
-  // overload; and the line at most kLongestLine ahead.
-  const double serves =
-      std::max(full_seen_ ? rates_.full : at_baseline(), at_baseline() * kLeastSpare);
-  const double unstreamed =
-      1 - std::min(1.0, rates_.streams / std::max(1, estimate_.slots()));  // the streams' share
-  const double spare = std::max(serves * unstreamed - rates_.quiet, serves * kLeastSpare);
+  // the last one told (spare_locked()); the line at most kLongestLine ahead.
+  const double spare = spare_locked();
   const auto turn = Micros(static_cast<std::int64_t>(1e6 / spare));
   const Micros overload =
       std::max(now - *refusing_since_[l] + waiting_locked() * turn, episodes_[l]);
-  line_[l] = std::min(std::max(line_[l], now + overload) + turn, now + kLongestLine);
+  // A stream come back holds its seat for its life: its turn is that of as
+  // many requests as would hold the seat as long (before a lease's hold was
+  // measured, a request's).
+  const double holds = lane == Lane::heavy && hold_us_ > 0 && stream_hold_us_ > hold_us_
+                           ? stream_hold_us_ / hold_us_
+                           : 1.0;
+  const auto own_turn = Micros(static_cast<std::int64_t>(1e6 * holds / spare));
+  line_[l] = std::min(std::max(line_[l], now + overload) + own_turn, now + kLongestLine);
   // Bulk borrows what the other lanes leave (rule 4): their refused, told
   // less, come back ahead of those of bulk still to come back, and how far
   // past the start of bulk's episode their lines reach joins what it lasted
@@ -1135,6 +1140,19 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
       others_reach_ = std::max(others_reach_, line_[l] - *refusing_since_[bulk]);
   }
   return line_[l] - now;
+}
+
+// What the upstream serves a second beyond the load beside the clients come
+// back. What it serves: as measured while requests waited (before that, the
+// slots at the baseline), never under kLeastSpare of the slots at the
+// baseline (a stalled upstream would make every turn endless); the load
+// beside them: the requests and the streams outside an overload.
+double Bulkhead::spare_locked() const {
+  const double serves =
+      std::max(full_seen_ ? rates_.full : at_baseline(), at_baseline() * kLeastSpare);
+  const double unstreamed =
+      1 - std::min(1.0, rates_.streams / std::max(1, estimate_.slots()));  // the streams' share
+  return std::max(serves * unstreamed - rates_.quiet, serves * kLeastSpare);
 }
 
 bool Bulkhead::refusing(Lane lane, Micros now) const {
@@ -1191,6 +1209,12 @@ BulkheadView Bulkhead::view(Micros now) const {
   v.decreases = estimate_.decreases();
   v.paced = paced_total_;
   v.mean_latency = mean_latency();
+  v.quiet_per_s = rates_.quiet;
+  v.served_per_s = full_seen_ ? rates_.full : 0;
+  v.stream_seats = rates_.streams;
+  v.spare_per_s = spare_locked();
+  v.request_hold = Micros(static_cast<std::int64_t>(hold_us_));
+  v.stream_hold = Micros(static_cast<std::int64_t>(stream_hold_us_));
   if (budget_ && now < budget_->until) v.budget = budget_;
   for (Lane lane : kLanes) {
     auto l = index(lane);

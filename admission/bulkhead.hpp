@@ -433,6 +433,13 @@ struct BulkheadView {
   std::uint64_t successes = 0, failures = 0, decreases = 0;
   std::uint64_t paced = 0;  // slots opened later, in a gap between releases
   Micros mean_latency{0};
+  // What a refusal's turn is counted on (Bulkhead::refusal_wait): the
+  // releases a second outside an overload (quiet) and while requests wait
+  // (served; 0: not yet), the seats the streams hold outside an overload,
+  // the spare a second beyond that load, and the mean hold of a request's
+  // seat and of a heavy lease's (0: not yet).
+  double quiet_per_s = 0, served_per_s = 0, stream_seats = 0, spare_per_s = 0;
+  Micros request_hold{0}, stream_hold{0};
   std::optional<BudgetReading> budget;
   std::array<LaneView, kLaneCount> lanes{};
 };
@@ -541,7 +548,9 @@ class Bulkhead {
   // Bulk, which borrows what the other lanes leave, has their refused ahead
   // of it too: each a turn at the end of its line, and, remembered, at its
   // start: a bulk episode lasted at least until the other lanes' clients
-  // refused in it were due back (their lines' end).
+  // refused in it were due back (their lines' end). A heavy client's turn is
+  // the seat time a lease of its lane holds (the heavy leases' mean hold, in
+  // requests' holds): come back, a stream holds its seat for its life.
   Micros refusal_wait(Lane lane, Micros now);
   static constexpr Micros kRefusalGap{2'000'000};
   static constexpr double kLeastSpare = 0.1;
@@ -600,6 +609,7 @@ class Bulkhead {
   // The lane's episode of refusals goes on at `now` (no gap of kRefusalGap).
   bool refusing(Lane lane, Micros now) const;
   double at_baseline() const;  // what the slots serve a second at the baseline
+  double spare_locked() const;  // what the clients refused come back to a second
   int waiting_locked() const { return waiting_[0] + waiting_[1] + waiting_[2]; }
   int running_locked() const { return running_[0] + running_[1] + running_[2]; }
 
@@ -619,6 +629,7 @@ class Bulkhead {
   std::uint64_t paced_total_ = 0;
   double hold_us_ = 0;       // mean time a bulk or standard request holds its seat
   double hold_dev_us_ = 0;   // its mean deviation: phases last only while it is small
+  double stream_hold_us_ = 0;  // mean time a heavy lease (a stream) holds its seat, clean
   std::uint64_t holds_ = 0;  // holds measured
   Micros last_release_{0};   // of a bulk or standard seat
   std::array<int, kLaneCount> running_{};

@@ -647,6 +647,35 @@ TEST_CASE(
   CHECK(b.refusal_wait(Lane::bulk, 60s).count() == Approx(1e6 * reached + 25'000));
 }
 
+TEST_CASE("a refused stream's turn is the seat time a stream holds, in requests' holds",
+          "[admission][bulkhead]") {
+  Bulkhead b(LanePolicy{}, four_slots(100ms));
+  Rng rng(1);
+  constexpr auto kTurn = 25ms;  // 100 ms over 4 slots, none busy before
+  // Before a stream's hold was measured, a stream's turn is a request's.
+  CHECK(b.refusal_wait(Lane::heavy, 1s) == kTurn);
+  CHECK(b.refusal_wait(Lane::heavy, 1s) == 2 * kTurn);
+  // A request holds its seat 100 ms, a stream 2 s: a stream's turn is 20.
+  // One with no clean answer (its client left first) is no measure of one.
+  std::deque<TestSeat> seats;
+  auto held = [&](Lane lane, Micros from, Micros to, Signal signal = Signal::clean) {
+    seats.emplace_back(lane);
+    REQUIRE(b.ask(seats.back(), from, rng));
+    b.release(seats.back(), signal, 100ms, to);
+  };
+  held(Lane::standard, 10s, 10s + 100ms);
+  held(Lane::heavy, 10s, 12s);
+  held(Lane::heavy, 12s, 12s + 10ms, Signal::none);
+  CHECK(b.refusal_wait(Lane::heavy, 20s) == 20 * kTurn);
+  CHECK(b.refusal_wait(Lane::heavy, 20s) == 40 * kTurn);
+  // Standard's turn stays a request's.
+  CHECK(b.refusal_wait(Lane::standard, 20s) == kTurn);
+  // The mean follows the streams' lives: one of 4 s moves it an eighth of
+  // the way, to 2.25 s.
+  held(Lane::heavy, 30s, 34s);
+  CHECK(b.refusal_wait(Lane::heavy, 40s).count() == Approx(22.5 * 25'000));
+}
+
 TEST_CASE(
     "a refusal's turn is counted on what the upstream serves while requests wait, beyond the "
     "load outside an overload",
