@@ -393,7 +393,7 @@ def honesty(a, p):
         if "due beyond the horizon" in line:
             beyond = int(line.split(",")[1].split()[0])
     edges = [0, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, 256]
-    step, bursts, period = "2", 1, 60
+    step, bursts, period, stream_s = "2", 1, 60, None
     meta = os.path.join(a.dir, "honesty.tsv")
     if os.path.exists(meta):
         fields = open(meta).read().split()
@@ -403,8 +403,11 @@ def honesty(a, p):
             bursts = int(fields[3])
         if len(fields) >= 5:
             period = int(fields[4])
-    p("#### Retry-After honesty (Sluice; 0.5x, %sx from 5 s to 15 s%s, streams too, 0.5x around)" % (
-        step, "".join(", again from %d s to %d s" % (5 + period * k, 15 + period * k) for k in range(1, bursts))))
+        if len(fields) >= 6:
+            stream_s = fields[5]
+    p("#### Retry-After honesty (Sluice; 0.5x, %sx from 5 s to 15 s%s, streams%s too, 0.5x around)" % (
+        step, "".join(", again from %d s to %d s" % (5 + period * k, 15 + period * k) for k in range(1, bursts)),
+        " of %s s" % stream_s if stream_s else ""))
     p("")
     p("| overload | lane | refusals with Retry-After | median told wait | obeying first retries admitted | "
       "probes (admitted / sent) by wait | shortest wait that worked | median told / shortest |")

@@ -65,6 +65,9 @@
 #
 # Retry-After honesty (Sluice, HONESTY_SHAPE): 0.5x, HONESTY_STEP x from 5 s to 15 s (and
 # HONESTY_STREAM_STEP times as many streams, so that every lane is refused), 0.5x to 25 s;
+# its streams last HONESTY_STREAM_SECONDS and come STREAM_SECONDS / HONESTY_STREAM_SECONDS
+# times as often: the same seats as the other runs' streams, more clients to refuse (at 2 s,
+# 18-21 streams refused per overload left too few probes to find a shortest wait);
 # with HONESTY_BURSTS 2, the same overload again HONESTY_PERIOD s later (from 155 s to 165 s),
 # then 0.5x to 305 s (the first overload a lane meets has no earlier one to go by; the
 # second has);
@@ -81,7 +84,8 @@
 # (0.2), STREAM_RATE (0.25 per second), STREAM_SECONDS (2), QUEUE_MS (HAProxy's timeout queue, 500), THREADS (1),
 # STEP (1; 0 skips), STEP_SYSTEMS (as SYSTEMS), STEP_SHAPE (queue), STEP_BEFORE (5),
 # STEP_AFTER (15), HONESTY (1; 0 skips), HONESTY_SHAPE (queue), HONESTY_STEP (6),
-# HONESTY_STREAM_STEP (12), HONESTY_BURSTS (2), HONESTY_PERIOD (150), HONESTY_HORIZON (20),
+# HONESTY_STREAM_STEP (12), HONESTY_STREAM_SECONDS (1), HONESTY_BURSTS (2), HONESTY_PERIOD (150),
+# HONESTY_HORIZON (20),
 # CHARTS (docs/images: the SVGs are written there; "" skips them), SEED (1),
 # QUIET_MAX / QUIET_WAIT (before each run, wait up to QUIET_WAIT s, default 20, for the
 # machine's busy CPU to drop to QUIET_MAX percent, default 15; 100 turns it off),
@@ -127,6 +131,7 @@ HONESTY_HORIZON=${HONESTY_HORIZON:-20}
 HONESTY_PERIOD=${HONESTY_PERIOD:-150}
 HONESTY_STEP=${HONESTY_STEP:-6}
 HONESTY_STREAM_STEP=${HONESTY_STREAM_STEP:-12}
+HONESTY_STREAM_SECONDS=${HONESTY_STREAM_SECONDS:-1}
 HONESTY_BURSTS=${HONESTY_BURSTS:-2}
 CHARTS=${CHARTS-docs/images}
 SEED=${SEED:-1}
@@ -143,8 +148,9 @@ die() { log "error: $*"; exit 1; }
 . "$REPO/bench/lib/common.sh"
 no_arguments "$@"
 need_whole CAPACITY SERVICE_MS TIMEOUT_MS DURATION WARMUP STREAM_SECONDS QUEUE_MS THREADS STEP \
-  STEP_BEFORE STEP_AFTER HONESTY HONESTY_HORIZON HONESTY_BURSTS HONESTY_PERIOD SEED QUIET_MAX QUIET_WAIT HALVE_PHASE
-need_positive CAPACITY SERVICE_MS TIMEOUT_MS DURATION THREADS HALVE_PHASE
+  STEP_BEFORE STEP_AFTER HONESTY HONESTY_HORIZON HONESTY_BURSTS HONESTY_PERIOD SEED QUIET_MAX QUIET_WAIT HALVE_PHASE \
+  HONESTY_STREAM_SECONDS
+need_positive CAPACITY SERVICE_MS TIMEOUT_MS DURATION THREADS HALVE_PHASE HONESTY_STREAM_SECONDS
 [[ $STANDARD_SHARE =~ ^0?\.[0-9]+$|^1$ ]] || die "STANDARD_SHARE must be in 0..1, not '$STANDARD_SHARE'"
 need_decimal STREAM_RATE
 for l in $LOADS; do [[ $l =~ ^[0-9]+(\.[0-9]+)?p?$ ]] || die "LOADS: '$l' is not a load (1.5, 0.9p)"; done
@@ -496,12 +502,15 @@ run_honesty() {  # SHAPE
   # them and to the end of the last one's period: long enough that every client refused in
   # an overload, coming back once on the half of the capacity the 0.5x leaves (about 8,000
   # at 6x: 100 s of it), comes back beside the same load, before the next.
-  local k at steps="" stream_steps="" streams
-  streams=$(awk -v r="$STREAM_RATE" -v x="$HONESTY_STREAM_STEP" 'BEGIN { printf "%.4f", r * x }')
+  local k at steps="" stream_steps="" streams rate
+  # The streams: HONESTY_STREAM_SECONDS long, as many seats as the other runs' streams.
+  rate=$(awk -v r="$STREAM_RATE" -v s="$STREAM_SECONDS" -v h="$HONESTY_STREAM_SECONDS" \
+    'BEGIN { printf "%.4f", r * s / h }')
+  streams=$(awk -v r="$rate" -v x="$HONESTY_STREAM_STEP" 'BEGIN { printf "%.4f", r * x }')
   for ((k = 0; k < HONESTY_BURSTS; k++)); do
     at=$((5 + HONESTY_PERIOD * k))
     steps+=" $at:$HONESTY_STEP $((at + 10)):0.5"
-    stream_steps+="step=$at:$streams,step=$((at + 10)):$STREAM_RATE,"
+    stream_steps+="step=$at:$streams,step=$((at + 10)):$rate,"
   done
   classes 0.5 "$steps"
   # The streams step too (HONESTY_STREAM_STEP times as many), so that heavy is refused as
@@ -510,7 +519,8 @@ run_honesty() {  # SHAPE
   local i
   for i in "${!CLASS_ARGS[@]}"; do
     [[ ${CLASS_ARGS[$i]} == name=heavy,* ]] || continue
-    CLASS_ARGS[$i]=${CLASS_ARGS[$i]/rate=$STREAM_RATE,/rate=$STREAM_RATE,$stream_steps}
+    CLASS_ARGS[$i]=${CLASS_ARGS[$i]/rate=$STREAM_RATE,/rate=$rate,$stream_steps}
+    CLASS_ARGS[$i]=${CLASS_ARGS[$i]/"path=$STREAM_PATH"/"path=/sse?n=$((HONESTY_STREAM_SECONDS * 10))&interval_ms=100"}
     CLASS_ARGS[$i]=${CLASS_ARGS[$i]/timeout_ms=$TIMEOUT_MS/timeout_ms=5000}
   done
   cpu_mark
@@ -524,8 +534,8 @@ run_honesty() {  # SHAPE
   stop_pid "$gen"
   other=$(cpu_other_pct)
   stop_run sluice
-  printf '%s\t%s\t%s\t%s\t%s\n' "$shape" "$other" "$HONESTY_STEP" "$HONESTY_BURSTS" "$HONESTY_PERIOD" \
-    >"$TMP/honesty.tsv"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$shape" "$other" "$HONESTY_STEP" "$HONESTY_BURSTS" "$HONESTY_PERIOD" \
+    "$HONESTY_STREAM_SECONDS" >"$TMP/honesty.tsv"
   log "$(printf '%-32s done, other CPU %s%%' "$name" "$other")"
 }
 
