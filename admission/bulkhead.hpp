@@ -608,7 +608,7 @@ class Bulkhead {
   Micros mean_latency() const;
   // The lane's episode of refusals goes on at `now` (no gap of kRefusalGap).
   bool refusing(Lane lane, Micros now) const;
-  double at_baseline() const;  // what the slots serve a second at the baseline
+  double at_baseline() const;   // what the slots serve a second at the baseline
   double spare_locked() const;  // what the clients refused come back to a second
   int waiting_locked() const { return waiting_[0] + waiting_[1] + waiting_[2]; }
   int running_locked() const { return running_[0] + running_[1] + running_[2]; }
@@ -627,11 +627,11 @@ class Bulkhead {
   std::array<Micros, kMaxPaced> paced_{};  // when each paced slot opens
   int paced_n_ = 0;
   std::uint64_t paced_total_ = 0;
-  double hold_us_ = 0;       // mean time a bulk or standard request holds its seat
-  double hold_dev_us_ = 0;   // its mean deviation: phases last only while it is small
+  double hold_us_ = 0;         // mean time a bulk or standard request holds its seat
+  double hold_dev_us_ = 0;     // its mean deviation: phases last only while it is small
   double stream_hold_us_ = 0;  // mean time a heavy lease (a stream) holds its seat, clean
-  std::uint64_t holds_ = 0;  // holds measured
-  Micros last_release_{0};   // of a bulk or standard seat
+  std::uint64_t holds_ = 0;    // holds measured
+  Micros last_release_{0};     // of a bulk or standard seat
   std::array<int, kLaneCount> running_{};
   std::array<int, kLaneCount> waiting_{};
   std::array<int, kLaneCount> delegated_{};

@@ -310,6 +310,16 @@ TEST_CASE(
       s.metric(
           R"(sluice_admission_decisions_total{lane="heavy",outcome="shed",reason="heavy_cap"})") ==
       1);
+  // What a refused client's turn is counted on: a heavy lease holds its seat
+  // for its life (the stream's 5 s, then /heavy/report's moment an eighth of
+  // the way), a request for its answer.
+  REQUIRE(request(s.port, "GET", "/item").status == 200);
+  auto state = json::parse(request(s.admin, "GET", "/admin/state").body);
+  const auto& back = state["upstreams"][0]["refused_come_back_to"];
+  CHECK(back["stream_hold_ms"].get<double>() >= 4000);
+  CHECK(back["request_hold_ms"].get<double>() > 0);
+  CHECK(back["request_hold_ms"].get<double>() < back["stream_hold_ms"].get<double>());
+  CHECK(back["spare_per_s"].get<double>() > 0);
 }
 
 TEST_CASE(
