@@ -1047,25 +1047,32 @@ std::array<bool, kLaneCount> Bulkhead::tick(Micros now) {
   const bool probe = estimate_.probing();
   if (estimate_.maybe_grow(now) && !probe) pace(before, now);
   serve(now);
-  // Clean releases a second: while requests wait, what the upstream serves
-  // (full), as if the seats the streams hold served requests too (the streams
-  // end); while none does, the load outside an overload (quiet), and the seats
-  // the streams hold then (streams).
+  // Clean releases a second, over a window of at least kRateWindow (every
+  // thread ticks: two ticks a moment apart count next to nothing): while
+  // requests waited at both its ends, what the upstream serves (full), as if
+  // the seats the streams hold served requests too (the streams end); while
+  // none did at either, the load outside an overload (quiet), and the seats
+  // the streams hold then (streams). A window where a wait began or ended is
+  // neither: a momentary wait outside an overload is no measure of what the
+  // upstream serves in one.
   const auto dt = static_cast<double>((now - rate_seen_).count());
-  if (dt > 0) {
-    double rate = static_cast<double>(holds_ - rate_holds_) * 1e6 / dt;
-    const bool full = waiting_locked() > 0;
-    const int streams = running_[index(Lane::heavy)];
-    const int seated = running_locked();
-    if (full) rate *= static_cast<double>(seated) / std::max(1, seated - streams);
-    double& mean = full ? rates_.full : rates_.quiet;
-    const double tau = static_cast<double>((full ? kFullTau : kQuietTau).count());
-    mean += (rate - mean) * (full && !full_seen_ ? 1.0 : dt / (tau + dt));  // the first whole
-    full_seen_ = full_seen_ || full;
-    if (!full) rates_.streams += (streams - rates_.streams) * dt / (tau + dt);
+  if (dt >= static_cast<double>(kRateWindow.count())) {
+    const bool waited = waiting_locked() > 0;
+    if (waited == window_waited_) {
+      double rate = static_cast<double>(holds_ - rate_holds_) * 1e6 / dt;
+      const int streams = running_[index(Lane::heavy)];
+      const int seated = running_locked();
+      if (waited) rate *= static_cast<double>(seated) / std::max(1, seated - streams);
+      double& mean = waited ? rates_.full : rates_.quiet;
+      const double tau = static_cast<double>((waited ? kFullTau : kQuietTau).count());
+      mean += (rate - mean) * (waited && !full_seen_ ? 1.0 : dt / (tau + dt));  // the first whole
+      full_seen_ = full_seen_ || waited;
+      if (!waited) rates_.streams += (streams - rates_.streams) * dt / (tau + dt);
+    }
+    window_waited_ = waited;
+    rate_seen_ = now;
+    rate_holds_ = holds_;
   }
-  rate_seen_ = now;
-  rate_holds_ = holds_;
   std::array<bool, kLaneCount> became{};
   Seats g = guaranteed(lanes_, census_locked(std::nullopt));
   for (Lane lane : kLanes) {

@@ -556,14 +556,17 @@ class Bulkhead {
   static constexpr double kLeastSpare = 0.1;
   static constexpr Micros kLongestLine{600'000'000};
   // The clean releases of bulk and standard seats a second, averaged at each
-  // tick: while no request waits, over kQuietTau (quiet: the load the upstream
-  // carries outside an overload), and while some do, over kFullTau (full: what
-  // it serves, as if the heavy seats served requests too, for the streams of
-  // an overload end; its first sample taken whole, to be known within the
-  // overload). streams: the heavy seats held while no request waits, over
-  // kQuietTau (what the streams outside an overload hold).
+  // tick that ends a window of at least kRateWindow: while no request waited
+  // at either of its ends, over kQuietTau (quiet: the load the upstream
+  // carries outside an overload), and while some did at both, over kFullTau
+  // (full: what it serves, as if the heavy seats served requests too, for
+  // the streams of an overload end; its first sample taken whole, to be known
+  // within the overload); a window where a wait began or ended, neither.
+  // streams: the heavy seats held while no request waits, over kQuietTau
+  // (what the streams outside an overload hold).
   static constexpr Micros kQuietTau{5'000'000};
   static constexpr Micros kFullTau{1'000'000};
+  static constexpr Micros kRateWindow{200'000};
   struct Rates {
     double quiet = 0, full = 0, streams = 0;
   };
@@ -651,6 +654,7 @@ class Bulkhead {
   Micros others_reach_{0};  // the other lanes' lines' end, past the start of bulk's episode
   Rates rates_;             // see rates()
   bool full_seen_ = false;
+  bool window_waited_ = false;  // requests waited at the start of the rates' window
   Micros rate_seen_{0};
   std::uint64_t rate_holds_ = 0;
   std::uint64_t successes_ = 0, failures_ = 0;

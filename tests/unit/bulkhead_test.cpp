@@ -789,18 +789,27 @@ TEST_CASE(
         Approx(std::min((behind + 1) * turn, static_cast<double>(Bulkhead::kLongestLine.count())))
             .epsilon(0.01));
 
-  // What the upstream serves is known from an overload's first tick: that
-  // sample is taken whole, not averaged up from nothing.
+  // What the upstream serves is known from an overload's first window with
+  // requests waiting at both its ends: that sample is taken whole, not
+  // averaged up from nothing. The window where the wait began is neither
+  // full nor quiet, and a window lasts at least kRateWindow (every thread
+  // ticks: two ticks a moment apart measure next to nothing).
   Bulkhead cold(LanePolicy{}, four_slots(kHead, four));
   std::deque<TestSeat> cold_seats;
   cold.tick(1s);  // nobody waits
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < 12; ++i) {
     cold_seats.emplace_back(Lane::standard);
     cold.ask(cold_seats.back(), 1s, rng);
   }
-  for (int i = 0; i < 2; ++i) cold.release(cold_seats[i], Signal::clean, kHead, 1s + 50ms);
-  cold.tick(1s + 50ms);  // two answered in 50 ms, requests still waiting
-  CHECK(cold.rates().full == Approx(40));
+  cold.tick(1s + Bulkhead::kRateWindow);  // the wait began in this window
+  CHECK(cold.rates().full == 0);
+  CHECK(cold.rates().quiet == 0);
+  for (int i = 0; i < 2; ++i) cold.release(cold_seats[i], Signal::clean, kHead, 1s + 250ms);
+  cold.tick(1s + 300ms);  // half a window: no sample
+  CHECK(cold.rates().full == 0);
+  cold.tick(1s + 2 * Bulkhead::kRateWindow);  // two answered in 200 ms, requests still waiting
+  CHECK(cold.census().waiting[index(Lane::standard)] > 0);
+  CHECK(cold.rates().full == Approx(10));
 }
 
 TEST_CASE("too much decreases the estimate once per burst and remembers the load as K",
