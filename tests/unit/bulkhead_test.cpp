@@ -801,6 +801,9 @@ TEST_CASE(
     cold_seats.emplace_back(Lane::standard);
     cold.ask(cold_seats.back(), 1s, rng);
   }
+  // One answered in the window where the wait began: counted, it would be a
+  // first sample of 5 a second.
+  cold.release(cold_seats[3], Signal::clean, kHead, 1s + 100ms);
   cold.tick(1s + Bulkhead::kRateWindow);  // the wait began in this window
   CHECK(cold.rates().full == 0);
   CHECK(cold.rates().quiet == 0);
