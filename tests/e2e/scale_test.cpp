@@ -621,18 +621,28 @@ TEST_CASE("a queueing upstream whose capacity grows is followed, at production s
   // Four seconds to find the room, then three measured.
   std::this_thread::sleep_for(4s);
   const auto before = upstream_stats(api)["requests"].get<double>();
+  const auto search_before = upstream_stats(search);
   std::this_thread::sleep_for(3s);
   const double served = upstream_stats(api)["requests"].get<double>() - before;
+  const auto search_after = upstream_stats(search);
   const double k = carrying("api");
   on_api.stop();
   on_search.stop();
+  const auto delta = [&](const char* field) {
+    return search_after[field].get<double>() - search_before[field].get<double>();
+  };
   INFO("api: K " << k << ", K-hat "
                  << s.metric(R"(sluice_upstream_capacity_estimate{upstream="api"})") << ", served "
-                 << served << " in 3 s; search: K " << carrying("search"));
+                 << served << " in 3 s; search: K " << carrying("search") << ", served "
+                 << delta("requests") << ", queued " << delta("queued"));
   CHECK(k >= 5);
   CHECK(served > 0.75 * 6 * (1000.0 / service_ms) * 3);
+  // The other upstream keeps its own: what is forwarded to it stays out of its
+  // queue over the window (as in the test above). Its K at one instant can be
+  // a probe one or two past 4 that a loaded machine's own gaps let hold for a
+  // window; what the upstream queued says whether it held for long.
   CHECK(carrying("search") >= 3);
-  CHECK(carrying("search") <= 5);
+  CHECK(delta("queued") < 0.4 * delta("requests"));
   CHECK(a.failed + b.failed == 0);
   CHECK(a.other + b.other == 0);
 }
