@@ -646,3 +646,57 @@ TEST_CASE("a queueing upstream whose capacity grows is followed, at production s
   CHECK(a.failed + b.failed == 0);
   CHECK(a.other + b.other == 0);
 }
+
+// What a refused client is told to come back after is counted on what the
+// upstream serves in an overload (docs/admission.md, "Retry-After"). Every
+// thread ticks the bulkhead: two ticks a moment apart, or a window where the
+// wait began, measure next to nothing of it, and the first measure is taken
+// whole. From the first that shows, it is what the upstream served, as the
+// upstream counts it; the upstream beside it, never waited on, shows none.
+TEST_CASE(
+    "what an overloaded upstream serves is measured from the first window, at production shape",
+    "[e2e][scale][concurrency]") {
+  // 4 at a time for 20 ms (429 above): 200 a second at most, and 16 clients.
+  Upstream api(kUpstream, {"--capacity", "4", "--service-ms", "20", "--threads", "2"});
+  Upstream search(kUpstream, {"--service-ms", "20", "--threads", "2"});
+  Sluice s(kSluice,
+           two_upstreams(api, search, {{"SLUICE_THREADS", "2"}, {"SLUICE_ACCESS_LOG", "off"}}));
+  Tally a, b;
+  Load on_api(s.port, "/", 16, a), on_search(s.port, "/search/q", 2, b);
+  const auto back_to = [&](int upstream) {
+    const auto state = json::parse(request(s.admin, "GET", "/admin/state").body);
+    return state["upstreams"][upstream]["refused_come_back_to"];
+  };
+  const auto served = [&] {
+    const auto stats = upstream_stats(api);
+    return stats["requests"].get<double>() - stats["rejected"].get<double>();
+  };
+  double first = 0;
+  REQUIRE(eventually(
+      [&] {
+        first = back_to(0)["served_per_s"].get<double>();
+        return first > 0;
+      },
+      20s));
+  // What the upstream served over the next 2 s, by its own count.
+  const double before = served();
+  const auto start = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(2s);
+  const double rate =
+      (served() - before) /
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto api_back = back_to(0), search_back = back_to(1);
+  on_api.stop();
+  on_search.stop();
+  INFO("first served_per_s " << first << ", the upstream served " << rate << "/s; api "
+                             << api_back.dump() << "; search " << search_back.dump());
+  REQUIRE(rate > 0);
+  CHECK(first > 0.5 * rate);
+  CHECK(first < 2 * rate);
+  CHECK(api_back["served_per_s"].get<double>() > 0.5 * rate);
+  CHECK(api_back["served_per_s"].get<double>() < 2 * rate);
+  CHECK(search_back["served_per_s"].get<double>() == 0);
+  CHECK(search_back["quiet_per_s"].get<double>() > 0);
+  CHECK(a.failed + b.failed == 0);
+  CHECK(b.queue_timeout + b.other_503 == 0);
+}
