@@ -1089,7 +1089,10 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
   const auto l = index(lane);
   if (!refusing(lane, now)) {
     // The last episode ended: what it lasted joins the memory, weighed by the
-    // clients it refused (what a client refused met), the older ones halved.
+    // clients it refused (what a client refused met). The older ones' weight
+    // halves for each as many clients as it holds: an episode as big halves
+    // it, a blip of a client or two hardly moves it (halved per episode, the
+    // blips of clients refused again between two overloads erased the first).
     // What it lasted: the span its refusals would cover were they even, twice
     // their mean age, at most its span: a sparse tail of refusals after the
     // overload (clients refused in it, come back early) hardly lengthens it.
@@ -1100,7 +1103,8 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
       double lasted = std::min(static_cast<double>((refused_at_[l] - *refusing_since_[l]).count()),
                                2 * refused_age_us_[l] / n);
       if (lane == Lane::bulk) lasted = std::max(lasted, static_cast<double>(others_reach_.count()));
-      const double older = remembered_[l] / 2;
+      const double w = remembered_[l];
+      const double older = w > 0 ? w * std::exp2(-n / w) : 0.0;
       episodes_[l] = Micros(static_cast<std::int64_t>(
           (static_cast<double>(episodes_[l].count()) * older + lasted * n) / (older + n)));
       remembered_[l] = older + n;

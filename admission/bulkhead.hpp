@@ -542,8 +542,9 @@ class Bulkhead {
   // refusals have gone on without a gap of kRefusalGap, then the requests
   // waiting (an overload that has lasted T is told T and the queues ahead),
   // and how long its earlier episodes lasted, queues and all (their mean,
-  // each weighed by the clients it refused, halved at each later one: a blip
-  // of a refusal or two hardly moves it; each one's length twice its
+  // each weighed by the clients it refused, the older ones' weight halved for
+  // each as many clients as it holds that a later one refused: a blip of a
+  // refusal or two hardly moves it; each one's length twice its
   // refusals' mean age, at most its span: a sparse tail hardly lengthens it).
   // Bulk, which borrows what the other lanes leave, has their refused ahead
   // of it too: each a turn at the end of its line, and, remembered, at its

@@ -71,9 +71,10 @@
 # with HONESTY_BURSTS 2, the same overload again HONESTY_PERIOD s later (from 155 s to 165 s),
 # then 0.5x to 305 s (the first overload a lane meets has no earlier one to go by; the
 # second has);
-# every refused request with a Retry-After retries once, half of them after exactly the
-# told wait ("obey"), half after a random share of it ("probe"); retries due more than
-# HONESTY_HORIZON s after the arrivals end are not sent. bench/overload/analyze.py derives
+# every refused request with a Retry-After retries once, HONESTY_PROBE_SHARE of them (half)
+# after a random share of the told wait ("probe"), the others after exactly it ("obey");
+# retries due more than HONESTY_HORIZON s after the arrivals end are not sent.
+# bench/overload/analyze.py derives
 # the admitted share of the obeying retries and, from the probes, the shortest wait that
 # worked (see docs/benchmarks.md).
 #
@@ -85,7 +86,7 @@
 # STEP (1; 0 skips), STEP_SYSTEMS (as SYSTEMS), STEP_SHAPE (queue), STEP_BEFORE (5),
 # STEP_AFTER (15), HONESTY (1; 0 skips), HONESTY_SHAPE (queue), HONESTY_STEP (6),
 # HONESTY_STREAM_STEP (12), HONESTY_STREAM_SECONDS (1), HONESTY_BURSTS (2), HONESTY_PERIOD (150),
-# HONESTY_HORIZON (20),
+# HONESTY_HORIZON (20), HONESTY_PROBE_SHARE (0.5: the share of refused clients that probe),
 # CHARTS (docs/images: the SVGs are written there; "" skips them), SEED (1),
 # QUIET_MAX / QUIET_WAIT (before each run, wait up to QUIET_WAIT s, default 20, for the
 # machine's busy CPU to drop to QUIET_MAX percent, default 15; 100 turns it off),
@@ -128,6 +129,7 @@ STEP_AFTER=${STEP_AFTER:-15}
 HONESTY=${HONESTY:-1}
 HONESTY_SHAPE=${HONESTY_SHAPE:-queue}
 HONESTY_HORIZON=${HONESTY_HORIZON:-20}
+HONESTY_PROBE_SHARE=${HONESTY_PROBE_SHARE:-0.5}
 HONESTY_PERIOD=${HONESTY_PERIOD:-150}
 HONESTY_STEP=${HONESTY_STEP:-6}
 HONESTY_STREAM_STEP=${HONESTY_STREAM_STEP:-12}
@@ -152,6 +154,8 @@ need_whole CAPACITY SERVICE_MS TIMEOUT_MS DURATION WARMUP STREAM_SECONDS QUEUE_M
   HONESTY_STREAM_SECONDS
 need_positive CAPACITY SERVICE_MS TIMEOUT_MS DURATION THREADS HALVE_PHASE HONESTY_STREAM_SECONDS
 [[ $STANDARD_SHARE =~ ^0?\.[0-9]+$|^1$ ]] || die "STANDARD_SHARE must be in 0..1, not '$STANDARD_SHARE'"
+[[ $HONESTY_PROBE_SHARE =~ ^0?\.[0-9]*[1-9][0-9]*$ ]] ||
+  die "HONESTY_PROBE_SHARE must be between 0 and 1, not '$HONESTY_PROBE_SHARE'"
 need_decimal STREAM_RATE
 for l in $LOADS; do [[ $l =~ ^[0-9]+(\.[0-9]+)?p?$ ]] || die "LOADS: '$l' is not a load (1.5, 0.9p)"; done
 [ "$HONESTY_BURSTS" -ge 1 ] || die "HONESTY_BURSTS: at least 1, not '$HONESTY_BURSTS'"
@@ -526,7 +530,7 @@ run_honesty() {  # SHAPE
   cpu_mark
   start_bg "$TMP/runs/$name-loadgen.tsv" "$LOADGEN" --target "127.0.0.1:$SYS_PORT" \
     --warmup 0 --duration $((5 + HONESTY_PERIOD * HONESTY_BURSTS)) --seed "$SEED" \
-    --obey-retry-after --probe-share 0.5 \
+    --obey-retry-after --probe-share "$HONESTY_PROBE_SHARE" \
     --retry-horizon "$HONESTY_HORIZON" --retries "$TMP/runs/$name-retries.tsv" \
     --log "$TMP/runs/$name-log.tsv" "${CLASS_ARGS[@]}"
   gen=$LAST_PID

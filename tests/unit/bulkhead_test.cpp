@@ -2,6 +2,7 @@
 #include "admission/bulkhead.hpp"
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <deque>
 #include <span>
 #include <vector>
@@ -564,11 +565,12 @@ TEST_CASE(
   // line if it is still ahead.
   const auto next = 16s + Bulkhead::kRefusalGap + 1ms;
   CHECK(b.refusal_wait(Lane::standard, next) == 30s + 200ms + 2 * kTurn - next);
-  // That one was a blip: one client against the 409 of the 6 s, which weigh
-  // half once a later episode has ended (see the memory's own test). The 7
-  // still waiting are no turns on top: the overload remembered is the whole
-  // of one, its queues come and gone in it.
-  CHECK(b.refusal_wait(Lane::standard, 40s).count() == Approx(6e6 * 204.5 / (204.5 + 1) + 25'000));
+  // That one was a blip: one client against the 409 of the 6 s, whose weight
+  // it hardly moves (see the memory's own test). The 7 still waiting are no
+  // turns on top: the overload remembered is the whole of one, its queues
+  // come and gone in it.
+  const double kept = 409 * std::exp2(-1.0 / 409);
+  CHECK(b.refusal_wait(Lane::standard, 40s).count() == Approx(6e6 * kept / (kept + 1) + 25'000));
   // Per lane: bulk's line starts on its own.
   CHECK(b.refusal_wait(Lane::bulk, 50s) == 8 * kTurn);
   for (int i = 0; i < 10; ++i) b.refusal_wait(Lane::bulk, 50s);
@@ -582,7 +584,7 @@ TEST_CASE(
 
 TEST_CASE(
     "the overload remembered: the episodes' mean length, each weighed by the clients it refused, "
-    "the older halved at each later one",
+    "the older ones' weight halved by a later one as big, hardly moved by a blip",
     "[admission][bulkhead]") {
   Bulkhead b(LanePolicy{}, four_slots(100ms));
   constexpr auto kTurn = 25ms;  // 100 ms over 4 slots, none busy before
@@ -590,13 +592,20 @@ TEST_CASE(
   for (int i = 0; i < 100; ++i) b.refusal_wait(Lane::standard, Micros(100'000 * i));
   // The next episode, 20 s on, is told the 9.9 s first.
   CHECK(b.refusal_wait(Lane::standard, 30s) == 9900ms + kTurn);
-  // That one was a blip, one client: it weighs 1 against the first's 100, halved.
-  const double blip = 9.9 * 50 / (50 + 1);
+  // That one was a blip, one client: it weighs 1 against the first's 100,
+  // which it leaves 2^(-1/100) of their weight (halved per episode, a few
+  // such blips erased the 9.9 s: clients refused in it, refused again when
+  // they came back).
+  const double first = 100 * std::exp2(-1.0 / 100);
+  const double blip = 9.9 * first / (first + 1);
+  CHECK(blip > 9.8);
   CHECK(b.refusal_wait(Lane::standard, 40s).count() == Approx(1e6 * blip + 25'000));
-  // Another overload as big, 3 s long (40 s included): it weighs 101 against
-  // the blip's 1 and the first's 100, each halved again (51 / 2).
+  // Another overload as big, 3 s long (40 s included): its 101 clients about
+  // halve the weight of the blip's and the first's together.
   for (int i = 1; i < 101; ++i) b.refusal_wait(Lane::standard, 40s + Micros(30'000 * i));
-  const double both = (blip * 51 / 2 + 3.0 * 101) / (51.0 / 2 + 101);
+  const double older = (first + 1) * std::exp2(-101 / (first + 1));
+  CHECK(older == Approx((first + 1) / 2).epsilon(0.01));
+  const double both = (blip * older + 3.0 * 101) / (older + 101);
   CHECK(b.refusal_wait(Lane::standard, 60s).count() == Approx(1e6 * both + 25'000));
   // An overload's length is the span its refusals would cover were they even,
   // twice their mean age: 100 clients refused in 1 s, then a sparse tail of
@@ -633,17 +642,20 @@ TEST_CASE(
   CHECK(b.refusal_wait(Lane::bulk, 20s) == 1500ms + kTurn);
   // Standard's refused outside a bulk overload are no part of one: 40 at 30 s
   // (due by 31 s), after bulk's one refusal at 20 s ended. That one lasted 0
-  // and weighs 1 against the first's 100, halved.
+  // and weighs 1 against the first's 100.
   for (int k = 0; k < 40; ++k) b.refusal_wait(Lane::standard, 30s);
-  const double remembered = 1.5 * 50 / (50 + 1);
+  const double first = 100 * std::exp2(-1.0 / 100);
+  const double remembered = 1.5 * first / (first + 1);
   CHECK(b.refusal_wait(Lane::bulk, 40s).count() == Approx(1e6 * remembered + 25'000));
   // A line still ahead when bulk's overload starts reaches into it too:
   // standard's 40 at 50 s are due by 51 s; bulk's 100 at 50.5 s (after its
   // one at 40 s, which lasted 0 and weighs 1) end at once but last 0.5 s.
   for (int k = 0; k < 40; ++k) b.refusal_wait(Lane::standard, 50s);
   for (int i = 0; i < 100; ++i) b.refusal_wait(Lane::bulk, 50s + 500ms);
-  const double before = remembered * 25.5 / (25.5 + 1);
-  const double reached = (before * 26.5 / 2 + 0.5 * 100) / (26.5 / 2 + 100);
+  const double second = (first + 1) * std::exp2(-1 / (first + 1));
+  const double before = remembered * second / (second + 1);
+  const double third = (second + 1) * std::exp2(-100 / (second + 1));
+  const double reached = (before * third + 0.5 * 100) / (third + 100);
   CHECK(b.refusal_wait(Lane::bulk, 60s).count() == Approx(1e6 * reached + 25'000));
 }
 
