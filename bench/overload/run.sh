@@ -74,9 +74,8 @@
 # every refused request with a Retry-After retries once, HONESTY_PROBE_SHARE of them (half)
 # after a random share of the told wait ("probe"), the others after exactly it ("obey");
 # retries due more than HONESTY_HORIZON s after the arrivals end are not sent.
-# bench/overload/analyze.py derives
-# the admitted share of the obeying retries and, from the probes, the shortest wait that
-# worked (see docs/benchmarks.md).
+# bench/overload/analyze.py derives the admitted share of the obeying retries and, from the
+# probes, the shortest wait that worked (see docs/benchmarks.md).
 #
 # Environment: CAPACITY (8), SERVICE_MS (50), TIMEOUT_MS (1000), DURATION (6), WARMUP (2),
 # LOADS ("0.5 0.9p 1 1.5 2 3"), SHAPES ("429 queue halve"; "" runs only the step and the honesty run),
