@@ -60,6 +60,11 @@ std::pair<int, double> family_sum(const std::string& metrics, const std::string&
   return {series, sum};
 }
 
+// How much a counter of an upstream's /stats grew between two readings.
+double grew(const json& after, const json& before, const char* field) {
+  return after[field].get<double>() - before[field].get<double>();
+}
+
 // Five seconds of the two loads, then every request answered, none lost.
 void all_answered(Load& one, Load& other, Tally& a, Tally& b) {
   std::this_thread::sleep_for(5s);
@@ -570,13 +575,10 @@ TEST_CASE(
   const auto state = json::parse(request(s.admin, "GET", "/admin/state").body);
   on_api.stop();
   on_search.stop();
-  const auto delta = [](const json& after, const json& before, const char* field) {
-    return after[field].get<double>() - before[field].get<double>();
-  };
-  const double api_served = delta(api_after, api_before, "requests");
-  const double search_served = delta(search_after, search_before, "requests");
-  const double api_queued = delta(api_after, api_before, "queued");
-  const double search_queued = delta(search_after, search_before, "queued");
+  const double api_served = grew(api_after, api_before, "requests");
+  const double search_served = grew(search_after, search_before, "requests");
+  const double api_queued = grew(api_after, api_before, "queued");
+  const double search_queued = grew(search_after, search_before, "queued");
   INFO("api: K " << carrying("api") << ", served " << api_served << ", queued " << api_queued
                  << "; search: K " << carrying("search") << ", served " << search_served
                  << ", queued " << search_queued << "; state " << state["upstreams"].dump());
@@ -628,13 +630,11 @@ TEST_CASE("a queueing upstream whose capacity grows is followed, at production s
   const double k = carrying("api");
   on_api.stop();
   on_search.stop();
-  const auto delta = [&](const char* field) {
-    return search_after[field].get<double>() - search_before[field].get<double>();
-  };
   INFO("api: K " << k << ", K-hat "
                  << s.metric(R"(sluice_upstream_capacity_estimate{upstream="api"})") << ", served "
                  << served << " in 3 s; search: K " << carrying("search") << ", served "
-                 << delta("requests") << ", queued " << delta("queued"));
+                 << grew(search_after, search_before, "requests") << ", queued "
+                 << grew(search_after, search_before, "queued"));
   CHECK(k >= 5);
   CHECK(served > 0.75 * 6 * (1000.0 / service_ms) * 3);
   // The other upstream keeps its own: what is forwarded to it stays out of its
@@ -642,7 +642,8 @@ TEST_CASE("a queueing upstream whose capacity grows is followed, at production s
   // a probe one or two past 4 that a loaded machine's own gaps let hold for a
   // window; what the upstream queued says whether it held for long.
   CHECK(carrying("search") >= 3);
-  CHECK(delta("queued") < 0.4 * delta("requests"));
+  CHECK(grew(search_after, search_before, "queued") <
+        0.4 * grew(search_after, search_before, "requests"));
   CHECK(a.failed + b.failed == 0);
   CHECK(a.other + b.other == 0);
 }
