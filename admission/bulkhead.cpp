@@ -1088,27 +1088,9 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
   Lock lock(mutex_);
   const auto l = index(lane);
   if (!refusing(lane, now)) {
-    // The last episode ended: what it lasted joins the memory, weighed by the
-    // clients it refused (what a client refused met). The older ones' weight
-    // halves for each as many clients as it holds: an episode as big halves
-    // it, a blip of a client or two hardly moves it (halved per episode, the
-    // blips of clients refused again between two overloads erased the first).
-    // What it lasted: the span its refusals would cover were they even, twice
-    // their mean age, at most its span: a sparse tail of refusals after the
-    // overload (clients refused in it, come back early) hardly lengthens it.
-    // Bulk's lasted, for its clients, at least until the other lanes' clients
-    // refused in it were due back (their lines' end): they come back first.
-    if (refusing_since_[l]) {
-      const double n = static_cast<double>(refusals_[l]);
-      double lasted = std::min(static_cast<double>((refused_at_[l] - *refusing_since_[l]).count()),
-                               2 * refused_age_us_[l] / n);
-      if (lane == Lane::bulk) lasted = std::max(lasted, static_cast<double>(others_reach_.count()));
-      const double w = remembered_[l];
-      const double older = w > 0 ? w * std::exp2(-n / w) : 0.0;
-      episodes_[l] = Micros(static_cast<std::int64_t>(
-          (static_cast<double>(episodes_[l].count()) * older + lasted * n) / (older + n)));
-      remembered_[l] = older + n;
-    }
+    const Memory m = memory_locked(l);
+    episodes_[l] = m.lasted;
+    remembered_[l] = m.clients;
     refusing_since_[l] = now;
     refusals_[l] = 0;
     refused_age_us_[l] = 0;
@@ -1151,6 +1133,29 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
       others_reach_ = std::max(others_reach_, line_[l] - *refusing_since_[bulk]);
   }
   return line_[l] - now;
+}
+
+// The last episode ended: what it lasted joins the memory, weighed by the
+// clients it refused (what a client refused met). The older ones' weight
+// halves for each as many clients as it holds: an episode as big halves it,
+// a blip of a client or two hardly moves it (halved per episode, the blips of
+// clients refused again between two overloads erased the first). What it
+// lasted: the span its refusals would cover were they even, twice their mean
+// age, at most its span: a sparse tail of refusals after the overload
+// (clients refused in it, come back early) hardly lengthens it. Bulk's
+// lasted, for its clients, at least until the other lanes' clients refused in
+// it were due back (their lines' end): they come back first.
+Bulkhead::Memory Bulkhead::memory_locked(std::size_t l) const {
+  if (!refusing_since_[l] || refusals_[l] == 0) return {episodes_[l], remembered_[l]};
+  const double n = static_cast<double>(refusals_[l]);
+  double lasted = std::min(static_cast<double>((refused_at_[l] - *refusing_since_[l]).count()),
+                           2 * refused_age_us_[l] / n);
+  if (l == index(Lane::bulk)) lasted = std::max(lasted, static_cast<double>(others_reach_.count()));
+  const double w = remembered_[l];
+  const double older = w > 0 ? w * std::exp2(-n / w) : 0.0;
+  return {Micros(static_cast<std::int64_t>(
+              (static_cast<double>(episodes_[l].count()) * older + lasted * n) / (older + n))),
+          older + n};
 }
 
 // What the upstream serves a second beyond the load beside the clients come
@@ -1240,6 +1245,9 @@ BulkheadView Bulkhead::view(Micros now) const {
     lv.waiting_since = waiting_since_[l];
     lv.starving = starving(lane, g, now);
     lv.pinned_starving = pinned_since_[l] && now - *pinned_since_[l] >= lanes_.starved_after;
+    const Memory m = refusing(lane, now) ? Memory{episodes_[l], remembered_[l]} : memory_locked(l);
+    lv.remembered_overload = m.lasted;
+    lv.remembered_clients = m.clients;
   }
   return v;
 }

@@ -422,6 +422,11 @@ struct LaneView {
   std::optional<Micros> waiting_since;  // the queue has not been empty since
   bool starving = false;
   bool pinned_starving = false;  // hard-pinned requests have waited that long, floor or not
+  // The overload the lane's next episode of refusals is told at least
+  // (Bulkhead::refusal_wait): what its earlier episodes lasted, and the
+  // clients they weigh (an episode over folded in; one going on, not yet).
+  Micros remembered_overload{0};
+  double remembered_clients = 0;
 };
 
 struct BulkheadView {
@@ -612,6 +617,13 @@ class Bulkhead {
   Micros mean_latency() const;
   // The lane's episode of refusals goes on at `now` (no gap of kRefusalGap).
   bool refusing(Lane lane, Micros now) const;
+  // What the lane's episodes of refusals lasted and the clients they weigh,
+  // its last episode folded in (refusal_wait keeps it when the next begins).
+  struct Memory {
+    Micros lasted{0};
+    double clients = 0;
+  };
+  Memory memory_locked(std::size_t lane) const;
   double at_baseline() const;   // what the slots serve a second at the baseline
   double spare_locked() const;  // what the clients refused come back to a second
   int waiting_locked() const { return waiting_[0] + waiting_[1] + waiting_[2]; }

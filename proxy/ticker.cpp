@@ -436,7 +436,10 @@ std::string Ticker::state_json() const {
           {"running", lv.running},       {"waiting", lv.waiting},
           {"guaranteed", lv.guaranteed}, {"borrowed", lv.borrowed},
           {"delegated", lv.delegated},   {"oldest_waiting_s", age_s(lv.oldest_waiting_since)},
-          {"starving", lv.starving}};
+          {"starving", lv.starving},
+          {"overload_remembered",
+           {{"lasted_s", static_cast<double>(lv.remembered_overload.count()) / 1e6},
+            {"clients", lv.remembered_clients}}}};
       if (lv.starving)
         starving.push_back({{"lane", std::string(admission::to_string(lane))},
                             {"upstream", name},

@@ -701,3 +701,76 @@ TEST_CASE(
   CHECK(a.failed + b.failed == 0);
   CHECK(b.queue_timeout + b.other_503 == 0);
 }
+
+// An overload is remembered weighed by the clients it refused (docs/admission.md,
+// "Retry-After"): blips of a few refusals after it, each an episode of its own,
+// hardly move what the next overload is told. Halved at each episode's end, six
+// blips of a few clients left under half of it. Each upstream keeps its own.
+TEST_CASE("the overload remembered keeps its weight against blips, at production shape",
+          "[e2e][scale][concurrency]") {
+  // 4 at a time for 100 ms (429 above): 40 a second; 64 clients wait past the
+  // standard lane's 500 ms window, and are refused, a few hundred times in 4 s.
+  Upstream api(kUpstream, {"--capacity", "4", "--service-ms", "100", "--threads", "2"});
+  Upstream search(kUpstream, {"--service-ms", "20", "--threads", "2"});
+  Sluice s(kSluice,
+           two_upstreams(api, search, {{"SLUICE_THREADS", "2"}, {"SLUICE_ACCESS_LOG", "off"}}));
+  Tally beside;
+  Load on_search(s.port, "/search/q", 2, beside);
+  const auto remembered = [&](int upstream) {
+    const auto state = json::parse(request(s.admin, "GET", "/admin/state").body);
+    return state["upstreams"][upstream]["lanes"]["standard"]["overload_remembered"];
+  };
+  // A blip: 6 requests at once that hold their seats 1 s; those not seated
+  // within the window are refused together. Their Retry-After values.
+  const auto blip = [&] {
+    std::vector<int> told;
+    std::mutex m;
+    {
+      std::vector<std::jthread> clients;
+      for (int i = 0; i < 6; ++i)
+        clients.emplace_back([&] {
+          auto res = request(s.port, "GET", "/slow?ms=1000", {}, {}, 10s);
+          if (res.status != 503) return;
+          std::lock_guard lock(m);
+          told.push_back(std::stoi(res.header("Retry-After")));
+        });
+    }
+    return told;
+  };
+  const auto gap = 2500ms;  // past the 2 s without a refusal that ends an episode
+  Tally overload;
+  {
+    Load load(s.port, "/", 64, overload);
+    std::this_thread::sleep_for(4s);
+  }
+  std::this_thread::sleep_for(gap);
+  const auto first = remembered(0);
+  int blips = 0;
+  std::size_t refused = 0;
+  for (int i = 0; i < 6; ++i) {
+    const auto told = blip();
+    blips += told.empty() ? 0 : 1;
+    refused += told.size();
+    std::this_thread::sleep_for(gap);
+  }
+  const auto after = remembered(0);
+  const auto told = blip();  // the next overload's first clients
+  on_search.stop();
+  INFO("after the overload " << first.dump() << " (clients refused " << overload.queue_timeout
+                             << " + " << overload.other_503 << "); after " << blips
+                             << " blips that refused " << refused << ": " << after.dump()
+                             << "; the next told " << told.size() << " Retry-After values");
+  const double lasted = first["lasted_s"].get<double>(), clients = first["clients"].get<double>();
+  REQUIRE(lasted > 1);
+  REQUIRE(blips >= 5);                  // each an episode of its own
+  REQUIRE(refused <= 0.1 * clients);    // blips: together under a tenth of the overload
+  CHECK(after["lasted_s"].get<double>() >= 0.8 * lasted);
+  CHECK(after["clients"].get<double>() >= clients);
+  // What a client refused by the next overload is told: at least what the last lasted.
+  REQUIRE(!told.empty());
+  for (int t : told) CHECK(t >= after["lasted_s"].get<double>());
+  // The upstream beside it never said "too much": nothing refused, nothing remembered.
+  CHECK(beside.queue_timeout + beside.other_503 == 0);
+  CHECK(beside.failed == 0);
+  CHECK(remembered(1)["clients"].get<double>() == 0);
+}

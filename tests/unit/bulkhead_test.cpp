@@ -590,6 +590,12 @@ TEST_CASE(
   constexpr auto kTurn = 25ms;  // 100 ms over 4 slots, none busy before
   // An overload: 100 clients refused over 9.9 s.
   for (int i = 0; i < 100; ++i) b.refusal_wait(Lane::standard, Micros(100'000 * i));
+  // What the next episode will be told against, as /admin/state shows it:
+  // nothing while the first goes on, then its 9.9 s and 100 clients.
+  CHECK(b.view(10s).lanes[index(Lane::standard)].remembered_clients == 0);
+  const auto seen = b.view(20s).lanes[index(Lane::standard)];
+  CHECK(seen.remembered_overload == 9900ms);
+  CHECK(seen.remembered_clients == 100);
   // The next episode, 20 s on, is told the 9.9 s first.
   CHECK(b.refusal_wait(Lane::standard, 30s) == 9900ms + kTurn);
   // That one was a blip, one client: it weighs 1 against the first's 100,
