@@ -433,9 +433,12 @@ std::string Ticker::state_json() const {
     for (auto lane : admission::kLanes) {
       const auto& lv = v.lanes[admission::index(lane)];
       per_lane[std::string(admission::to_string(lane))] = {
-          {"running", lv.running},       {"waiting", lv.waiting},
-          {"guaranteed", lv.guaranteed}, {"borrowed", lv.borrowed},
-          {"delegated", lv.delegated},   {"oldest_waiting_s", age_s(lv.oldest_waiting_since)},
+          {"running", lv.running},
+          {"waiting", lv.waiting},
+          {"guaranteed", lv.guaranteed},
+          {"borrowed", lv.borrowed},
+          {"delegated", lv.delegated},
+          {"oldest_waiting_s", age_s(lv.oldest_waiting_since)},
           {"starving", lv.starving},
           {"overload_remembered",
            {{"lasted_s", static_cast<double>(lv.remembered_overload.count()) / 1e6},

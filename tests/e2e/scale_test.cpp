@@ -762,8 +762,8 @@ TEST_CASE("the overload remembered keeps its weight against blips, at production
                              << "; the next told " << told.size() << " Retry-After values");
   const double lasted = first["lasted_s"].get<double>(), clients = first["clients"].get<double>();
   REQUIRE(lasted > 1);
-  REQUIRE(blips >= 5);                  // each an episode of its own
-  REQUIRE(refused <= 0.1 * clients);    // blips: together under a tenth of the overload
+  REQUIRE(blips >= 5);                // each an episode of its own
+  REQUIRE(refused <= 0.1 * clients);  // blips: together under a tenth of the overload
   CHECK(after["lasted_s"].get<double>() >= 0.8 * lasted);
   CHECK(after["clients"].get<double>() >= clients);
   // What a client refused by the next overload is told: at least what the last lasted.
