@@ -762,8 +762,10 @@ TEST_CASE("the overload remembered keeps its weight against blips, at production
                              << "; the next told " << told.size() << " Retry-After values");
   const double lasted = first["lasted_s"].get<double>(), clients = first["clients"].get<double>();
   REQUIRE(lasted > 1);
-  REQUIRE(blips >= 5);                // each an episode of its own
-  REQUIRE(refused <= 0.1 * clients);  // blips: together under a tenth of the overload
+  REQUIRE(blips >= 5);  // each an episode of its own
+  // Blips together under 15 % of the overload's clients: each moves the memory
+  // by about its share of them (2 a blip, 12 in all, of 320-330 in runs here).
+  REQUIRE(refused <= 0.15 * clients);
   CHECK(after["lasted_s"].get<double>() >= 0.8 * lasted);
   CHECK(after["clients"].get<double>() >= clients);
   // What a client refused by the next overload is told: at least what the last lasted.
