@@ -1088,7 +1088,7 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
   Lock lock(mutex_);
   const auto l = index(lane);
   if (!refusing(lane, now)) {
-    const Memory m = memory_locked(l);
+    const Memory m = memory_locked(lane, now);
     episodes_[l] = m.lasted;
     remembered_[l] = m.clients;
     refusing_since_[l] = now;
@@ -1145,12 +1145,14 @@ Micros Bulkhead::refusal_wait(Lane lane, Micros now) {
 // (clients refused in it, come back early) hardly lengthens it. Bulk's
 // lasted, for its clients, at least until the other lanes' clients refused in
 // it were due back (their lines' end): they come back first.
-Bulkhead::Memory Bulkhead::memory_locked(std::size_t l) const {
-  if (!refusing_since_[l] || refusals_[l] == 0) return {episodes_[l], remembered_[l]};
+Bulkhead::Memory Bulkhead::memory_locked(Lane lane, Micros now) const {
+  const auto l = index(lane);
+  if (!refusing_since_[l] || refusals_[l] == 0 || refusing(lane, now))
+    return {episodes_[l], remembered_[l]};
   const double n = static_cast<double>(refusals_[l]);
   double lasted = std::min(static_cast<double>((refused_at_[l] - *refusing_since_[l]).count()),
                            2 * refused_age_us_[l] / n);
-  if (l == index(Lane::bulk)) lasted = std::max(lasted, static_cast<double>(others_reach_.count()));
+  if (lane == Lane::bulk) lasted = std::max(lasted, static_cast<double>(others_reach_.count()));
   const double w = remembered_[l];
   const double older = w > 0 ? w * std::exp2(-n / w) : 0.0;
   return {Micros(static_cast<std::int64_t>(
@@ -1245,7 +1247,7 @@ BulkheadView Bulkhead::view(Micros now) const {
     lv.waiting_since = waiting_since_[l];
     lv.starving = starving(lane, g, now);
     lv.pinned_starving = pinned_since_[l] && now - *pinned_since_[l] >= lanes_.starved_after;
-    const Memory m = refusing(lane, now) ? Memory{episodes_[l], remembered_[l]} : memory_locked(l);
+    const Memory m = memory_locked(lane, now);
     lv.remembered_overload = m.lasted;
     lv.remembered_clients = m.clients;
   }

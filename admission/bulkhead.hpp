@@ -618,12 +618,13 @@ class Bulkhead {
   // The lane's episode of refusals goes on at `now` (no gap of kRefusalGap).
   bool refusing(Lane lane, Micros now) const;
   // What the lane's episodes of refusals lasted and the clients they weigh,
-  // its last episode folded in (refusal_wait keeps it when the next begins).
+  // its last episode folded in once it has ended at `now` (refusal_wait keeps
+  // that when the next begins).
   struct Memory {
     Micros lasted{0};
     double clients = 0;
   };
-  Memory memory_locked(std::size_t lane) const;
+  Memory memory_locked(Lane lane, Micros now) const;
   double at_baseline() const;   // what the slots serve a second at the baseline
   double spare_locked() const;  // what the clients refused come back to a second
   int waiting_locked() const { return waiting_[0] + waiting_[1] + waiting_[2]; }

@@ -65,6 +65,11 @@ double grew(const json& after, const json& before, const char* field) {
   return after[field].get<double>() - before[field].get<double>();
 }
 
+// Upstream `upstream`'s entry of /admin/state, read now.
+json upstream_state(const Sluice& s, int upstream) {
+  return json::parse(request(s.admin, "GET", "/admin/state").body)["upstreams"][upstream];
+}
+
 // Five seconds of the two loads, then every request answered, none lost.
 void all_answered(Load& one, Load& other, Tally& a, Tally& b) {
   std::this_thread::sleep_for(5s);
@@ -665,8 +670,7 @@ TEST_CASE(
   Tally a, b;
   Load on_api(s.port, "/", 16, a), on_search(s.port, "/search/q", 2, b);
   const auto back_to = [&](int upstream) {
-    const auto state = json::parse(request(s.admin, "GET", "/admin/state").body);
-    return state["upstreams"][upstream]["refused_come_back_to"];
+    return upstream_state(s, upstream)["refused_come_back_to"];
   };
   const auto served = [&] {
     const auto stats = upstream_stats(api);
@@ -717,8 +721,7 @@ TEST_CASE("the overload remembered keeps its weight against blips, at production
   Tally beside;
   Load on_search(s.port, "/search/q", 2, beside);
   const auto remembered = [&](int upstream) {
-    const auto state = json::parse(request(s.admin, "GET", "/admin/state").body);
-    return state["upstreams"][upstream]["lanes"]["standard"]["overload_remembered"];
+    return upstream_state(s, upstream)["lanes"]["standard"]["overload_remembered"];
   };
   // A blip: 6 requests at once that hold their seats 1 s; those not seated
   // within the window are refused together. Their Retry-After values.
@@ -749,9 +752,9 @@ TEST_CASE("the overload remembered keeps its weight against blips, at production
   int blips = 0;
   std::size_t refused = 0;
   for (int i = 0; i < 6; ++i) {
-    const auto told = blip();
-    blips += told.empty() ? 0 : 1;
-    refused += told.size();
+    const auto blip_told = blip();
+    blips += blip_told.empty() ? 0 : 1;
+    refused += blip_told.size();
     std::this_thread::sleep_for(gap);
   }
   const auto after = remembered(0);
