@@ -375,6 +375,9 @@ struct Seat {
   bool queued = false;
   bool delegated = false;
   bool pinned = false;  // its route is hard-pinned to this upstream
+  // Its route (its index in the routes table): its answers' times are judged
+  // against that route's own baseline (Estimate).
+  std::uint16_t route = 0;
   bool capped = false;  // holds one unit of the heavy cap
   // Asks as the oldest of its lane: it was seated before and its upstream
   // refused it (placement's ask_again): no chance draw, and when not seated it

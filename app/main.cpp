@@ -19,6 +19,7 @@
 #include "config/config.hpp"
 #include "proxy/serve.hpp"
 #include "replay/trace.hpp"
+#include "sim/matrix.hpp"
 #include "sim/overload.hpp"
 #include "sim/simulate.hpp"
 
@@ -215,6 +216,40 @@ int simulate_overload(int argc, char** argv) {
   return 0;
 }
 
+// `sluice simulate --matrix [--cells N] [--seed S] [--jobs N]`: the workload
+// matrix (sim/matrix.hpp), Sluice's admission configured from the environment.
+int simulate_matrix(int argc, char** argv) {
+  namespace mx = sluice::sim::matrix;
+  constexpr const char* kUsage = "usage: sluice simulate --matrix [--cells N] [--seed S] [--jobs N]";
+  mx::Options o;
+  auto fail = [&](const std::string& what) { return simulate_usage_error(what, kUsage); };
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--matrix") continue;
+    if (arg != "--cells" && arg != "--seed" && arg != "--jobs")
+      return fail("unknown argument \"" + arg + "\" with --matrix");
+    if (i + 1 >= argc) return fail(arg + " needs a value");
+    std::string v = argv[++i];
+    if (arg == "--cells") {
+      auto n = parse_count(v, 100'000);
+      if (!n || *n == 0) return fail("--cells takes a count from 1 to 100000");
+      o.cells = static_cast<int>(*n);
+    } else if (arg == "--jobs") {
+      auto n = parse_count(v, 256);
+      if (!n) return fail("--jobs takes a count from 0 (the hardware's threads) to 256");
+      o.jobs = static_cast<int>(*n);
+    } else {
+      auto n = parse_count(v, ~std::uint64_t{0} >> 1);
+      if (!n) return fail("--seed takes a non-negative integer");
+      o.seed = *n;
+    }
+  }
+  if (auto bad = configure_sluice(o.sluice)) return *bad;
+  auto cells = mx::run(o);
+  std::cout << mx::format_markdown(o, cells);
+  return 0;
+}
+
 // `sluice simulate [--scenario NAME|all] [--model provider|mmc] [--runs N]
 // [--seed S] [--instances N,N,...] [--balance round-robin|random] [--json]`:
 // the policy simulator, Sluice's admission configured from the environment
@@ -227,6 +262,8 @@ int simulate(int argc, char** argv) {
       "[--balance round-robin|random] [--json]; or sluice simulate --overload ...";
   for (int i = 2; i < argc; ++i)
     if (std::string_view(argv[i]) == "--overload") return simulate_overload(argc, argv);
+  for (int i = 2; i < argc; ++i)
+    if (std::string_view(argv[i]) == "--matrix") return simulate_matrix(argc, argv);
   sluice::sim::Options o;
   bool json = false;
   auto fail = [&](const std::string& what) { return simulate_usage_error(what, kUsage); };

@@ -7,6 +7,11 @@ namespace sluice::sim {
 
 double exponential(Rng& rng, double mean) { return -std::log(1.0 - rng.uniform()) * mean; }
 
+double normal(Rng& rng) {
+  const double u = 1.0 - rng.uniform(), v = rng.uniform();
+  return std::sqrt(-2.0 * std::log(u)) * std::cos(2.0 * 3.14159265358979323846 * v);
+}
+
 std::string_view to_string(ModelKind kind) {
   switch (kind) {
     case ModelKind::provider:

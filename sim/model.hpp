@@ -89,5 +89,7 @@ inline std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
 
 // An exponential draw of mean `mean`.
 double exponential(Rng& rng, double mean);
+// A standard normal draw (Box-Muller).
+double normal(Rng& rng);
 
 }  // namespace sluice::sim

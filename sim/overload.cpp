@@ -22,12 +22,16 @@ std::string_view to_string(Shape shape) {
       return "queue";
     case Shape::halve:
       return "halve";
+    case Shape::ps:
+      return "ps";
+    case Shape::lognormal:
+      return "lognormal";
   }
   return "429";
 }
 
 std::optional<Shape> shape_from_string(std::string_view s) {
-  for (auto k : kShapes)
+  for (auto k : kAllShapes)
     if (to_string(k) == s) return k;
   return std::nullopt;
 }
@@ -42,6 +46,8 @@ std::string_view to_string(System system) {
       return "haproxy";
     case System::none:
       return "none";
+    case System::fifo:
+      return "fifo";
   }
   return "sluice";
 }
@@ -49,6 +55,7 @@ std::string_view to_string(System system) {
 std::optional<System> system_from_string(std::string_view s) {
   for (auto k : kSystems)
     if (to_string(k) == s) return k;
+  if (s == "fifo") return System::fifo;
   return std::nullopt;
 }
 
@@ -73,13 +80,21 @@ int Upstream::capacity(double t) const {
   return p_.capacity;
 }
 
-Upstream::Arrival Upstream::arrive(std::uint64_t id, double life, double now) {
-  if (in_flight_ < capacity(now)) {
-    start(id, life, now);
+Upstream::Arrival Upstream::arrive(std::uint64_t id, double life, double now, double service) {
+  if (service <= 0) service = p_.service;
+  if (shape_ == Shape::ps) {
+    share_until(now);
+    // A stream shares as any request does: its life is its work.
+    if (life > 0) schedule(now + p_.stream_head, id, true, false, false, 200);
+    ps_.push_back({id, life > 0 ? life : service, life > 0});
     return Arrival::started;
   }
-  if (shape_ == Shape::queue) {
-    queue_.push_back({id, life});
+  if (in_flight_ < capacity(now)) {
+    start(id, life, now, service);
+    return Arrival::started;
+  }
+  if (shape_ == Shape::queue || shape_ == Shape::lognormal) {
+    queue_.push_back({id, life, service});
     return Arrival::queued;
   }
   ++refusing_;
@@ -87,23 +102,61 @@ Upstream::Arrival Upstream::arrive(std::uint64_t id, double life, double now) {
   return Arrival::refused;
 }
 
-void Upstream::start(std::uint64_t id, double life, double now) {
+void Upstream::start(std::uint64_t id, double life, double now, double service) {
   ++in_flight_;
   if (life > 0) {
     schedule(now + p_.stream_head, id, true, false, false, 200);
     schedule(now + life, id, false, true, true, 200);
     return;
   }
-  schedule(now + p_.service + exponential(rng_, p_.jitter), id, true, true, true, 200);
+  if (shape_ == Shape::lognormal) {
+    // Mean `service`: exp(sigma z - sigma^2 / 2) has mean 1.
+    const double z = normal(rng_);
+    service *= std::exp(p_.sigma * z - p_.sigma * p_.sigma / 2);
+  }
+  schedule(now + service + exponential(rng_, p_.jitter), id, true, true, true, 200);
+}
+
+double Upstream::pace() const {
+  const double n = static_cast<double>(ps_.size() + static_cast<std::size_t>(in_flight_));
+  return n <= p_.capacity ? 1.0 : p_.capacity / n;
+}
+
+void Upstream::share_until(double now) {
+  if (!ps_.empty() && now > ps_at_) {
+    const double done = (now - ps_at_) * pace();
+    for (Sharing& r : ps_) r.left -= done;
+  }
+  ps_at_ = std::max(ps_at_, now);
 }
 
 void Upstream::schedule(double at, std::uint64_t id, bool head, bool end, bool frees, int status) {
   due_.push({at, seq_++, id, head, end, frees, status});
 }
 
-double Upstream::next_event() const { return due_.empty() ? kNever : due_.top().at; }
+double Upstream::next_event() const {
+  double next = due_.empty() ? kNever : due_.top().at;
+  if (!ps_.empty()) {
+    double least = kNever;
+    for (const Sharing& r : ps_) least = std::min(least, r.left);
+    next = std::min(next, ps_at_ + std::max(0.0, least) / pace());
+  }
+  return next;
+}
 
 UpstreamEvent Upstream::pop() {
+  const double at = next_event();
+  if (!ps_.empty() && (due_.empty() || at < due_.top().at)) {
+    share_until(at);
+    auto least = std::min_element(ps_.begin(), ps_.end(),
+                                  [](const Sharing& a, const Sharing& b) { return a.left < b.left; });
+    const std::uint64_t id = least->id;
+    const bool stream = least->stream;
+    *least = ps_.back();
+    ps_.pop_back();
+    return {id, at, !stream, true, 200};  // a stream's head came at its start
+  }
+  share_until(at);
   Due d = due_.top();
   due_.pop();
   if (d.status == 429) --refusing_;
@@ -112,7 +165,7 @@ UpstreamEvent Upstream::pop() {
     // The queue shape hands the slot to its oldest waiter.
     if (queue_head_ < queue_.size() && in_flight_ < capacity(d.at)) {
       Waiting w = queue_[queue_head_++];
-      start(w.id, w.life, d.at);
+      start(w.id, w.life, d.at, w.service);
     }
   }
   return {d.id, d.at, d.head, d.end, d.status};
@@ -122,13 +175,13 @@ UpstreamEvent Upstream::pop() {
 
 std::string Load::label() const {
   std::string s = fmt("%g", x);
-  return poisson ? s + "p" : s;
+  return poisson ? s + "p" : bursts ? s + "b" : s;
 }
 
 std::optional<Load> load_from_string(std::string_view s) {
   Load l;
-  if (!s.empty() && s.back() == 'p') {
-    l.poisson = true;
+  if (!s.empty() && (s.back() == 'p' || s.back() == 'b')) {
+    (s.back() == 'p' ? l.poisson : l.bursts) = true;
     s.remove_suffix(1);
   }
   if (s.empty() || s.size() > 12 || s.find_first_not_of("0123456789.") != std::string_view::npos ||
@@ -229,7 +282,7 @@ class Driver {
 class Proxy {
  public:
   virtual ~Proxy() = default;
-  virtual Admit arrive(std::size_t id, Lane lane, double now) = 0;
+  virtual Admit arrive(std::size_t id, const Request& r, double now) = 0;
   // The upstream's response head reached the proxy, `ttfb` after the request was sent.
   // True when the proxy keeps the request (it asked again): the head goes no further.
   virtual bool head(std::size_t, int /*status*/, double /*ttfb*/, double /*now*/) { return false; }
@@ -279,9 +332,10 @@ class SluiceProxy final : public Proxy, adm::Waker {
     wake_ = std::min(wake_, std::chrono::duration<double>(when).count());
   }
 
-  Admit arrive(std::size_t id, Lane lane, double now) override {
+  Admit arrive(std::size_t id, const Request& r, double now) override {
     Exchange& x = ex_[id];
-    x.lane = lane;
+    x.lane = r.lane;
+    x.seat.route = r.route;
     return apply(id, adm::place(ask(x), x.seat, ups_, micros(now), rng_), now);
   }
 
@@ -441,7 +495,7 @@ class SluiceProxy final : public Proxy, adm::Waker {
 class LimitConn final : public Proxy {
  public:
   explicit LimitConn(int limit) : limit_(limit) {}
-  Admit arrive(std::size_t, Lane, double) override {
+  Admit arrive(std::size_t, const Request&, double) override {
     if (running_ >= limit_) return Admit::refuse;
     ++running_;
     return Admit::forward;
@@ -458,7 +512,7 @@ class Haproxy final : public Proxy {
  public:
   Haproxy(int limit, double queue_timeout, Driver& driver)
       : limit_(limit), timeout_(queue_timeout), driver_(driver) {}
-  Admit arrive(std::size_t id, Lane, double now) override {
+  Admit arrive(std::size_t id, const Request&, double now) override {
     if (running_ < limit_ && head_ == queue_.size()) {
       ++running_;
       return Admit::forward;
@@ -497,7 +551,7 @@ class Haproxy final : public Proxy {
 
 class NoLimit final : public Proxy {
  public:
-  Admit arrive(std::size_t, Lane, double) override { return Admit::forward; }
+  Admit arrive(std::size_t, const Request&, double) override { return Admit::forward; }
   void ended(std::size_t, double) override {}
   bool holds_waiters() const override { return false; }
 };
@@ -509,9 +563,15 @@ enum class Outcome : std::uint8_t { pending, ok, late, refused, timeout };
 class Run final : public Driver {
  public:
   Run(Shape shape, System system, const Load& load, const Options& o, std::uint64_t seed)
-      : o_(o), up_(shape, o.upstream, mix(seed, 1)) {
-    const double until = shape == Shape::halve ? o.load.halve_run : o.load.warmup + o.load.duration;
-    reqs_ = make_arrivals(load, o.upstream, o.load, until, seed);
+      : Run(shape, system,
+            make_arrivals(load, o.upstream, o.load,
+                          shape == Shape::halve ? o.load.halve_run : o.load.warmup + o.load.duration,
+                          seed),
+            windows(shape, o.load), o, seed) {}
+
+  Run(Shape shape, System system, std::vector<Request> reqs, std::vector<Window> ws,
+      const Options& o, std::uint64_t seed)
+      : o_(o), up_(shape, o.upstream, mix(seed, 1)), reqs_(std::move(reqs)), windows_(std::move(ws)) {
     state_.resize(reqs_.size());
     switch (system) {
       case System::sluice:
@@ -526,9 +586,11 @@ class Run final : public Driver {
       case System::none:
         proxy_ = std::make_unique<NoLimit>();
         break;
+      case System::fifo:
+        proxy_ = std::make_unique<Haproxy>(o.upstream.capacity, o.load.timeout, *this);
+        break;
     }
     for (std::size_t i = 0; i < reqs_.size(); ++i) push(reqs_[i].at, Ev::arrive, i);
-    windows_ = windows(shape, o.load);
   }
 
   std::vector<Measured> go() {
@@ -582,6 +644,14 @@ class Run final : public Driver {
   }
 
   bool stream(std::size_t id) const { return reqs_[id].lane == Lane::heavy; }
+  double life(std::size_t id) const {
+    return reqs_[id].service > 0 ? reqs_[id].service : o_.load.stream_life;
+  }
+  // The slot time a request's 2xx used: its route's service time, a stream's life.
+  double work(std::size_t id) const {
+    if (stream(id)) return life(id);
+    return reqs_[id].service > 0 ? reqs_[id].service : o_.upstream.service;
+  }
 
   void on_upstream(const UpstreamEvent& e) {
     if (e.head)
@@ -595,7 +665,7 @@ class Run final : public Driver {
     switch (e.kind) {
       case Ev::arrive:
         push(e.at + o_.load.timeout, Ev::timeout, e.id);
-        switch (proxy_->arrive(e.id, reqs_[e.id].lane, e.at)) {
+        switch (proxy_->arrive(e.id, reqs_[e.id], e.at)) {
           case Admit::forward:
             forward(e.id, e.at);
             break;
@@ -608,7 +678,7 @@ class Run final : public Driver {
         return;
       case Ev::at_upstream:
         if (s.reaches++ == 0) s.reached = e.at;
-        if (up_.arrive(e.id, stream(e.id) ? o_.load.stream_life : 0, e.at) ==
+        if (up_.arrive(e.id, stream(e.id) ? life(e.id) : 0, e.at, reqs_[e.id].service) ==
             Upstream::Arrival::refused)
           ++s.refusals;
         max_offered_ = std::max(max_offered_, up_.offered());
@@ -650,6 +720,7 @@ class Run final : public Driver {
       m.max_offered = max_offered_;
       for (std::size_t i = 0; i < reqs_.size(); ++i) {
         const State& s = state_[i];
+        if (s.outcome == Outcome::ok && s.done >= w.from && s.done < w.to) m.ok_work += work(i);
         if (s.reached >= w.from && s.reached < w.to) {
           m.upstream_requests += s.reaches;
           m.upstream_refused += s.refusals;
@@ -661,12 +732,18 @@ class Run final : public Driver {
           case Outcome::ok:
             ++l.ok;
             l.latency.push_back(s.done - reqs_[i].at);
+            m.normalized.push_back((s.done - reqs_[i].at) /
+                                   (stream(i) ? o_.upstream.service : work(i)));
             break;
           case Outcome::late:
             ++l.late;
             break;
           case Outcome::refused:
             ++l.refused;
+            if (reqs_[i].at >= w.from + kSettled) {
+              ++m.refused_settled;
+              if (s.done - reqs_[i].at > kRefusedAtOnce) ++m.refused_late;
+            }
             break;
           case Outcome::timeout:
           case Outcome::pending:
@@ -719,6 +796,11 @@ class Run final : public Driver {
 std::vector<Measured> run_once(Shape shape, System system, const Load& load, const Options& o,
                                std::uint64_t seed) {
   return Run(shape, system, load, o, seed).go();
+}
+
+std::vector<Measured> run_requests(Shape shape, System system, std::vector<Request> reqs,
+                                   std::vector<Window> ws, const Options& o, std::uint64_t seed) {
+  return Run(shape, system, std::move(reqs), std::move(ws), o, seed).go();
 }
 
 // ---------------------------------------------------------------- rows
@@ -818,6 +900,10 @@ std::string shape_title(Shape shape) {
       return "Upstream that queues above C";
     case Shape::halve:
       return "Upstream that answers 429 above C, C/2 from 10 s to 20 s";
+    case Shape::ps:
+      return "Upstream that shares C between the requests in flight";
+    case Shape::lognormal:
+      return "Upstream that queues above C, log-normal service times";
   }
   return "";
 }

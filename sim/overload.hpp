@@ -14,6 +14,12 @@
 //          became of its client (the upstream does not know).
 //   halve  the 429 shape with C/2 slots from halve_from to halve_to (those in
 //          flight finish on the slots they hold).
+//   ps     processor sharing: nothing refused, nothing queued; every request in
+//          flight advances at min(1, C / n) of its pace (n in flight), so its
+//          latency grows with the concurrency past C.
+//   lognormal  the queue shape with log-normal service times (mean S, sigma).
+// A request's own service time (Request::service, 0: S) is a route's: an
+// upstream with a fast and a slow route serves each at its own pace.
 // The load (bench/overload/loadgen.cpp), open loop: at load x, streams at
 //   stream_rate per second of stream_life each (heavy lane) and requests at
 //   R(x) = (x C - stream_rate stream_life) / S per second, standard_share of them
@@ -78,9 +84,11 @@ namespace sluice::sim::overload {
 
 using admission::Lane;
 
-enum class Shape : std::uint8_t { too_many, queue, halve };
+enum class Shape : std::uint8_t { too_many, queue, halve, ps, lognormal };
 inline constexpr std::array<Shape, 3> kShapes{Shape::too_many, Shape::queue, Shape::halve};
-std::string_view to_string(Shape shape);  // "429", "queue", "halve"
+inline constexpr std::array<Shape, 5> kAllShapes{Shape::too_many, Shape::queue, Shape::ps,
+                                                 Shape::halve, Shape::lognormal};
+std::string_view to_string(Shape shape);  // "429", "queue", "halve", "ps", "lognormal"
 std::optional<Shape> shape_from_string(std::string_view s);
 
 struct UpstreamParams {
@@ -90,6 +98,7 @@ struct UpstreamParams {
   double refuse_after = 0.0005;           // s: the 429's delay
   double stream_head = 0.001;             // s: a stream's head after it took its slot
   double halve_from = 10, halve_to = 20;  // s: the halve shape's C/2 phase
+  double sigma = 0.8;                     // the lognormal shape's log-normal sigma
 };
 
 // What the upstream says about one request.
@@ -107,17 +116,18 @@ class Upstream {
   enum class Arrival : std::uint8_t { started, queued, refused };
   // Request `id` reaches the upstream at `now` (never earlier than the last
   // event); a stream (life > 0) holds its slot for `life` s.
-  Arrival arrive(std::uint64_t id, double life, double now);
+  // `service` (0: S) is the request's own service time, its route's.
+  Arrival arrive(std::uint64_t id, double life, double now, double service = 0);
   // When the next event is due (kNever: none).
   double next_event() const;
   // The next event, in time order (ties: in the order they were scheduled).
   UpstreamEvent pop();
   int capacity(double t) const;                 // slots at time t
-  int in_flight() const { return in_flight_; }  // in its slots
+  int in_flight() const { return in_flight_ + static_cast<int>(ps_.size()); }  // in its slots
   std::size_t waiting() const { return queue_.size() - queue_head_; }
   // Requests at it now: in its slots, in its queue, or being answered 429
   // (sluice-upstream's max_offered counts the same).
-  int offered() const { return in_flight_ + static_cast<int>(waiting()) + refusing_; }
+  int offered() const { return in_flight() + static_cast<int>(waiting()) + refusing_; }
 
  private:
   struct Due {
@@ -130,9 +140,18 @@ class Upstream {
   };
   struct Waiting {
     std::uint64_t id;
-    double life;
+    double life, service;
   };
-  void start(std::uint64_t id, double life, double now);
+  // A processor-sharing request: the work it has left, at pace 1.
+  struct Sharing {
+    std::uint64_t id;
+    double left;
+    bool stream;
+  };
+  void start(std::uint64_t id, double life, double now, double service);
+  // The ps shape: brings every sharing request's work left to `now`.
+  void share_until(double now);
+  double pace() const;  // of each sharing request now
   void schedule(double at, std::uint64_t id, bool head, bool end, bool frees, int status);
 
   Shape shape_;
@@ -144,13 +163,16 @@ class Upstream {
   std::size_t queue_head_ = 0;
   std::priority_queue<Due, std::vector<Due>, std::greater<>> due_;
   std::uint64_t seq_ = 0;
+  std::vector<Sharing> ps_;  // the ps shape's requests in flight
+  double ps_at_ = 0;         // their work left is as of then
 };
 
 // One load of the bench: x times the upstream's slots, Poisson or constant gaps.
 struct Load {
   double x = 1;
   bool poisson = false;
-  std::string label() const;  // "2", "0.9p"
+  bool bursts = false;        // on/off: twice the rate for a burst, nothing for as long
+  std::string label() const;  // "2", "0.9p", "3b"
 };
 std::optional<Load> load_from_string(std::string_view s);
 
@@ -167,6 +189,8 @@ struct LoadParams {
 struct Request {
   double at = 0;
   Lane lane = Lane::bulk;  // heavy: a stream
+  double service = 0;      // its route's service time (0: the upstream's S); a stream's life
+  std::uint16_t route = 0;
 };
 
 // The arrivals `sluice_loadgen --seed seed` sends at `load` until `until`, in
@@ -174,7 +198,9 @@ struct Request {
 std::vector<Request> make_arrivals(const Load& load, const UpstreamParams& up, const LoadParams& lp,
                                    double until, std::uint64_t seed);
 
-enum class System : std::uint8_t { sluice, limit_conn, haproxy, none };
+// fifo: haproxy with a queue as long as the client's timeout (the best a
+// policy told C can do for latency without refusing: the matrix's bound).
+enum class System : std::uint8_t { sluice, limit_conn, haproxy, none, fifo };
 inline constexpr std::array<System, 4> kSystems{System::sluice, System::limit_conn, System::haproxy,
                                                 System::none};
 std::string_view to_string(System system);
@@ -215,7 +241,17 @@ struct Measured {
   double seconds = 0;          // the window's length
   double stream_requests = 0;  // a stream's slot time, in requests of S
   double goodput() const;      // requests of S per second
+  // s: the slot time the 2xx answered in the window used (each its route's S;
+  // a stream its life), whenever they arrived.
+  double ok_work = 0;
+  // Refusals of requests that arrived kSettled or more into the window, and
+  // those of them answered later than kRefusedAtOnce after their arrival.
+  int refused_settled = 0, refused_late = 0;
+  // Each 2xx's latency over its own service time (a stream's: over S).
+  std::vector<double> normalized;
 };
+inline constexpr double kSettled = 1.0;          // s
+inline constexpr double kRefusedAtOnce = 0.010;  // s
 
 // One run: `measured` per window, in the order of windows(). Its arrivals are
 // sluice_loadgen's with `seed`; the upstream's and the system's draws derive from it.
@@ -237,6 +273,10 @@ struct Row {
   std::optional<double> khat_mean, khat_min, khat_max;  // means over runs
   double decreases = 0;                                 // of K̂ per run, mean
 };
+
+// One run of the given arrivals, measured over `ws`.
+std::vector<Measured> run_requests(Shape shape, System system, std::vector<Request> reqs,
+                                   std::vector<Window> ws, const Options& o, std::uint64_t seed);
 
 // One row per window of the shape.
 std::vector<Row> run_rows(Shape shape, System system, const Load& load, const Options& o);
