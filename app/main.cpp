@@ -220,7 +220,8 @@ int simulate_overload(int argc, char** argv) {
 // matrix (sim/matrix.hpp), Sluice's admission configured from the environment.
 int simulate_matrix(int argc, char** argv) {
   namespace mx = sluice::sim::matrix;
-  constexpr const char* kUsage = "usage: sluice simulate --matrix [--cells N] [--seed S] [--jobs N]";
+  constexpr const char* kUsage =
+      "usage: sluice simulate --matrix [--cells N] [--seed S] [--jobs N]";
   mx::Options o;
   auto fail = [&](const std::string& what) { return simulate_usage_error(what, kUsage); };
   for (int i = 2; i < argc; ++i) {

@@ -26,9 +26,9 @@ constexpr std::array<Arrivals, 3> kArrivalsAxis{Arrivals::uniform, Arrivals::poi
                                                 Arrivals::bursts};
 constexpr std::array<double, 6> kLoadAxis{0.5, 0.9, 1, 2, 3, 10};
 
-constexpr double kStreamLife = 20;    // x S
-constexpr double kFastRoute = 0.05;   // x S: the routes mix's fast route
-constexpr double kWarmRoute = 0.25;   // x S: the warm-up's route
+constexpr double kStreamLife = 20;   // x S
+constexpr double kFastRoute = 0.05;  // x S: the routes mix's fast route
+constexpr double kWarmRoute = 0.25;  // x S: the warm-up's route
 constexpr std::uint16_t kWarmRouteId = 2;
 constexpr double kHaproxyQueue = 0.5;  // s
 constexpr int kMaxArrivals = 40'000;
@@ -166,8 +166,8 @@ Plan plan(const Cell& c, const Options& opt, std::uint64_t seed) {
   double start = 0;
   if (c.warm) {
     start = std::max(2.0, 20 * s);
-    std::vector<Class> warm{{Lane::standard, kWarmRouteId, kWarmRoute * s,
-                             0.5 * c.capacity / (kWarmRoute * s)}};
+    std::vector<Class> warm{
+        {Lane::standard, kWarmRouteId, kWarmRoute * s, 0.5 * c.capacity / (kWarmRoute * s)}};
     arrivals(warm, Arrivals::poisson, 0, start, 1, rng, p.reqs);
     p.window = {start + 2 * s, start + 2 * s + length, ""};
   } else {
@@ -220,8 +220,7 @@ void judge(Judged& j) {
       miss("refused " + fmt("%.2f", s.refused + s.timeouts) + " % > " + fmt("%.2f", want) + " %");
   }
   if (s.p99 > 0) {
-    const double bound =
-        c.load <= 0.9 ? j.fifo.p99 : (c.load > 1 ? 1.05 * j.limit_conn.p99 : 0);
+    const double bound = c.load <= 0.9 ? j.fifo.p99 : (c.load > 1 ? 1.05 * j.limit_conn.p99 : 0);
     const double want = std::max(2.0, bound);
     if (c.arrivals != Arrivals::bursts || c.load > 1) {
       if (s.p99 > want) miss("p99 " + fmt("%.2f", s.p99) + " S > " + fmt("%.2f", want) + " S");
@@ -237,8 +236,7 @@ void judge(Judged& j) {
 std::string Cell::label() const {
   return std::string(ov::to_string(shape)) + " C" + std::to_string(capacity) + " S" +
          fmt("%g", service * 1e3) + "ms " + std::string(to_string(mix)) + " " +
-         std::string(to_string(arrivals)) + " " + fmt("%g", load) + "x " +
-         (warm ? "warm" : "cold");
+         std::string(to_string(arrivals)) + " " + fmt("%g", load) + "x " + (warm ? "warm" : "cold");
 }
 
 std::vector<Cell> sample(int n, std::uint64_t seed) {
@@ -288,7 +286,8 @@ std::vector<Judged> run(const Options& o) {
   auto cells = sample(o.cells, o.seed);
   std::vector<Judged> out(cells.size());
   std::atomic<std::size_t> next{0};
-  int jobs = o.jobs > 0 ? o.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int jobs =
+      o.jobs > 0 ? o.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto work = [&] {
     for (std::size_t i; (i = next++) < cells.size();)
       out[i] = run_cell(cells[i], o, mix(o.seed, i));
@@ -309,8 +308,8 @@ std::string format_markdown(const Options& o, const std::vector<Judged>& cells) 
     for (const auto& m : j.misses) ++by_goal[m.substr(0, m.find(' '))];
   }
   out += "Workload matrix: " + std::to_string(cells.size()) + " cells (seed " +
-         std::to_string(o.seed) + "), " + std::to_string(cells.size() - missed) + " meet every goal, " +
-         std::to_string(missed) + " miss one or more";
+         std::to_string(o.seed) + "), " + std::to_string(cells.size() - missed) +
+         " meet every goal, " + std::to_string(missed) + " miss one or more";
   for (const auto& [goal, n] : by_goal) out += "; " + goal + " " + std::to_string(n);
   out += "\n";
   // Misses per value of each axis.
@@ -322,7 +321,8 @@ std::string format_markdown(const Options& o, const std::vector<Judged>& cells) 
       if (!j.misses.empty()) ++e.second;
     }
     out += name + ":";
-    for (const auto& [k, v] : t) out += " " + k + " " + std::to_string(v.second) + "/" + std::to_string(v.first);
+    for (const auto& [k, v] : t)
+      out += " " + k + " " + std::to_string(v.second) + "/" + std::to_string(v.first);
     out += "\n";
   };
   tally("shape", [](const Cell& c) { return std::string(ov::to_string(c.shape)); });

@@ -72,9 +72,9 @@ struct Outcome {
   double goodput = 0;  // % of C
   double refused = 0;  // % of the requests that arrived in the window (503 and 429)
   double timeouts = 0;
-  double upstream_429 = 0;               // % of what reached the upstream
-  double p99 = 0;                        // of latency / own S, the successes (0: none)
-  double late_refusals = 0;              // % of the settled refusals answered after 10 ms
+  double upstream_429 = 0;   // % of what reached the upstream
+  double p99 = 0;            // of latency / own S, the successes (0: none)
+  double late_refusals = 0;  // % of the settled refusals answered after 10 ms
   int refusals_settled = 0;
 };
 

@@ -148,8 +148,8 @@ UpstreamEvent Upstream::pop() {
   const double at = next_event();
   if (!ps_.empty() && (due_.empty() || at < due_.top().at)) {
     share_until(at);
-    auto least = std::min_element(ps_.begin(), ps_.end(),
-                                  [](const Sharing& a, const Sharing& b) { return a.left < b.left; });
+    auto least = std::min_element(
+        ps_.begin(), ps_.end(), [](const Sharing& a, const Sharing& b) { return a.left < b.left; });
     const std::uint64_t id = least->id;
     const bool stream = least->stream;
     *least = ps_.back();
@@ -564,14 +564,17 @@ class Run final : public Driver {
  public:
   Run(Shape shape, System system, const Load& load, const Options& o, std::uint64_t seed)
       : Run(shape, system,
-            make_arrivals(load, o.upstream, o.load,
-                          shape == Shape::halve ? o.load.halve_run : o.load.warmup + o.load.duration,
-                          seed),
+            make_arrivals(
+                load, o.upstream, o.load,
+                shape == Shape::halve ? o.load.halve_run : o.load.warmup + o.load.duration, seed),
             windows(shape, o.load), o, seed) {}
 
   Run(Shape shape, System system, std::vector<Request> reqs, std::vector<Window> ws,
       const Options& o, std::uint64_t seed)
-      : o_(o), up_(shape, o.upstream, mix(seed, 1)), reqs_(std::move(reqs)), windows_(std::move(ws)) {
+      : o_(o),
+        up_(shape, o.upstream, mix(seed, 1)),
+        reqs_(std::move(reqs)),
+        windows_(std::move(ws)) {
     state_.resize(reqs_.size());
     switch (system) {
       case System::sluice:

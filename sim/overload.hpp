@@ -122,7 +122,7 @@ class Upstream {
   double next_event() const;
   // The next event, in time order (ties: in the order they were scheduled).
   UpstreamEvent pop();
-  int capacity(double t) const;                 // slots at time t
+  int capacity(double t) const;                                                // slots at time t
   int in_flight() const { return in_flight_ + static_cast<int>(ps_.size()); }  // in its slots
   std::size_t waiting() const { return queue_.size() - queue_head_; }
   // Requests at it now: in its slots, in its queue, or being answered 429
