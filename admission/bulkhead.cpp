@@ -9,15 +9,14 @@ namespace sluice::admission {
 
 namespace {
 
-constexpr double kHighFree = 0.3;  // seed 001: certain while this fraction is free
-// A response head counts as slow only when it is also this much later than
-// the baseline: a fast upstream's jitter is many times its baseline.
-constexpr Micros kSlowMinGap{50'000};
-constexpr double kBaselineAlpha = 1.0 / 16.0;
-// In slow start, a head this much later than the fastest one, and kHeadQueuedGap
-// later, queued at the upstream.
-constexpr double kHeadQueued = 1.25;
-constexpr Micros kHeadQueuedGap{10'000};
+constexpr double kHighFree = 0.3;
+constexpr int kHoldSamples = 16;  // holds seen before pacing trusts their mean  // seed 001:
+                                  // certain while this fraction is free
+// A twentieth of the delay target: a client's turnaround on the same host or
+// the next, well under the service time it would otherwise wait.
+Micros anticipation_of(const Estimate& e) {
+  return std::clamp(e.delay_target() / 20, Micros{500}, Micros{5'000});
+}
 
 // Ties between lanes go to the heavier weight, then in this order.
 constexpr std::array<Lane, kLaneCount> kTieOrder{Lane::standard, Lane::heavy, Lane::bulk};
@@ -35,27 +34,6 @@ bool before(const LanePolicy& p, Lane a, Lane b) {
   return tie_rank(a) < tie_rank(b);
 }
 
-// The least queue the queue rule acts on, in the microseconds its means are in.
-constexpr auto kQueueMinGapUs = static_cast<double>(EstimatePolicy::kQueueMinGap.count());
-
-// a within the probe's tolerance of b (5 % over it at most).
-bool within_tolerance(double a, double b) {
-  return a <= (1.0 + EstimatePolicy::kProbeTolerance) * b;
-}
-
-// Whether a window of `mean` at `n` in flight shows a queue at the upstream
-// against `floor`: fewer than n - 0.5 served at once (Little's law: n x floor
-// / mean), the mean measurably slower, and the queue's wait worth a
-// decision: the n x (mean - floor) that a queue of one would have waited, at
-// least kQueueMinGap, the least queue the queue rule acts on. On an upstream
-// faster than that, a queue of one costs less than the gap, and a window's
-// noise reads as one (a sub-millisecond upstream on a busy host walked K
-// down to 1 on means 0.1 ms over the floor).
-bool queue_shows(double mean, double n, double floor) {
-  return floor > 0 && n * floor / mean < n - 0.5 && !within_tolerance(mean, floor) &&
-         n * (mean - floor) >= kQueueMinGapUs;
-}
-
 // What lane l would hold borrowed with one more slot, per weight: with the
 // slot counted, a lane of weight 4 borrows four for each one of a lane of
 // weight 1 (deficit round robin); counted without it, one borrowed slot of the
@@ -66,22 +44,6 @@ double borrowed_per_weight(const LanePolicy& p, const Census& c, const Seats& g,
 }
 
 }  // namespace
-
-std::string_view to_string(Signal signal) {
-  switch (signal) {
-    case Signal::clean:
-      return "clean";
-    case Signal::refused:
-      return "refused";
-    case Signal::timeout:
-      return "timeout";
-    case Signal::slow:
-      return "slow";
-    case Signal::none:
-      return "none";
-  }
-  return "none";
-}
 
 std::string_view to_string(Hold hold) {
   switch (hold) {
@@ -103,325 +65,6 @@ std::string_view to_string(Hold hold) {
       return "behind";
   }
   return "none";
-}
-
-// ---------------------------------------------------------------- Estimate
-
-Estimate::Estimate(const EstimatePolicy& p)
-    : p_(p), khat_(std::clamp(p.seed, 1.0, std::max(1.0, p.max))) {}
-
-Estimate::Estimate(const EstimatePolicy& p, double khat, double carrying) : Estimate(p) {
-  khat_ = std::clamp(khat, 1.0, std::max(1.0, p.max));
-  k_ = std::max(0.0, carrying);
-  slow_start_ = k_ == 0;
-}
-
-int Estimate::slots() const { return std::max(1, static_cast<int>(std::floor(khat_ + 1e-9))); }
-
-bool Estimate::maybe_grow(Micros now) {
-  const bool probe = probing();
-  // Past a probe that held, a round trip: the capacity grew, and nothing has
-  // said "too much" since (each step is still judged before the next).
-  const Micros interval =
-      probe && climbing_ ? baseline() : std::max(p_.growth_interval, baseline());
-  if (!limited_ || !recovered_ || now - last_growth_ < interval) return false;
-  if (probe && exhausted_at_ && now - *exhausted_at_ < p_.probe_after * (1 << failed_probes_))
-    return false;
-  if (probe && probe_open_) return false;  // the last step is not judged yet
-  if (floor_probe_open_ && now - floor_probe_at_ > std::max(p_.probe_after, 16 * baseline())) {
-    end_floor_probe();  // its window never filled (answers the proxy's own lateness left out)
-    return true;
-  }
-  if (floor_probe_open_) return false;  // one under K for one window
-  limited_ = false;
-  last_growth_ = now;
-  double before = khat_;
-  if (slow_start_) {
-    khat_ *= 2.0;
-  } else if (probe) {
-    khat_ += 1.0;
-    // Each step is judged on a short window of its own requests before the
-    // next: answers to requests sent below it would dilute its load and keep
-    // it a window longer, every request waiting in the upstream's queue.
-    if (p_.queue_factor > 0) {
-      start_window();
-      probe_open_ = true;
-    }
-  } else {
-    khat_ += std::max(EstimatePolicy::kMinStep, EstimatePolicy::kRate * khat_ * (1.0 - khat_ / k_));
-  }
-  khat_ = std::min(khat_, std::max(1.0, p_.max));
-  return khat_ != before;
-}
-
-Micros Estimate::delay_target() const {
-  if (samples_ == 0) return p_.growth_interval;
-  // From the uncongested service time where one is known: the baseline
-  // follows slow answers, and a target that grows with the queue it should
-  // bound would feed it.
-  double base = floor_us_ > 0 ? std::min(floor_us_, baseline_us_) : baseline_us_;
-  auto t = Micros(static_cast<std::int64_t>(EstimatePolicy::kTargetFactor * base));
-  return std::clamp(t, EstimatePolicy::kTargetMin, EstimatePolicy::kTargetMax);
-}
-
-double Estimate::slow_above_us() const {
-  if (p_.slow_factor <= 0 || samples_ < EstimatePolicy::kBaselineSamples)
-    return std::numeric_limits<double>::infinity();
-  return std::max(p_.slow_factor * baseline_us_,
-                  baseline_us_ + static_cast<double>(kSlowMinGap.count()));
-}
-
-namespace {
-// A twentieth of the delay target: a client's turnaround on the same host or
-// the next, well under the service time it would otherwise wait.
-Micros anticipation_of(const Estimate& e) {
-  return std::clamp(e.delay_target() / 20, Micros{500}, Micros{5'000});
-}
-
-// The upstream's part of an answer's time: what is known of the proxy's own
-// lateness (`own_delay`, its loop's when the head was read) comes off. None
-// when the proxy ran late by more than half of it (a stall of the process, a
-// saturated loop in front of a sub-millisecond upstream): that answer says
-// nothing of the upstream's time.
-std::optional<Micros> upstream_part(Micros ttfb, Micros own_delay) {
-  if (own_delay.count() > ttfb.count() / 2) return std::nullopt;
-  return ttfb - own_delay;
-}
-
-Signal classify_head(int status, Micros ttfb, Micros own_delay, double slow_above_us) {
-  if (status == 429 || status == 503) return Signal::refused;
-  const auto part = upstream_part(ttfb, own_delay);
-  return part && static_cast<double>(part->count()) > slow_above_us ? Signal::slow : Signal::clean;
-}
-}  // namespace
-
-Signal Estimate::classify(int status, Micros ttfb, Micros own_delay) const {
-  return classify_head(status, ttfb, own_delay, slow_above_us());
-}
-
-bool Estimate::observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, Micros now,
-                       Micros own_delay) {
-  if (signal == Signal::none) return false;
-  if (signal == Signal::clean || signal == Signal::slow) {
-    // Only the upstream's part of its time is judged; an answer without one
-    // (the proxy's own lateness was most of it) is served, and its latency
-    // joins neither the baseline, the slow rule nor a window.
-    const auto part = upstream_part(ttfb, own_delay);
-    if (!part) signal = Signal::clean;
-    const auto us = static_cast<double>(part.value_or(ttfb).count());
-    if (part) {
-      // Slow answers join the baseline too: it follows what the upstream does now.
-      baseline_us_ = samples_ == 0 ? us : baseline_us_ + kBaselineAlpha * (us - baseline_us_);
-      ++samples_;
-    }
-    // A clean answer admitted after the last decrease: the pool serves the new estimate.
-    if (signal == Signal::clean && seq > burst_seq_) recovered_ = true;
-    if (signal == Signal::clean && load + 1 >= k_) doubted_ = false;  // it served K at once
-    if (signal == Signal::clean) return part && queue_window(seq, load, us, now);
-  }
-  if (seq <= burst_seq_) return false;  // admitted before the last decrease: the same burst
-  const double carrying = std::max(1.0, static_cast<double>(load));
-  // A refusal within one of the load the last one met confirms a sharp
-  // capacity: no margin under it. Within one, not at it: an upstream frees a
-  // slot only once its answer is written, so a request sent the moment the
-  // answer arrived can meet a slot still held (on two cores, often). A refusal
-  // above that load ends a climb past it: the capacity grew, and this is where
-  // it ends now, no margin either.
-  const bool sharp = signal == Signal::refused && measured_by_ == Signal::refused;
-  const bool confirmed = sharp && (std::abs(carrying - k_) < 1.5 || carrying > k_);
-  // Under it is a slot still held (one per answer just read: two at once on
-  // two threads), or a capacity that fell: the first such refusal since the
-  // upstream last served K at once keeps K (and ends a probe past it); a
-  // second, with no answer at K in flight between, lowers it (on two cores the
-  // first kind came every few seconds, and each cost a second under K; at two
-  // under, seed 001's margin too: K̂ = 0.85 x (K - 2), and the bulk lane's
-  // queue refused for the second and more it took to climb back).
-  if (sharp && carrying < k_ - 0.5 && !doubted_) {
-    doubted_ = true;
-    khat_ = std::min(khat_, k_);
-    return false;
-  }
-  lowered_at_k_ = false;
-  decrease(carrying, confirmed ? 1.0 : p_.decrease, signal, now);
-  return true;
-}
-
-bool Estimate::queue_window(std::uint64_t seq, int load, double us, Micros now) {
-  if (p_.queue_factor <= 0 || seq <= window_seq_) return false;
-  window_us_ += us;
-  window_load_ += load + 1;  // the request itself was in flight too
-  // The first window is short: it is the one taken before slow start can
-  // have overshot the upstream's capacity (a floor taken in a queue hides it).
-  const int samples = probe_open_ || floor_probe_open_ ? EstimatePolicy::kProbeSamples
-                      : floor_us_ > 0                  ? EstimatePolicy::kQueueSamples
-                                                       : EstimatePolicy::kFirstQueueSamples;
-  if (++window_n_ < samples) return false;
-  const bool probe_window = probe_open_;
-  const int failed = failed_probes_;
-  climbing_ = false;
-  const double mean = window_us_ / window_n_;
-  const double concurrency = window_load_ / window_n_;
-  window_us_ = window_load_ = 0.0;
-  window_n_ = 0;
-  const bool queued = queue_shows(mean, concurrency, floor_us_);
-  // A probe is judged at its own load, or by a queue its step made. A window
-  // that never carried past K and shows no queue (the step's slot paced, kept
-  // or unused: demand below it) says nothing of room past K, and the probe
-  // stays open for the next window (else each growth interval would step K̂
-  // once more, unjudged, and the next burst would meet the queue of them all).
-  const bool past_k = carried_past_k(concurrency);
-  const bool judged = probe_window && (past_k || queued);
-  probe_open_ = probe_window && !judged;
-  if (judged) failed_probes_ = 0;  // and failed again below if its queue shows
-  if (floor_probe_open_) {
-    // One under K: a faster mean is the upstream's own time, and K is judged
-    // against it again; one no faster says the floor holds under K. K̂ goes
-    // back to K either way.
-    if (mean < floor_us_) lowered_at_k_ = false;
-    floor_seen(mean, concurrency, now);
-    floor_load_ = std::min(floor_load_, concurrency);
-    end_floor_probe();
-    return false;
-  }
-  if (judged && !queued) {
-    climbing_ = true;
-    held(concurrency);
-  }
-  if (floor_us_ <= 0 || mean < floor_us_) {
-    floor_seen(mean, concurrency, now);
-    return false;
-  }
-  // An aged floor gives way to a window at no more than the capacity measured:
-  // one taken at a probe's queue would hide that queue from then on.
-  if (now - floor_at_ > EstimatePolicy::kQueueFloorAge && !probe_window && !past_k) {
-    floor_load_ =
-        within_tolerance(mean, floor_us_) ? std::min(floor_load_, concurrency) : concurrency;
-    floor_us_ = mean;
-    floor_at_ = now;
-    return false;
-  }
-  floor_seen(mean, concurrency, now);
-  // A probe past K is judged at its own load: an upstream that still serves
-  // about K at a time answers n in flight in about n/K of the floor's time
-  // (Little's law), far under the 1.5x line, while every request waits in its
-  // queue. Not all n served at once (and the window measurably slower): the
-  // probe failed, and K̂ goes back to K, no lower (noise in one window says
-  // nothing below K); the next probe waits probe_after again. So does a
-  // probe's window at K that queued: its requests past K made that queue.
-  // K stands, and so does what measured it: on an upstream that refuses above
-  // K, a stall that read as a probe's queue leaves K sharp (else the next
-  // refusal under it, a slot still held, took seed 001's margin: K̂ 5.95 on an
-  // upstream of 8, and the bulk lane's queue refused while it climbed back).
-  if ((past_k || probe_window) && queued) {
-    decrease(k_, 1.0, Signal::slow, now, false);
-    failed_probes_ = std::min(failed + 1, EstimatePolicy::kProbeBackoff);
-    return true;
-  }
-  // A K measured by Little's law can be one too many (the rounding of a
-  // window taken as slow start overshot, its load still rising). Judged as a
-  // probe is, a window at K that says fewer than n - 0.5 were served at once
-  // lowers K by one, once per K measured: a floor gone stale (an upstream now
-  // slower for good, not queueing) reads the same, and must not walk K down
-  // window after window.
-  if (measured_by_ == Signal::slow && !lowered_at_k_ && k_ >= 2 &&
-      std::abs(concurrency - k_) <= 0.5 && queued) {
-    decrease(k_ - 1.0, 1.0, Signal::slow, now);
-    lowered_at_k_ = true;
-    return true;
-  }
-  // A floor never seen under K may be the upstream's time with a queue at K
-  // in it (every window since the first queued: a seed above its capacity).
-  // One window one under K tells; only where a queue of one shows (it holds
-  // a request about one service time, the floor).
-  if (measured_by_ == Signal::slow && !probe_window && k_ >= 2 &&
-      std::abs(concurrency - k_) <= 0.5 && floor_load_ > k_ - 0.5 && khat_ >= k_ &&
-      floor_us_ >= kQueueMinGapUs) {
-    floor_probe_open_ = true;
-    floor_probe_at_ = now;
-    khat_ = k_ - 1.0;
-    start_window();
-    return false;
-  }
-  if (mean <= p_.queue_factor * floor_us_ || mean - floor_us_ < kQueueMinGapUs) return false;
-  // Little's law: `concurrency` in flight, each answered after `mean` instead of `floor`.
-  lowered_at_k_ = false;
-  decrease(std::max(1.0, std::round(concurrency * floor_us_ / mean)), 1.0, Signal::slow, now);
-  return true;
-}
-
-bool Estimate::on_head(Signal signal, Micros ttfb, bool waiting) {
-  if (!slow_start_ || signal != Signal::clean) return false;
-  auto us = static_cast<double>(ttfb.count());
-  if (min_head_us_ <= 0 || us < min_head_us_) min_head_us_ = us;
-  // A head that queued says the load is at the upstream's capacity already:
-  // no growth on it (the queue rule and the interval judge the rest).
-  if (!waiting || !limited_ ||
-      us > kHeadQueued * min_head_us_ + static_cast<double>(kHeadQueuedGap.count()))
-    return false;
-  double before = khat_;
-  khat_ = std::min(khat_ + 1.0, std::max(1.0, p_.max));
-  return khat_ != before;
-}
-
-void Estimate::decrease(double carrying, double factor, Signal why, Micros now, bool measured) {
-  burst_seq_ = seq_;
-  probe_open_ = false;
-  climbing_ = false;
-  floor_probe_open_ = false;
-  failed_probes_ = 0;
-  k_ = carrying;
-  doubted_ = false;
-  khat_ = std::max(1.0, factor * std::min(khat_, k_));
-  slow_start_ = false;
-  recovered_ = false;
-  exhausted_at_ = now;
-  why_ = why;
-  if (measured) measured_by_ = why;
-  ++decreases_;
-  start_window();
-}
-
-// A probe past a K the queue measured that held: the upstream served its n
-// at once, its capacity grew. K is the step now, so that a later probe that
-// fails comes back to it and not to the K before the climb (which left a grown
-// capacity's new slots unused but for the probes); a window at the new K
-// judges it once, as any K the queue rule measured. Only where a queue of one
-// shows: at n in flight it lengthens the mean by 1/(n - 1) of the floor, at
-// least twice the probe's tolerance up to n = 11; past that a probe that held
-// is no evidence, and K stays (each raise would let the floor age into the
-// step's queue, and K climb one step a floor age).
-void Estimate::held(double concurrency) {
-  if (measured_by_ != Signal::slow ||
-      1.0 / (concurrency - 1.0) < 2.0 * EstimatePolicy::kProbeTolerance)
-    return;
-  const double step = std::min(std::floor(khat_ + 1e-9), std::round(concurrency));
-  if (step <= k_) return;
-  k_ = step;
-  lowered_at_k_ = false;
-}
-
-void Estimate::end_floor_probe() {
-  floor_probe_open_ = false;
-  khat_ = std::max(khat_, k_);
-  start_window();
-}
-
-void Estimate::floor_seen(double mean, double load, Micros now) {
-  if (floor_us_ <= 0 || mean < floor_us_) {
-    // Within the tolerance of the floor it replaces, the time seen at that one's load.
-    floor_load_ =
-        floor_us_ > 0 && within_tolerance(floor_us_, mean) ? std::min(floor_load_, load) : load;
-    floor_us_ = mean;
-    floor_at_ = now;
-  } else if (within_tolerance(mean, floor_us_)) {
-    floor_load_ = std::min(floor_load_, load);
-  }
-}
-
-void Estimate::start_window() {
-  window_seq_ = seq_;
-  window_us_ = window_load_ = 0.0;
-  window_n_ = 0;
 }
 
 // ---------------------------------------------------------------- lane rules
@@ -498,7 +141,12 @@ Hold decide(const LanePolicy& p, const Census& c, Lane lane, double u) {
     double theirs = borrowed_per_weight(p, c, g, m);
     if (theirs < mine || (theirs == mine && before(p, other, lane))) return Hold::fair_share;
   }
-  // 4: the marginal admission.
+  // 4: the marginal admission, where another lane has work too: a lane alone
+  // takes a free slot (a slot left free waits for the next release).
+  bool others = false;
+  for (std::size_t m = 0; m < kLaneCount; ++m)
+    others = others || (m != l && c.running[m] + c.waiting[m] > 0);
+  if (!others) return Hold::none;
   return u < marginal_probability(p, c, lane) ? Hold::none : Hold::chance;
 }
 
@@ -535,11 +183,15 @@ void Bulkhead::List::erase(Seat& s) {
 }
 
 Bulkhead::Bulkhead(const LanePolicy& lanes, const Estimate& estimate, LeaseCap* heavy_cap)
-    : lanes_(lanes),
-      estimate_(estimate),
-      heavy_cap_(heavy_cap),
-      slow_above_us_(estimate.slow_above_us()),
-      unmeasured_(!estimate.measured()) {}
+    : lanes_(lanes), estimate_(estimate), heavy_cap_(heavy_cap), unmeasured_(!estimate.measured()) {
+  note_slow_lines();
+}
+
+void Bulkhead::note_slow_lines() {
+  for (std::size_t r = 0; r < Estimate::kRoutes; ++r)
+    slow_above_us_[r].store(estimate_.slow_above_us(static_cast<std::uint16_t>(r)),
+                            std::memory_order_relaxed);
+}
 
 bool budget_allows_borrowing(const std::optional<BudgetReading>& reading, double reserve,
                              Micros now) {
@@ -568,14 +220,108 @@ bool Bulkhead::would_seat(Lane lane, Micros now) const {
   return decide(lanes_, census_locked(now), lane, 0.0) == Hold::none;
 }
 
-void Bulkhead::note_head(Signal signal, Micros ttfb, Micros now) {
-  if (!unmeasured() || signal != Signal::clean) return;
+void Bulkhead::note_head(const Seat& s, Signal signal, Micros ttfb, Micros now) {
+  if (signal != Signal::clean && signal != Signal::slow) return;
   Lock lock(mutex_);
+  if (!s.seated) return;
   const int before = estimate_.slots();
-  if (estimate_.on_head(signal, ttfb, waiting_locked() > 0)) {
+  estimate_.on_head(signal, s.seq, s.load, s.route, ttfb, s.own_delay, waiting_locked() > 0, now);
+  slow_above_us_[s.route % Estimate::kRoutes].store(estimate_.slow_above_us(s.route),
+                                                    std::memory_order_relaxed);
+  unmeasured_.store(!estimate_.measured(), std::memory_order_relaxed);
+  if (estimate_.slots() > before) {
     pace(before, now);
     serve(now);
   }
+}
+
+Micros Bulkhead::line_wait_locked(int ahead, double share) const {
+  // Seats turn over at slots / the mean hold a second, `share` of them for this line.
+  if (seat_hold_us_ <= 0) return Micros{0};
+  const double per_s = share * census_locked(std::nullopt).slots() * 1e6 / seat_hold_us_;
+  return Micros(static_cast<std::int64_t>((ahead + 1) * 1e6 / per_s));
+}
+
+Micros Bulkhead::lane_wait_locked(Lane lane) const {
+  // Ahead of it: the waiters of its lane and of the lanes of a weight no
+  // lighter (fair share seats them first, while they borrow less per weight).
+  int ahead = 0;
+  for (Lane other : kLanes)
+    if (lanes_.weights[index(other)] >= lanes_.weights[index(lane)])
+      ahead += waiting_[index(other)];
+  return line_wait_locked(ahead, 1.0);
+}
+
+Micros Bulkhead::patience_locked(Lane lane) const {
+  // A burst finds a seat within kBurstWaits answer times in any lane: the
+  // standing-line rule, not a short window, keeps a queue from standing.
+  const Micros burst = std::min(kLongestBurst, kBurstWaits * estimate_.baseline());
+  return std::max({lanes_.queue_window[index(lane)], estimate_.delay_target(), burst});
+}
+
+Micros Bulkhead::queue_target_locked() const {
+  return std::max(kLeastTarget, std::chrono::duration_cast<Micros>(
+                                    estimate_.baseline() * estimate_.policy().queue_target));
+}
+
+Micros Bulkhead::interval_locked() const {
+  return std::max(kLeastInterval,
+                  std::chrono::duration_cast<Micros>(estimate_.baseline() * kIntervalAnswers));
+}
+
+Micros Bulkhead::queue_target() const {
+  Lock lock(mutex_);
+  return queue_target_locked();
+}
+
+Micros Bulkhead::standing_interval() const {
+  Lock lock(mutex_);
+  return interval_locked();
+}
+
+bool Bulkhead::standing_locked(Micros now) const {
+  const Micros interval = interval_locked();
+  if (standing_seen_ && now - *standing_seen_ < interval) return true;
+  return line_above_since_ && now - *line_above_since_ >= interval;
+}
+
+bool Bulkhead::standing(Micros now) const {
+  Lock lock(mutex_);
+  return standing_locked(now);
+}
+
+void Bulkhead::note_line(Micros now) {
+  const int waiting = waiting_locked();
+  const Micros target = queue_target_locked();
+  if (waiting == 0 || line_wait_locked(waiting - 1, 1.0) <= target) {
+    line_above_since_.reset();
+    return;
+  }
+  if (!line_above_since_) line_above_since_ = now;
+  if (!standing_locked(now) || estimate_.growing() || estimate_.policy().queue_target <= 0) return;
+  standing_seen_ = now;
+  // A standing line: what has waited past the target leaves it, oldest
+  // first (CoDel drops at the head), so that what is seated waits little.
+  for (Lane lane : kLanes) {
+    FairQueue& q = queue_[index(lane)];
+    while (Seat* old = q.oldest()) {
+      if (now - old->since <= target) break;
+      unqueue(*old);
+      old->hold = Hold::full;
+      old->on_dropped();
+    }
+  }
+}
+
+Micros Bulkhead::line_wait(Micros /*now*/) const {
+  Lock lock(mutex_);
+  return line_wait_locked(waiting_locked(), 1.0);
+}
+
+Micros Bulkhead::allowed_wait(Lane lane, Micros now) const {
+  Lock lock(mutex_);
+  const Micros patience = patience_locked(lane);
+  return standing_locked(now) ? std::min(patience, queue_target_locked()) : patience;
 }
 
 bool Bulkhead::pool_bound() const {
@@ -593,7 +339,7 @@ bool Bulkhead::waits_on(const Seat& s) const {
 
 Micros Bulkhead::patience(Lane lane) const {
   Lock lock(mutex_);
-  return std::max(lanes_.queue_window[index(lane)], estimate_.delay_target());
+  return patience_locked(lane);
 }
 
 void Bulkhead::note_budget(const BudgetReading& b) {
@@ -611,8 +357,9 @@ Candidate Bulkhead::known() const {
   return {successes_, failures_, mean_latency()};
 }
 
-Signal Bulkhead::classify(int status, Micros ttfb, Micros own_delay) const {
-  return classify_head(status, ttfb, own_delay, slow_above_us_.load(std::memory_order_relaxed));
+Signal Bulkhead::classify(int status, std::uint16_t route, Micros ttfb, Micros own_delay) const {
+  return classify_head(status, ttfb, own_delay,
+                       slow_above_us_[route % Estimate::kRoutes].load(std::memory_order_relaxed));
 }
 
 Estimate Bulkhead::estimate() const {
@@ -662,8 +409,18 @@ bool Bulkhead::ask(Seat& s, Micros now, Rng& rng, Hold* hold, bool may_queue, bo
   if (h == Hold::none) return true;
   if (h != Hold::heavy_cap) estimate_.demand();
   // Every other hold waits (for patience()); the quota reading holds until its
-  // window ends, and waiting would not change it.
+  // window ends, and waiting would not change it. Refused early: a newcomer
+  // whose wait in line would pass what it may wait (allowed_wait), on an
+  // estimate that no longer grows.
+  note_line(now);
   bool waits = may_queue && h != Hold::budget;
+  if (waits && !s.front && h != Hold::heavy_cap && !estimate_.growing()) {
+    const Micros patience = patience_locked(s.lane);
+    const Micros wait = lane_wait_locked(s.lane);
+    const bool stands = standing_locked(now) && estimate_.policy().queue_target > 0;
+    if (stands && wait > queue_target_locked()) standing_seen_ = now;  // it still stands
+    if (wait > (stands ? std::min(patience, queue_target_locked()) : patience)) waits = false;
+  }
   if (queued) *queued = waits;
   if (waits) {
     s.queued = true;
@@ -737,6 +494,8 @@ bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, bool kee
     ++failures_;
   }
   if (signal == Signal::clean) {
+    const auto held = static_cast<double>((now - s.since).count());
+    seat_hold_us_ = seat_hold_us_ <= 0 ? held : seat_hold_us_ + (held - seat_hold_us_) / 16;
     if (s.lane != Lane::heavy)
       note_hold(now - s.since);
     else  // the first whole, then a mean of the last eight or so
@@ -748,7 +507,7 @@ bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, bool kee
   int load = s.load;
   if (signal == Signal::slow || signal == Signal::timeout)
     load = std::max(load, running_locked() - kept());
-  bool decreased = estimate_.observe(signal, s.seq, load, ttfb, now, s.own_delay);
+  bool decreased = estimate_.observe(signal, s.seq, load, now);
   if (s.lane != Lane::heavy) {
     // A slot freed in a cluster of releases opens later, in a gap (re-phasing).
     const bool clustered = hold_us_ > 0 && static_cast<double>((now - last_release_).count()) <
@@ -757,7 +516,6 @@ bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, bool kee
     if (!decreased && !delegated && !keep_cap && may_pace())
       open_later(clustered ? paced_open(now, kRephaseReach) : spread_open(now));
   }
-  slow_above_us_.store(estimate_.slow_above_us(), std::memory_order_relaxed);
   unmeasured_.store(!estimate_.measured(), std::memory_order_relaxed);
   if (waiting_[index(s.lane)] > 0 && signal == Signal::clean && !decreased && !delegated &&
       !keep_cap)
@@ -870,8 +628,9 @@ Hold Bulkhead::cancel(Seat& s, Micros now) {
     // have left): held by what holds its lane's head, itself if it is there.
     serve(now);
     if (s.seated) return Hold::none;
+    if (!s.queued) return s.hold;  // dropped from a standing line meanwhile
     const Seat* head = queue_[index(s.lane)].next();
-    h = head == &s ? s.hold : head->hold;
+    h = head == &s || !head ? s.hold : head->hold;
   }
   cancel_locked(s);
   return h;
@@ -905,7 +664,7 @@ void Bulkhead::note_hold(Micros held) {
   // holds (a stall of the upstream or of the host, every slot held through
   // it) is not holds that vary, and pacing goes on re-phasing the cluster it
   // made; holds that vary for good still cross the line.
-  const double reach = holds_ <= static_cast<std::uint64_t>(EstimatePolicy::kBaselineSamples)
+  const double reach = holds_ <= static_cast<std::uint64_t>(kHoldSamples)
                            ? std::numeric_limits<double>::infinity()
                            : kHoldOutlier * kSteadyHold * hold_us_;
   const double d = std::clamp(us - hold_us_, -reach, reach);
@@ -933,12 +692,11 @@ bool Bulkhead::open_later(std::optional<Micros> at) {
 // seats' (start + the mean hold) and the paced slots' (their opening);
 // a stream's seat turns over too rarely to count. How many; none (0) while
 // holds vary by more than kSteadyHold (phases then scatter by themselves),
-// before kBaselineSamples holds have shown how much they vary, or past
+// before kHoldSamples holds have shown how much they vary, or past
 // kMaxPhases.
 std::size_t Bulkhead::phases(Micros now, Phases& phase) const {
   const double hold = hold_us_;
-  if (holds_ < static_cast<std::uint64_t>(EstimatePolicy::kBaselineSamples) ||
-      hold_dev_us_ > kSteadyHold * hold)
+  if (holds_ < static_cast<std::uint64_t>(kHoldSamples) || hold_dev_us_ > kSteadyHold * hold)
     return 0;
   std::size_t n = 0;
   auto add = [&](Micros release) {
@@ -1002,6 +760,11 @@ std::optional<Micros> Bulkhead::spread_open(Micros now) const {
 // first (a lane below its floor has borrowed nothing; rule 2 keeps its slots
 // from borrowers anyway); stops when no head is seated.
 void Bulkhead::serve(Micros now) {
+  serve_waiting(now);
+  note_line(now);
+}
+
+void Bulkhead::serve_waiting(Micros now) {
   while (waiting_locked() > 0) {
     Census c = census_locked(std::nullopt);
     Seats g = guaranteed(lanes_, c);
@@ -1044,8 +807,7 @@ std::array<bool, kLaneCount> Bulkhead::tick(Micros now) {
   const int before = estimate_.slots();
   // A probe past K opens at once: on an upstream that refuses above K, what
   // it learns (and K̂ back at K) would wait for its slot to open.
-  const bool probe = estimate_.probing();
-  if (estimate_.maybe_grow(now) && !probe) pace(before, now);
+  if (estimate_.maybe_grow(now) && !estimate_.probing()) pace(before, now);
   serve(now);
   // Clean releases a second, over a window of at least kRateWindow (every
   // thread ticks: two ticks a moment apart count next to nothing): while

@@ -167,141 +167,12 @@
 #include <optional>
 #include <string_view>
 
+#include "admission/estimate.hpp"
 #include "admission/fair_queue.hpp"
 #include "admission/gate.hpp"
 #include "admission/lane.hpp"
 
 namespace sluice::admission {
-
-using Micros = std::chrono::microseconds;
-
-// What an ended request said about its upstream.
-enum class Signal : std::uint8_t { clean, refused, timeout, slow, none };
-std::string_view to_string(Signal signal);
-
-struct EstimatePolicy {
-  double seed = 4.0;
-  double max = 256.0;
-  Micros growth_interval{250'000};
-  Micros probe_after{1'000'000};  // after a decrease, before the first probe past K
-  double decrease = 0.85;
-  double slow_factor = 4.0;   // 0: slowness is never "too much"
-  double queue_factor = 1.5;  // 0: a queue at the upstream is never "too much"
-  static constexpr double kRate = 0.5;
-  static constexpr double kMinStep = 0.25;
-  static constexpr int kBaselineSamples = 16;   // before slowness is judged
-  static constexpr int kQueueSamples = 32;      // clean answers per queue window
-  static constexpr int kFirstQueueSamples = 8;  // the first window, before any floor
-  static constexpr int kProbeSamples = 8;       // a probe's window, of its own requests
-  static constexpr int kProbeBackoff = 2;       // probe_after doubles per failed probe, to 4x
-  static constexpr Micros kQueueFloorAge{10'000'000};
-  static constexpr Micros kQueueMinGap{10'000};
-  // A probe past K fails on a window this much slower than the floor (and
-  // slower than n/(n - 0.5) of it: not every request in flight served at once).
-  static constexpr double kProbeTolerance = 0.05;
-  static constexpr double kTargetFactor = 2.0;
-  static constexpr Micros kTargetMin{10'000};
-  static constexpr Micros kTargetMax{100'000};  // under level 1's upstream wait (150 ms)
-};
-
-// Seed-and-grow: the concurrency one upstream serves now.
-class Estimate {
- public:
-  explicit Estimate(const EstimatePolicy& p = {});
-  // An estimate that already remembers a carrying capacity (past slow start).
-  Estimate(const EstimatePolicy& p, double khat, double carrying);
-  double value() const { return khat_; }
-  int slots() const;                      // max(1, floor(K̂))
-  double carrying() const { return k_; }  // 0: never measured
-  bool measured() const { return k_ > 0; }
-  bool slow_start() const { return slow_start_; }
-  // Never measured exhausted and below `max`: it still grows, and what it
-  // holds back waits for that growth rather than for a measured limit.
-  bool growing() const { return slow_start_ && khat_ < std::max(1.0, p_.max); }
-  // Held at `max`, the connection pool's share: what it holds back waits for a
-  // connection, not for the upstream's measured capacity.
-  bool pool_bound() const { return khat_ >= std::max(1.0, p_.max) - 1e-9; }
-  // Measured and at or past K: its next growth is a probe.
-  bool probing() const { return !slow_start_ && khat_ >= k_; }
-  Micros baseline() const { return Micros(static_cast<std::int64_t>(baseline_us_)); }
-  std::optional<Micros> exhausted_at() const { return exhausted_at_; }
-  Signal why() const { return why_; }
-  std::uint64_t decreases() const { return decreases_; }
-  // The lowest queue-window mean head time still in force (0: none yet).
-  Micros queue_floor() const { return Micros(static_cast<std::int64_t>(floor_us_)); }
-
-  void demand() { limited_ = true; }  // a request found no slot
-  // Slow start, clocked by answers: one more per clean response head while
-  // requests wait (a head, not the end: a stream's lease lasts its whole
-  // life), unless the head queued (1.25 x the fastest head, and 10 ms later).
-  bool on_head(Signal signal, Micros ttfb, bool waiting);
-  // Grows when the interval has passed and demand met the estimate since.
-  bool maybe_grow(Micros now);
-  // A response head arrived after `ttfb`, read with the proxy's own loop
-  // `own_delay` late: clean, slow (by the upstream's part of the time) or (by
-  // status) refused.
-  Signal classify(int status, Micros ttfb, Micros own_delay = Micros{0}) const;
-  // How long a request not seated at once may wait for a seat whatever its
-  // lane's window: kTargetFactor x the uncongested service time (the queue
-  // floor, else the baseline; the growth interval before any answer), within
-  // [kTargetMin, kTargetMax].
-  Micros delay_target() const;
-  // A head later than this is slow (infinite before the baseline is judged).
-  double slow_above_us() const;
-  // The request admitted as number `seq`, which met `load` running requests,
-  // ended with `signal`. True when this decreased the estimate.
-  // `own_delay`: how late the proxy's own loop ran when the answer was read.
-  bool observe(Signal signal, std::uint64_t seq, int load, Micros ttfb, Micros now,
-               Micros own_delay = Micros{0});
-  std::uint64_t next_seq() { return ++seq_; }
-
- private:
-  EstimatePolicy p_;
-  double khat_;
-  double k_ = 0.0;
-  bool slow_start_ = true;
-  bool limited_ = false;
-  Micros last_growth_{0};
-  double baseline_us_ = 0.0;
-  double min_head_us_ = 0.0;  // the fastest clean head in slow start
-  int samples_ = 0;
-  bool recovered_ = true;  // a request admitted since the last decrease answered cleanly
-  bool doubted_ = false;   // refused one under K since the upstream last served K at once
-  std::uint64_t seq_ = 0;
-  std::uint64_t burst_seq_ = 0;    // signals from requests admitted at or before it are one burst
-  std::uint64_t window_seq_ = 0;   // a queue window counts requests admitted after it
-  bool probe_open_ = false;        // a probe past K waits for its window's judgement
-  bool climbing_ = false;          // the last probe held past K: the next waits a round trip
-  int failed_probes_ = 0;          // probes in a row its queue refuted, at this K
-  bool lowered_at_k_ = false;      // this K was lowered by one already (a window at K)
-  bool floor_probe_open_ = false;  // K̂ is K - 1 until a window of its own is judged
-  Micros floor_probe_at_{0};
-  std::optional<Micros> exhausted_at_;
-  Signal why_ = Signal::none;          // the last decrease's signal
-  Signal measured_by_ = Signal::none;  // what measured K: refusals (sharp) or the queue
-  std::uint64_t decreases_ = 0;
-  // The queue rule's current window and floor.
-  double window_us_ = 0.0, window_load_ = 0.0;
-  int window_n_ = 0;
-  double floor_us_ = 0.0;
-  double floor_load_ = 0.0;  // the lowest load at which the floor's time was seen
-  Micros floor_at_{0};
-  bool queue_window(std::uint64_t seq, int load, double us, Micros now);
-  // K = carrying, K̂ = factor x min(K̂, K). `why` is the decrease's signal;
-  // a K not measured again (a refuted probe's: K stands) keeps what measured it.
-  void decrease(double carrying, double factor, Signal why, Micros now, bool measured = true);
-  // A new queue window, of requests admitted from now on (after a decrease,
-  // or a probe's step: answers to those sent before would dilute it).
-  void start_window();
-  // A window's mean at `load`: a lower one is the floor; one within
-  // kProbeTolerance of it saw the floor's time at that load.
-  void floor_seen(double mean, double load, Micros now);
-  // A window at `concurrency` in flight carried past a measured K (by more
-  // than half a request: the window's mean, not one request's load).
-  bool carried_past_k(double concurrency) const { return k_ > 0 && concurrency > k_ + 0.5; }
-  void held(double concurrency);  // a probe's window that carried past K and held
-  void end_floor_probe();         // K̂ back at K, a new window
-};
 
 struct LanePolicy {
   std::array<double, kLaneCount> floors{0.1, 0.5, 0.2};  // fractions of K̂
@@ -401,6 +272,9 @@ struct Seat {
   virtual ~Seat() = default;
   // A queued request got its slot (called from release() or tick()).
   virtual void on_seated() {}
+  // A queued request was taken out of a standing line (it had waited past
+  // the queue target): its owner refuses it as at the end of its window.
+  virtual void on_dropped() {}
 };
 
 // What Thompson sampling knows of an upstream (admission/resilience.hpp).
@@ -464,7 +338,8 @@ class Bulkhead {
   bool ask(Seat& s, Micros now, Rng& rng, Hold* hold = nullptr, bool may_queue = true,
            bool* queued = nullptr);
   // How long a request of `lane` that is not seated may wait: its lane's
-  // queue window, and at least the delay target.
+  // queue window, and at least the delay target and a burst's wait
+  // (kBurstWaits typical answer times, up to kLongestBurst).
   Micros patience(Lane lane) const;
   // A request carrying a live lease's token: seated at once, never refused.
   void seat_delegated(Seat& s, Micros now);
@@ -510,13 +385,15 @@ class Bulkhead {
   static constexpr double kSteadyHold = 0.1;
   static constexpr double kHoldOutlier = 1.5;  // x kSteadyHold x the hold: a hold's most weight
   static constexpr int kMaxPhases = 256;       // live seats looked at; more: no pacing
-  // Classifies a response head for release(), without the lock: by the slow
-  // line as of the last release (own_delay as Estimate::classify's).
-  Signal classify(int status, Micros ttfb, Micros own_delay = Micros{0}) const;
-  // A seated request's response head came with `signal`: in slow start, the
-  // estimate grows by one while requests wait, and they are served. Takes the
-  // lock only in slow start.
-  void note_head(Signal signal, Micros ttfb, Micros now);
+  // Classifies a response head of `route` for release(), without the lock:
+  // by its route's slow line as of the last head (own_delay as
+  // Estimate::classify's).
+  Signal classify(int status, std::uint16_t route, Micros ttfb, Micros own_delay = Micros{0}) const;
+  // Seated request s's response head came with `signal` after `ttfb` (its
+  // route and lateness are s's): the estimate learns its time (its route's
+  // baseline, the queue window, slow start's growth), and waiters are served
+  // when the estimate grew.
+  void note_head(const Seat& s, Signal signal, Micros ttfb, Micros now);
   // A queued request whose wait ended: true when it waits on because only the
   // estimate holds it and the estimate is still growing (Estimate::growing:
   // not the heavy cap, not the budget, not the connection pool's share).
@@ -528,6 +405,28 @@ class Bulkhead {
   bool pool_bound() const;
   // Never measured exhausted (no lock): an estimate that is a start, not a limit.
   bool unmeasured() const { return unmeasured_.load(std::memory_order_relaxed); }
+  // Refuse early: the wait a request of `lane` asking now would have in line,
+  // the requests waiting ahead of it and itself at the rate seats turn over
+  // (the slots over the mean hold of a seat); and the most it may be told to
+  // wait: its patience, or while a standing line holds (its wait above the
+  // queue target for a whole interval, CoDel's rule; it stands until an
+  // interval passes in which no newcomer met a line past the target), the
+  // target. A request
+  // whose wait would pass that is refused on arrival, not at the end of its
+  // window; an estimate still growing refuses nobody so.
+  Micros line_wait(Micros now) const;
+  Micros allowed_wait(Lane lane, Micros now) const;
+  // What a queue is for (bursts, not a standing line): half the typical
+  // answer time, at least kLeastTarget; a line whose wait stays above it for
+  // the interval (four typical answer times, at least kLeastInterval) stands.
+  Micros queue_target() const;
+  Micros standing_interval() const;
+  bool standing(Micros now) const;
+  static constexpr Micros kLeastTarget{1'000};
+  static constexpr int kBurstWaits = 10;  // a burst's wait, in typical answer times
+  static constexpr Micros kLongestBurst{1'000'000};
+  static constexpr Micros kLeastInterval{100'000};
+  static constexpr double kIntervalAnswers = 10;  // the standing line's interval
 
   // With `now`, the budget guard is filled in too.
   Census census(std::optional<Micros> now = {}) const;
@@ -594,11 +493,20 @@ class Bulkhead {
   using Lock = std::lock_guard<std::mutex>;
   // Below: the caller holds mutex_.
   Census census_locked(std::optional<Micros> now) const;
+  void note_slow_lines();
+  Micros line_wait_locked(int ahead, double share) const;
+  Micros lane_wait_locked(Lane lane) const;  // a newcomer's of `lane`
+  Micros patience_locked(Lane lane) const;
+  Micros queue_target_locked() const;
+  Micros interval_locked() const;
+  bool standing_locked(Micros now) const;
+  void note_line(Micros now);                    // the line's wait now, for the standing rule
   Hold try_seat(Seat& s, Micros now, double u);  // u: rule 4's draw
   void seat(Seat& s, Micros now);
   void unseat(Seat& s, bool keep_cap);
   void cancel_locked(Seat& s);
-  void serve(Micros now);
+  void serve(Micros now);  // seats the waiters that may be seated, then notes the line
+  void serve_waiting(Micros now);
   void keep(const Seat& s, Micros now);  // anticipation, after s released its slot
   bool take_kept(Seat& s, Micros now);   // s's tenant's kept slot, if any
   void expire_locked(Micros now);
@@ -650,8 +558,11 @@ class Bulkhead {
   double hold_us_ = 0;         // mean time a bulk or standard request holds its seat
   double hold_dev_us_ = 0;     // its mean deviation: phases last only while it is small
   double stream_hold_us_ = 0;  // mean time a heavy lease (a stream) holds its seat, clean
-  std::uint64_t holds_ = 0;    // holds measured
-  Micros last_release_{0};     // of a bulk or standard seat
+  double seat_hold_us_ = 0;    // mean time any seat is held, clean: the line's pace
+  std::optional<Micros> line_above_since_;  // the line's wait above the target since
+  std::optional<Micros> standing_seen_;     // standing: a newcomer last met a line past the target
+  std::uint64_t holds_ = 0;                 // holds measured
+  Micros last_release_{0};                  // of a bulk or standard seat
   std::array<int, kLaneCount> running_{};
   std::array<int, kLaneCount> waiting_{};
   std::array<int, kLaneCount> delegated_{};
@@ -677,8 +588,9 @@ class Bulkhead {
   std::uint64_t successes_ = 0, failures_ = 0;
   double latency_sum_us_ = 0;
   std::optional<BudgetReading> budget_;
-  std::atomic<double> slow_above_us_;  // estimate_.slow_above_us(), for classify()
-  std::atomic<bool> unmeasured_;       // !estimate_.measured(), for note_head() and unmeasured()
+  // Each route's slow line (Estimate::classify's), for classify() without the lock.
+  std::array<std::atomic<double>, Estimate::kRoutes> slow_above_us_;
+  std::atomic<bool> unmeasured_;  // !estimate_.measured(), for note_head() and unmeasured()
 };
 
 // Seed 004's Retry-After, before clamping to the lane's band: the larger of the

@@ -221,17 +221,19 @@ int simulate_overload(int argc, char** argv) {
 int simulate_matrix(int argc, char** argv) {
   namespace mx = sluice::sim::matrix;
   constexpr const char* kUsage =
-      "usage: sluice simulate --matrix [--cells N] [--seed S] [--jobs N]";
+      "usage: sluice simulate --matrix [--cells N] [--seed S] [--jobs N] [--only TEXT]";
   mx::Options o;
   auto fail = [&](const std::string& what) { return simulate_usage_error(what, kUsage); };
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--matrix") continue;
-    if (arg != "--cells" && arg != "--seed" && arg != "--jobs")
+    if (arg != "--cells" && arg != "--seed" && arg != "--jobs" && arg != "--only")
       return fail("unknown argument \"" + arg + "\" with --matrix");
     if (i + 1 >= argc) return fail(arg + " needs a value");
     std::string v = argv[++i];
-    if (arg == "--cells") {
+    if (arg == "--only") {
+      o.only = v;
+    } else if (arg == "--cells") {
       auto n = parse_count(v, 100'000);
       if (!n || *n == 0) return fail("--cells takes a count from 1 to 100000");
       o.cells = static_cast<int>(*n);

@@ -22,6 +22,18 @@ bool contains_ci(std::string_view hay, std::string_view needle) {
 
 }  // namespace
 
+std::uint16_t route_key(std::size_t route, boost::beast::http::verb method) {
+  using boost::beast::http::verb;
+  std::size_t kind = 3;
+  if (method == verb::get || method == verb::head)
+    kind = 0;
+  else if (method == verb::post)
+    kind = 1;
+  else if (method == verb::put || method == verb::patch)
+    kind = 2;
+  return static_cast<std::uint16_t>((route * 4 + kind) & 0xffff);
+}
+
 const routes::Route* route_of(const routes::Table& table, const RequestParser& req,
                               std::string_view path) {
   const auto& m = req.get();

@@ -31,6 +31,11 @@ inline constexpr std::string_view kLeaseHeader = "X-Sluice-Lease";
 const routes::Route* route_of(const routes::Table& table, const RequestParser& req,
                               std::string_view path);
 
+// A request's route and method as one key (Seat::route): its answers are
+// judged against the baseline of its route and kind of method (GET and HEAD,
+// POST, PUT and PATCH, the rest), an upload's apart from a read's.
+std::uint16_t route_key(std::size_t route, boost::beast::http::verb method);
+
 // The target's form (framing and bytes are check_request_head's): origin-form,
 // absolute-form (rewritten to origin-form, its authority as Host), or
 // `OPTIONS *`. Returns 0 when the request may go on, else 400 with `why`.

@@ -171,6 +171,27 @@ class Session : public Tracked,
     first_request();
   }
 
+  // The lane's queue window is over, or the bulkhead dropped it from a
+  // standing line: refused for what held it (observe: on, seated outside the
+  // rules), unless another thread seated it just now.
+  void queue_over() {
+    ex_.timed_out = true;
+    auto self = std::move(self_);
+    auto now = Clock::now();
+    ex_.queue_wait = now - ex_.queue_start;  // ask() tells it
+    auto p = admission::timed_out(ask(), *this, ex_.lease, ups_, micros(now));
+    if (p.how == Placed::queued) {  // an unmeasured estimate: it waits on
+      ex_.timed_out = false;
+      ex_.lease = std::move(p.lease);
+      deadline = now + std::chrono::duration_cast<Clock::duration>(p.wait_for);
+      self_ = std::move(self);
+      return;
+    }
+    note_queue_wait(now);
+    note_upstream_wait(now, seat_wait());
+    if (apply(std::move(p), now)) carry_on();
+  }
+
   // ---- Tracked ----
   void on_deadline() override {
     if (sock_.gone() && phase_ != Phase::closing) {
@@ -212,25 +233,9 @@ class Session : public Tracked,
     ex_.timed_out = true;
     error_code ec;
     switch (phase_) {
-      case Phase::queued: {
-        // The lane's queue window is over: refused for what held it (observe:
-        // on, seated outside the rules), unless another thread seated it just now.
-        auto self = std::move(self_);
-        auto now = Clock::now();
-        ex_.queue_wait = now - ex_.queue_start;  // ask() tells it
-        auto p = admission::timed_out(ask(), *this, ex_.lease, ups_, micros(now));
-        if (p.how == Placed::queued) {  // an unmeasured estimate: it waits on
-          ex_.timed_out = false;
-          ex_.lease = std::move(p.lease);
-          deadline = now + std::chrono::duration_cast<Clock::duration>(p.wait_for);
-          self_ = std::move(self);
-          break;
-        }
-        note_queue_wait(now);
-        note_upstream_wait(now, seat_wait());
-        if (apply(std::move(p), now)) carry_on();
+      case Phase::queued:
+        queue_over();
         break;
-      }
       case Phase::ingest_wait: {
         // Its wait for room in the ingest budget is over: refused, told how
         // long the bytes ahead take to drain, unless room came just now.
@@ -342,6 +347,12 @@ class Session : public Tracked,
       auto keep = std::move(self->self_);
       self->note_queue_wait(Clock::now());
       self->carry_on();
+    });
+  }
+  void on_dropped() override {
+    net::post(w_.ioc(), [self = shared_from_this()] {
+      if (self->phase_ != Phase::queued || self->ex_.lease.seated()) return;
+      self->queue_over();
     });
   }
 
@@ -636,6 +647,8 @@ class Session : public Tracked,
     }
     ex_.lane = ex_.route->lane;
     ex_.upstream = ex_.route->upstream;
+    route = route_key(static_cast<std::size_t>(ex_.route - ex_.live->routes.routes().data()),
+                      ex_.method);  // the seat's: its answers judged against their own
     ex_.tenant = tenant_of(ex_.route->tenant_key ? *ex_.route->tenant_key : cfg_.tenants.key);
     tenant = ex_.tenant;  // the seat's: its flow in its lane's queue, and its turn's size
     weight = cfg_.tenants.weight(tenant);
@@ -1392,8 +1405,8 @@ class Session : public Tracked,
     ex_.up_ttfb = std::chrono::duration_cast<admission::Micros>(now - ex_.sent_at);
     own_delay = own_lateness(now);
     if (ex_.lease.seated()) {
-      ex_.signal = bulkhead().classify(status, ex_.up_ttfb, own_delay);
-      bulkhead().note_head(ex_.signal, ex_.up_ttfb, micros(now));
+      ex_.signal = bulkhead().classify(status, route, ex_.up_ttfb, own_delay);
+      bulkhead().note_head(*this, ex_.signal, ex_.up_ttfb, micros(now));
     }
     read_quota(m, status, now);
     if (ex_.signal == admission::Signal::refused && may_ask_again()) {

@@ -27,12 +27,16 @@
 //
 // The systems: sluice (configured from the environment, as `serve`), and told
 // C: limit_conn, haproxy (`timeout queue 500ms`), fifo (a queue as long as the
-// client's patience: no refusal, the bound on latency without refusing).
+// client's patience: no refusal, the bound on latency without refusing),
+// short_queue (a queue of S: the bound on goodput for what waits at most S).
 //
 // The goals (issue "admission that holds on any workload"), per cell:
 //   goodput   load >= 1: the slot time the 2xx used, per second of the window,
 //             of C (the time-weighted C of the halving shape) at least the best
-//             peer's less 1 point, and at least 97 % where a peer reaches 98 %
+//             peer's less 1 point, and at least 97 % where a peer reaches 98 %;
+//             in overload (load > 1) the peers that meet the p99 goal there
+//             (short_queue and limit_conn always count: on/off bursts longer
+//             than 2 S cannot be served whole within 2 S)
 //   429s      the upstream's own 429s under 2 % of what sluice forwards
 //   refused   load <= 0.9, Poisson or uniform: at most 0.5 % refused (or no
 //             more than fifo's)
@@ -76,18 +80,20 @@ struct Outcome {
   double p99 = 0;            // of latency / own S, the successes (0: none)
   double late_refusals = 0;  // % of the settled refusals answered after 10 ms
   int refusals_settled = 0;
+  double khat = 0;  // sluice's estimate, time-weighted over the window (0: none)
 };
 
 struct Judged {
   Cell cell;
-  Outcome sluice, limit_conn, haproxy, fifo;
+  Outcome sluice, limit_conn, haproxy, fifo, short_queue;
   std::vector<std::string> misses;  // "goodput 91.2 % < 99.0 %", ...
 };
 
 struct Options {
   int cells = 600;
   std::uint64_t seed = 1;
-  int jobs = 0;  // 0: the hardware's threads
+  int jobs = 0;      // 0: the hardware's threads
+  std::string only;  // run only the sampled cells whose label contains it
   SluiceSettings sluice;
 };
 

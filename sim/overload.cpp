@@ -48,6 +48,8 @@ std::string_view to_string(System system) {
       return "none";
     case System::fifo:
       return "fifo";
+    case System::short_queue:
+      return "short_queue";
   }
   return "sluice";
 }
@@ -239,7 +241,9 @@ std::vector<Request> make_arrivals(const Load& load, const UpstreamParams& up, c
       }
     }
     Class& c = classes[live[at]];
-    out.push_back({static_cast<double>(c.next) / 1e9, c.lane});
+    // Routes as the bench's: /bulk, /sse, / (route_key's: GET on routes 0, 1, 2).
+    const std::uint16_t route = c.lane == Lane::bulk ? 0 : c.lane == Lane::heavy ? 4 : 8;
+    out.push_back({static_cast<double>(c.next) / 1e9, c.lane, 0, route});
     c.next += gap(c.rate);
     if (c.next >= end) live.erase(live.begin() + static_cast<std::ptrdiff_t>(at));
   }
@@ -345,8 +349,8 @@ class SluiceProxy final : public Proxy, adm::Waker {
     Exchange& x = ex_[id];
     x.ttfb = ttfb;
     if (!x.lease.seated()) return false;
-    x.signal = bulkhead_.classify(status, micros(ttfb));
-    bulkhead_.note_head(x.signal, micros(ttfb), micros(now));
+    x.signal = bulkhead_.classify(status, x.seat.route, micros(ttfb));
+    bulkhead_.note_head(x.seat, x.signal, micros(ttfb), micros(now));
     if (x.signal != adm::Signal::refused || x.asked_again) return false;
     x.asked_again = true;
     auto p =
@@ -409,6 +413,7 @@ class SluiceProxy final : public Proxy, adm::Waker {
     std::size_t id = 0;
     // The proxy posts to the session's thread; the run does the same at once (carry_on).
     void on_seated() override { owner->seated_.push_back(id); }
+    void on_dropped() override { owner->dropped_.push_back(id); }
   };
   struct Exchange {
     SimSeat seat;
@@ -468,8 +473,19 @@ class SluiceProxy final : public Proxy, adm::Waker {
     --queued_;
   }
 
-  // The posted on_seated(): a request still waiting whose lease is seated goes on.
+  // The posted on_seated(): a request still waiting whose lease is seated goes
+  // on; the posted on_dropped(): one still waiting, unseated, is refused.
   void carry_on(double now) {
+    for (std::size_t i = 0; i < dropped_.size(); ++i) {
+      const std::size_t id = dropped_[i];
+      Exchange& x = ex_[id];
+      if (!x.queued || x.lease.seated()) continue;
+      auto p = adm::timed_out(ask(x, now - x.queued_at), x.seat, x.lease, ups_, micros(now));
+      if (p.how == adm::Placed::queued) continue;  // waits on (an unmeasured estimate)
+      leave_queue(x);
+      go(id, apply(id, std::move(p), now), now);
+    }
+    dropped_.clear();
     for (std::size_t i = 0; i < seated_.size(); ++i) {
       Exchange& x = ex_[seated_[i]];
       if (!x.queued || !x.lease.seated()) continue;
@@ -487,6 +503,7 @@ class SluiceProxy final : public Proxy, adm::Waker {
   std::vector<Exchange> ex_;          // by request; never resized (seats are linked)
   std::vector<std::size_t> waiting_;  // queued, in order
   std::vector<std::size_t> seated_;   // seated while queued, to carry on
+  std::vector<std::size_t> dropped_;  // dropped from a standing line, to refuse
   int queued_ = 0;
   double next_tick_ = 0;
   double wake_ = kNever;
@@ -591,6 +608,9 @@ class Run final : public Driver {
         break;
       case System::fifo:
         proxy_ = std::make_unique<Haproxy>(o.upstream.capacity, o.load.timeout, *this);
+        break;
+      case System::short_queue:
+        proxy_ = std::make_unique<Haproxy>(o.upstream.capacity, o.upstream.service, *this);
         break;
     }
     for (std::size_t i = 0; i < reqs_.size(); ++i) push(reqs_[i].at, Ev::arrive, i);

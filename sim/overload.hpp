@@ -200,7 +200,9 @@ std::vector<Request> make_arrivals(const Load& load, const UpstreamParams& up, c
 
 // fifo: haproxy with a queue as long as the client's timeout (the best a
 // policy told C can do for latency without refusing: the matrix's bound).
-enum class System : std::uint8_t { sluice, limit_conn, haproxy, none, fifo };
+// short_queue: haproxy with a queue of S (the best a policy told C can do
+// for goodput while what it serves waits no longer than S in its queue).
+enum class System : std::uint8_t { sluice, limit_conn, haproxy, none, fifo, short_queue };
 inline constexpr std::array<System, 4> kSystems{System::sluice, System::limit_conn, System::haproxy,
                                                 System::none};
 std::string_view to_string(System system);

@@ -70,8 +70,9 @@ class Sluice final : public Policy {
   void ended(const Attempt& a, const Ending& e, double ttfb) override {
     now_ = e.at;
     auto& b = *bulkheads_[a.upstream];
-    Signal signal = e.cut ? Signal::timeout : b.classify(e.status, micros(ttfb));
+    Signal signal = e.cut ? Signal::timeout : b.classify(e.status, 0, micros(ttfb));
     if (e.slow && signal == Signal::clean) signal = Signal::slow;
+    b.note_head(seats_[a.request], signal, micros(ttfb), micros(e.at));
     b.release(seats_[a.request], signal, micros(ttfb), micros(e.at));
   }
 

@@ -222,16 +222,17 @@ TEST_CASE("overload sim: the same options print the same bytes", "[sim][overload
 }
 
 TEST_CASE(
-    "overload sim: sluice's queued standard request waits until its lane's deadline, swept by "
-    "the heartbeat, then is refused",
+    "overload sim: in a standing overload sluice refuses what it cannot seat in time at once, and "
+    "what it seats waits little",
     "[sim][overload]") {
   // In the C/2 phase at 3x the standard lane's queue is never empty.
   Options o = quick();
   auto rows = run_rows(Shape::halve, System::sluice, {3, false}, o);
   const Row& half = rows.at(2);
   REQUIRE(half.window.from == 10);
-  const double window = 0.5, beat = o.sluice.heartbeat, service = o.upstream.service;
-  CHECK(*half.p99[index(Lane::standard)] <= window + beat + service + 0.01);
-  CHECK(*half.p99[index(Lane::standard)] > window);
+  const double window = 0.5, service = o.upstream.service;
+  // Seated within about a service time (the queue target), never near the window.
+  CHECK(*half.p99[index(Lane::standard)] <= 3 * service);
+  CHECK(*half.p99[index(Lane::standard)] < window);
   CHECK(half.refused[index(Lane::standard)] > 0);
 }
