@@ -15,9 +15,10 @@ namespace {
 
 struct TestSeat : Seat {
   explicit TestSeat(Lane l) { lane = l; }
-  int seated_calls = 0;
+  int seated_calls = 0, dropped_calls = 0;
   bool counted = false;  // seen seated by a test that tracks its seats
   void on_seated() override { ++seated_calls; }
+  void on_dropped() override { ++dropped_calls; }
 };
 
 struct CountCap : LeaseCap {
@@ -1095,4 +1096,136 @@ TEST_CASE("a probe past K opens at once, however bunched the slots", "[admission
   REQUIRE(l.b.estimate().slots() == 5);
   CHECK(l.b.running() == 5);
   CHECK(l.waker.at.empty());
+}
+
+namespace {
+
+// Two slots whose seats turn over every 50 ms, answers in 10 ms learnt as the
+// route's baseline (so the queue target is 10 ms, the standing interval 100
+// ms, a place in line 25 ms); the standard lane's window 100 ms. The time
+// after the last release.
+Micros two_slots_turning(Bulkhead& b, Rng& rng) {
+  Micros t{0};
+  for (int round = 0; round < EstimatePolicy::kBaseSamples / 2; ++round) {
+    TestSeat a(Lane::standard), c(Lane::standard);
+    REQUIRE(b.ask(a, t, rng));
+    REQUIRE(b.ask(c, t, rng));
+    b.note_head(a, Signal::clean, 10ms, t + 10ms);
+    b.note_head(c, Signal::clean, 10ms, t + 10ms);
+    b.release(a, Signal::clean, 10ms, t + 50ms);
+    b.release(c, Signal::clean, 10ms, t + 50ms);
+    t += 50ms;
+  }
+  return t;
+}
+
+LanePolicy short_windows() {
+  LanePolicy p = lend_all();
+  p.queue_window = {100ms, 100ms, 100ms};
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("refuse early: a newcomer whose wait in line would pass its patience is refused on "
+          "arrival, not at the end of its window",
+          "[admission][bulkhead][queue]") {
+  Bulkhead b(short_windows(), measured(2));
+  Rng rng(1);
+  Micros t = two_slots_turning(b, rng);
+  REQUIRE(b.patience(Lane::standard) == 100ms);
+  std::deque<TestSeat> seats;
+  for (int i = 0; i < 2; ++i) REQUIRE(b.ask(seats.emplace_back(Lane::standard), t, rng));
+  // Places 1-4 wait 25, 50, 75 and 100 ms: queued. The fifth would wait 125 ms.
+  for (int i = 0; i < 4; ++i) {
+    bool queued = false;
+    CHECK_FALSE(b.ask(seats.emplace_back(Lane::standard), t, rng, nullptr, true, &queued));
+    CHECK(queued);
+  }
+  CHECK(b.line_wait(t) == 125ms);
+  bool queued = true;
+  Hold hold = Hold::none;
+  CHECK_FALSE(b.ask(seats.emplace_back(Lane::standard), t, rng, &hold, true, &queued));
+  CHECK_FALSE(queued);
+  CHECK(hold == Hold::behind);
+  CHECK(b.census().waiting[index(Lane::standard)] == 4);
+}
+
+TEST_CASE("refuse early: a lane's line counts the lanes of no lighter weight ahead of it",
+          "[admission][bulkhead][queue]") {
+  Bulkhead b(short_windows(), measured(2));
+  Rng rng(1);
+  Micros t = two_slots_turning(b, rng);
+  std::deque<TestSeat> seats;
+  for (int i = 0; i < 2; ++i) REQUIRE(b.ask(seats.emplace_back(Lane::standard), t, rng));
+  for (int i = 0; i < 3; ++i) b.ask(seats.emplace_back(Lane::standard), t, rng);
+  // Bulk (weight 1) has standard's three ahead: 100 ms, then 125 ms.
+  bool queued = false;
+  b.ask(seats.emplace_back(Lane::bulk), t, rng, nullptr, true, &queued);
+  CHECK(queued);
+  b.ask(seats.emplace_back(Lane::bulk), t, rng, nullptr, true, &queued);
+  CHECK_FALSE(queued);
+  // Standard (weight 4) has only its own three ahead: 100 ms, queued.
+  b.ask(seats.emplace_back(Lane::standard), t, rng, nullptr, true, &queued);
+  CHECK(queued);
+}
+
+TEST_CASE("a standing line: past the target for an interval, what waited past the target "
+          "leaves it and newcomers are held to the target, until an interval passes calm",
+          "[admission][bulkhead][queue]") {
+  Bulkhead b(short_windows(), measured(2));
+  Rng rng(1);
+  Micros t = two_slots_turning(b, rng);
+  REQUIRE(b.queue_target() == 10ms);
+  REQUIRE(b.standing_interval() == 100ms);
+  std::deque<TestSeat> seats;
+  for (int i = 0; i < 2; ++i) REQUIRE(b.ask(seats.emplace_back(Lane::standard), t, rng));
+  for (int i = 0; i < 3; ++i) b.ask(seats.emplace_back(Lane::standard), t, rng);
+  CHECK_FALSE(b.standing(t + 99ms));
+  b.tick(t + 100ms);  // the line has waited past the target for an interval
+  CHECK(b.standing(t + 100ms));
+  // Each waiter was dropped (but one the tick's probe past K may have seated).
+  int dropped = 0;
+  for (std::size_t i = 2; i < 5; ++i) {
+    CHECK_FALSE(seats[i].queued);
+    CHECK(seats[i].dropped_calls + (seats[i].seated ? 1 : 0) == 1);
+    if (seats[i].dropped_calls == 1) CHECK(seats[i].hold == Hold::full);
+    dropped += seats[i].dropped_calls;
+  }
+  CHECK(dropped >= 2);
+  CHECK(b.census().waiting[index(Lane::standard)] == 0);
+  // A newcomer would wait 25 ms, past the 10 ms target: refused at once.
+  bool queued = true;
+  CHECK_FALSE(b.ask(seats.emplace_back(Lane::standard), t + 150ms, rng, nullptr, true, &queued));
+  CHECK_FALSE(queued);
+  // An interval with no newcomer past the target: it stands no more.
+  CHECK_FALSE(b.standing(t + 251ms));
+  CHECK_FALSE(b.ask(seats.emplace_back(Lane::standard), t + 251ms, rng, nullptr, true, &queued));
+  CHECK(queued);
+}
+
+TEST_CASE("an estimate still growing refuses nobody early and trims no line",
+          "[admission][bulkhead][queue]") {
+  Bulkhead b(short_windows(), Estimate(EstimatePolicy{}));  // never measured: slow start
+  Rng rng(1);
+  REQUIRE(b.estimate().growing());
+  std::deque<TestSeat> seats;
+  int queued_n = 0;
+  for (int i = 0; i < 40; ++i) {
+    bool queued = false;
+    if (!b.ask(seats.emplace_back(Lane::standard), 0us, rng, nullptr, true, &queued))
+      queued_n += queued ? 1 : 0;
+  }
+  CHECK(queued_n == 40 - b.running());
+  b.tick(10s);
+  for (auto& s : seats) CHECK(s.dropped_calls == 0);
+}
+
+TEST_CASE("rule 4 draws only where another lane has work: a lane alone takes a free slot",
+          "[admission][bulkhead]") {
+  LanePolicy p = lend_all();
+  // 9 of 10 running, all standard: certain.
+  CHECK(decide(p, census(10, true, seats(0, 9, 0)), Lane::standard, kCertain) == Hold::none);
+  // One of them bulk: standard's draw at 10 % free fails a draw near 1.
+  CHECK(decide(p, census(10, true, seats(1, 8, 0)), Lane::standard, kCertain) == Hold::chance);
 }
