@@ -242,13 +242,19 @@ Micros Bulkhead::line_wait_locked(int ahead, double share) const {
   return Micros(static_cast<std::int64_t>((ahead + 1) * 1e6 / per_s));
 }
 
-Micros Bulkhead::lane_wait_locked(Lane lane) const {
-  // Ahead of it: the waiters of its lane and of the lanes of a weight no
-  // lighter (fair share seats them first, while they borrow less per weight).
+Micros Bulkhead::lane_wait_locked(const Seat& s) const {
+  // Ahead of it: the waiters of its lane (none when its tenant holds fewer of
+  // the lane's slots than every tenant waiting: it goes first), and of the
+  // lanes of a weight no lighter (fair share seats them first while they
+  // borrow less per weight).
   int ahead = 0;
-  for (Lane other : kLanes)
-    if (lanes_.weights[index(other)] >= lanes_.weights[index(lane)])
+  for (Lane other : kLanes) {
+    if (other == s.lane) {
+      if (!queue_[index(other)].leads(s)) ahead += waiting_[index(other)];
+    } else if (lanes_.weights[index(other)] >= lanes_.weights[index(s.lane)]) {
       ahead += waiting_[index(other)];
+    }
+  }
   return line_wait_locked(ahead, 1.0);
 }
 
@@ -416,7 +422,7 @@ bool Bulkhead::ask(Seat& s, Micros now, Rng& rng, Hold* hold, bool may_queue, bo
   bool waits = may_queue && h != Hold::budget;
   if (waits && !s.front && h != Hold::heavy_cap && !estimate_.growing()) {
     const Micros patience = patience_locked(s.lane);
-    const Micros wait = lane_wait_locked(s.lane);
+    const Micros wait = lane_wait_locked(s);
     const bool stands = standing_locked(now) && estimate_.policy().queue_target > 0;
     if (stands && wait > queue_target_locked()) standing_seen_ = now;  // it still stands
     if (wait > (stands ? std::min(patience, queue_target_locked()) : patience)) waits = false;

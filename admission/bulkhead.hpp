@@ -495,7 +495,7 @@ class Bulkhead {
   Census census_locked(std::optional<Micros> now) const;
   void note_slow_lines();
   Micros line_wait_locked(int ahead, double share) const;
-  Micros lane_wait_locked(Lane lane) const;  // a newcomer's of `lane`
+  Micros lane_wait_locked(const Seat& s) const;  // a newcomer's
   Micros patience_locked(Lane lane) const;
   Micros queue_target_locked() const;
   Micros interval_locked() const;

@@ -15,6 +15,7 @@ constexpr double kSlowMinGapUs = 50'000 * kUs;
 constexpr double kHeadQueued = 1.25;
 constexpr double kTypicalAlpha = 1.0 / 16.0;
 constexpr double kLeastDev = 0.02;  // of the mean: a deviation never reads as zero
+constexpr double kDefiningBand = 0.25 / 3;  // a defining answer a quarter slower queued
 
 // The upstream's part of an answer's time: what is known of the proxy's own
 // lateness (`own_delay`, its loop's when the head was read) comes off. None
@@ -59,11 +60,19 @@ std::string_view Estimate::to_string(Phase phase) {
 
 void RouteBase::add(double us, double at_load) {
   if (samples < EstimatePolicy::kBaseSamples) {
-    // The route's first answers define it: their mean, mean deviation and load.
+    // The route's first answers define it: their mean, mean deviation and
+    // load; but for an answer at a load above the first ones' and more than
+    // a quarter slower (a seed above a small upstream's capacity: the first
+    // answers beyond it queued), which only counts.
+    const bool queued = samples > 0 && at_load > load + 0.5 &&
+                        us > mean_us + 3 * std::max(dev_us, kDefiningBand * mean_us);
+    const int n = defined + 1;
     ++samples;
-    mean_us += (us - mean_us) / samples;
-    dev_us += (std::abs(us - mean_us) - dev_us) / samples;
-    load += (at_load - load) / samples;
+    if (queued) return;
+    defined = n;
+    mean_us += (us - mean_us) / n;
+    dev_us += (std::abs(us - mean_us) - dev_us) / n;
+    load += (at_load - load) / n;
     return;
   }
   const double d = us - mean_us;
@@ -261,15 +270,19 @@ bool Estimate::judge_window(Micros now) {
   const double ratio = win_time_ / win_base_;
   const double load = win_load_ / w;
   const double noise = win_dev_ / win_base_ / std::sqrt(w);
-  const bool gap =
-      (win_time_ - win_base_) / w >= static_cast<double>(EstimatePolicy::kQueueMinGap.count());
+  // A queue worth acting on: its mean wait at least kQueueMinGap; a probe's,
+  // the wait a queue of one adds (n x the mean excess, as n in flight share it).
+  const double excess = (win_time_ - win_base_) / w;
+  const double least = static_cast<double>(EstimatePolicy::kQueueMinGap.count());
+  const bool gap = excess >= least;
+  const bool probe_gap = load * excess >= least;
   const int slow = win_slow_;
   win_time_ = win_base_ = win_dev_ = win_load_ = 0;
   win_n_ = win_slow_ = 0;
   if (phase_ == Phase::probe) {
     // A probe is judged at its own load: an upstream that still serves K at
     // a time answers n in flight in n / K of their time (Little's law).
-    if (gap && ratio > 1 + std::max(EstimatePolicy::kProbeTolerance, 2 * noise)) {
+    if (probe_gap && ratio > 1 + std::max(EstimatePolicy::kProbeTolerance, 2 * noise)) {
       step(Event::refuted, now);
       return true;
     }

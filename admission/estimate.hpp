@@ -18,7 +18,8 @@
 //                 routes with a baseline, each against its own route's:
 //                 R = Σ time / Σ baseline, n the mean load (with itself).
 //                 R > 1 + max(queue_factor - 1, 4 v / √W) (v: the routes'
-//                 mean deviation over their mean, the window's own noise):
+//                 mean deviation over their mean, the window's own noise;
+//                 queue_factor 1.25), by a mean of kQueueMinGap or more:
 //                 Little's law, the upstream serves n / R at once:
 //                 K = K̂ = round(n / R).
 //   growth        under demand (a request found no slot), once per
@@ -69,7 +70,7 @@ struct EstimatePolicy {
   Micros probe_after{1'000'000};  // after a decrease, before the first probe past K
   double decrease = 0.85;
   double slow_factor = 4.0;   // 0: slowness is never "too much"
-  double queue_factor = 1.5;  // 0: a queue at the upstream is never "too much"
+  double queue_factor = 1.25;  // 0: a queue at the upstream is never "too much"
   // A queue in front of the upstream (the bulkhead's) is for bursts: a line
   // whose wait stays above this many typical answer times for an interval
   // (kIntervalAnswers of them) stands, and is trimmed (0: never).
@@ -84,7 +85,9 @@ struct EstimatePolicy {
   static constexpr int kProbeBackoff = 2;    // probe_after doubles per refuted probe, to 4x
   static constexpr double kProbeTolerance = 0.05;
   static constexpr int kSlowInWindow = 2;  // slow answers in a window that are too much
-  static constexpr Micros kQueueMinGap{2'000};  // the least mean queue acted on
+  // The least mean queue acted on: a busy host's own noise on loopback (a
+  // sub-millisecond upstream's answers a few ms late) is no queue.
+  static constexpr Micros kQueueMinGap{10'000};
   static constexpr double kTargetFactor = 2.0;
   static constexpr Micros kTargetMin{1'000};
   static constexpr Micros kTargetMax{100'000};  // under level 1's upstream wait (150 ms)
@@ -98,6 +101,7 @@ struct RouteBase {
   double mean_us = 0, dev_us = 0;
   double load = 0;  // the requests in flight the answers it follows met
   int samples = 0;
+  int defined = 0;  // of its first samples, those its definition took
   bool known() const { return samples >= EstimatePolicy::kBaseSamples; }
   // The normal range's top: mean + 4 mean deviations.
   double range_us() const { return mean_us + 4 * dev_us; }

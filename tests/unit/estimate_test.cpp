@@ -64,8 +64,8 @@ TEST_CASE("start: one more per clean head while requests wait, none on a head th
   // No request waits: no growth.
   e.on_head(Signal::clean, e.next_seq(), 0, 0, 50ms, Micros{0}, false, 1s);
   CHECK(e.value() == before);
-  // A head later than 1.25 x its route's mean (and 2 ms): it queued.
-  e.on_head(Signal::clean, e.next_seq(), 0, 0, 70ms, Micros{0}, true, 1s);
+  // A head later than 1.25 x its route's mean (and 10 ms): it queued.
+  e.on_head(Signal::clean, e.next_seq(), 0, 0, 80ms, Micros{0}, true, 1s);
   CHECK(e.value() == before);
   e.on_head(Signal::clean, e.next_seq(), 0, 0, 55ms, Micros{0}, true, 1s);
   CHECK(e.value() == before + 1);
@@ -186,11 +186,11 @@ TEST_CASE("probe: held past K with no queue, K is the step and the next step dou
 TEST_CASE("probe: refuted by its window's queue, K̂ back at K and the next probe backs off",
           "[admission][estimate]") {
   EstimatePolicy p;
-  Estimate e = at_k(8, 50ms, p);
+  Estimate e = at_k(8, 100ms, p);
   e.demand();
   REQUIRE(e.maybe_grow(10s));
   // 9 in flight on an upstream that serves 8: each answer 9/8 of the time.
-  CHECK(answers(e, EstimatePolicy::kProbeSamples, 8, Micros(50'000 * 9 / 8), 11s));
+  CHECK(answers(e, EstimatePolicy::kProbeSamples, 8, Micros(100'000 * 9 / 8), 11s));
   CHECK(e.phase() == Phase::grow);
   CHECK(e.value() == 8);
   CHECK(e.carrying() == 8);
@@ -220,9 +220,9 @@ TEST_CASE("a queue: a window slower than queue_factor x its baseline sets K by L
   CHECK(e.carrying() <= 9);
   CHECK(e.value() == e.carrying());
   CHECK(e.why() == Signal::slow);
-  // 1.4 x: under the line, no queue acted on.
+  // 1.2 x: under the line, no queue acted on.
   Estimate f = at_k(16);
-  CHECK_FALSE(answers(f, EstimatePolicy::kQueueSamples, 15, 70ms, 5s));
+  CHECK_FALSE(answers(f, EstimatePolicy::kQueueSamples, 15, 60ms, 5s));
   CHECK(f.carrying() == 16);
 }
 
