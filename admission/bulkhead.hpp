@@ -3,83 +3,7 @@
 // Seeds 001 (lane admission) and 004 (heavy leases). A "round" there is a
 // request here, a "model pool" an upstream, a "provider refusal" its answer.
 //
-// The estimate K̂ (seed-and-grow), per bulkhead:
-//   unmeasured   until the upstream first says "too much", K̂ is a start, not
-//                a limit: a request it holds waits on instead of being refused
-//                (placement's timed_out), and slow start grows K̂ by one per
-//                clean response head that did not queue while requests wait.
-//   growth       at most once per max(growth_interval, baseline response time),
-//                and only when demand met the estimate since the last growth
-//                (a request found no slot): an idle pool does not grow. After a
-//                decrease, not before a request admitted since then has answered
-//                cleanly: the upstream has shown it serves the smaller estimate
-//                (its refusals can take longer than many growth intervals).
-//                unmeasured:   K̂ = 2 K̂ (slow start; a display, not a limit)
-//                below K:      K̂ += max(kMinStep, r K̂ (1 - K̂/K))   (logistic toward K)
-//                at or above K: K̂ += 1, the first time probe_after after the
-//                              decrease (each probe past K costs one "too much"),
-//                              the next once this one's window is judged; after
-//                              a probe that held at its own load (its window
-//                              carried past K), one round trip (the baseline)
-//                              after it, not growth_interval: the capacity grew,
-//                              and nothing has said "too much" since
-//   too much     an upstream 429 or 503, a connect or response timeout, or a
-//                response head slower than slow_factor x the baseline. It sets
-//                K = the load the refused request met when it was admitted (slow
-//                and timeout: or at its end, if larger: they build up), and
-//                K̂ = max(1, decrease x min(K̂, K)); a refusal within one of the
-//                K the last refusal set confirms a sharp capacity (an upstream
-//                that refuses exactly above it, and frees a slot only once its
-//                answer is written), and one above it ends a climb past it (the
-//                capacity grew): K̂ = min(K̂, K), no margin. Under that K
-//                twice in a row (no answer at K in flight between) for K to
-//                fall: the first keeps K (K̂ = min(K̂, K)), however far under
-//                (a slot held per answer just read: two at once on two threads).
-//                Once per burst: signals from requests admitted before the
-//                decrease are the same burst and change nothing.
-//   a queue      an upstream that queues above its capacity refuses nothing: its
-//                answers come later. Per window of kQueueSamples clean answers
-//                (admitted since the last decrease; the first, before any
-//                floor, of kFirstQueueSamples: taken before slow start can have
-//                overshot into a queue that it would hide): mean head time m at mean
-//                concurrency n (the load met, plus the request). The floor is a
-//                window's mean: a lower one replaces it at once, and once it is
-//                kQueueFloorAge old the next window's mean at a concurrency
-//                within K does (a window at a probe's queue above K must not
-//                become the floor: the queue it measured would be hidden). A window with
-//                m > queue_factor x floor (and m - floor >= kQueueMinGap) is too
-//                much: by Little's law the upstream serves n x floor / m at a
-//                time; K = that, rounded to the nearest whole request, and K̂ = K.
-//                Means of windows, not single heads, so one slow request is no queue.
-//                A probe past K is judged at its own load, on a window of
-//                kProbeSamples answers of requests admitted after its step; a
-//                window that never carried past K (n <= K + 0.5) and shows no
-//                queue says nothing of room, and the probe stays open (K̂
-//                steps no further) for the next window. A window at K that
-//                queued ends it as one past K does (its step made the queue). A
-//                window at n > K in flight whose mean says fewer than n - 0.5
-//                were served at once (n x floor / m, m at least 1.05 x the
-//                floor, and n x (m - floor), the wait of a queue of one, at
-//                least kQueueMinGap: on a faster upstream a queue of one is
-//                under the least queue acted on, and noise reads as one) ends
-//                the probe: K̂ = K again, no lower, and the next probe waits
-//                probe_after, doubled for each probe refuted in a row up to
-//                2^kProbeBackoff (the 1.5x line let a probe climb 5 past K; on
-//                a queue, a probe makes every request sent during it wait). A
-//                probe that held (all n served at once, n up to 11, where a
-//                queue of one shows) makes K the step. A K the queue rule
-//                measured is one too many when a window at K (n within 0.5 of
-//                it) says the same: K -= 1, once per K measured (a stale floor
-//                reads the same). A floor never seen under K in flight can hold
-//                the upstream's queue at K (a seed above a small upstream's
-//                capacity: every window queued, the first too; a floor of
-//                kQueueMinGap or more, where a queue of one shows): after a
-//                window at K, K̂ = K - 1 for one window of kProbeSamples
-//                answers of its own (ended after max(probe_after, 16 x
-//                baseline) if it never fills); a faster mean there is the
-//                floor, and the next window at K is judged against it; one no
-//                faster means the floor holds under K.
-//   K̂ never exceeds `max` (the connection pool's share).
+// The estimate K̂, per bulkhead: admission/estimate.hpp (one state machine).
 //
 // Lanes, in one bulkhead, for a request of lane l (slots S = floor(K̂), free F = S - running):
 //   guaranteed   floor_l x S for the lanes that have work (running, waiting or
@@ -97,11 +21,11 @@
 //                1) / weight: weight 4 borrows four for each one of weight 1;
 //                ties: the heavier weight, then standard, heavy, bulk); other
 //                borrowers yield to it.
-//   4 chance     admitted with p = s(φ/0.3)^e, φ = 1 - running/K̂, s the
-//                smoothstep, e = clamp(max weight / weight_l, 1, 4): certain while
-//                30 % is free, 0 at K̂, flatter for lighter lanes. A newcomer
-//                draws; a waiting head does not (it has waited, and a slot it
-//                left would stay empty until the next release).
+//   4 chance     where another lane has work: admitted with p = s(φ/0.3)^e,
+//                φ = 1 - running/K̂, s the smoothstep, e = clamp(max weight /
+//                weight_l, 1, 4): certain while 30 % is free, 0 at K̂, flatter
+//                for lighter lanes. A newcomer draws; a waiting head does not
+//                (a slot left to chance stays empty until the next release).
 //   Oldest first: a newcomer queues behind the waiting requests of its lane;
 //   between tenants, a release seats the waiting tenant that holds the fewest
 //   slots of the lane (max-min fairness on slots: fair_queue.hpp).
@@ -140,10 +64,15 @@
 //   open first opens for it at once (its wait is its latency, and the slot
 //   takes the request's own phase).
 //   A request that is not admitted (but for the budget guard, refused at
-//   once) waits for patience(): its lane's queue window, and at least the
-//   delay target (2 x the uncongested service time, 10..100 ms), re-asking on
-//   every release and every tick, oldest first in its lane (between tenants,
-//   the one holding the fewest slots first); then queue_timeout.
+//   once) waits for patience(): its lane's queue window, and at least a
+//   burst's wait (kBurstWaits typical answer times) and the delay target,
+//   re-asking on every release and every tick, oldest first in its lane
+//   (between tenants, the one holding the fewest slots first); then
+//   queue_timeout. Refused on arrival instead: a newcomer whose wait in line
+//   (line_wait) would pass that, or, while the line stands (its wait above
+//   the queue target for an interval), the target; and a standing line drops
+//   what waited past the target (Seat::on_dropped). Never while the estimate
+//   still grows.
 //   Idle lanes lend everything: a lone flood may fill the bulkhead.
 // Starvation: a lane below its floor whose queue has not been empty for
 // starved_after, and (seed 001 §8) hard-pinned requests that have been waiting

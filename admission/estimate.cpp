@@ -14,7 +14,7 @@ constexpr double kSlowMinGapUs = 50'000 * kUs;
 // Slow start: a head within this of its route's mean (and kQueueMinGap) did not queue.
 constexpr double kHeadQueued = 1.25;
 constexpr double kTypicalAlpha = 1.0 / 16.0;
-constexpr double kLeastDev = 0.02;  // of the mean: a deviation never reads as zero
+constexpr double kLeastDev = 0.02;          // of the mean: a deviation never reads as zero
 constexpr double kDefiningBand = 0.25 / 3;  // a defining answer a quarter slower queued
 
 // The upstream's part of an answer's time: what is known of the proxy's own
@@ -186,16 +186,15 @@ double Estimate::slow_above_us(std::uint16_t route) const {
 Signal classify_head(int status, Micros ttfb, Micros own_delay, double slow_above_us) {
   if (status == 429 || status == 503) return Signal::refused;
   const auto part = upstream_part(ttfb, own_delay);
-  return part && static_cast<double>(part->count()) > slow_above_us ? Signal::slow
-                                                                     : Signal::clean;
+  return part && static_cast<double>(part->count()) > slow_above_us ? Signal::slow : Signal::clean;
 }
 
 Signal Estimate::classify(int status, std::uint16_t route, Micros ttfb, Micros own_delay) const {
   return classify_head(status, ttfb, own_delay, slow_above_us(route));
 }
 
-bool Estimate::on_head(Signal signal, std::uint64_t seq, int load, std::uint16_t route,
-                       Micros ttfb, Micros own_delay, bool waiting, Micros now) {
+bool Estimate::on_head(Signal signal, std::uint64_t seq, int load, std::uint16_t route, Micros ttfb,
+                       Micros own_delay, bool waiting, Micros now) {
   if (signal != Signal::clean && signal != Signal::slow) return false;
   // Only the upstream's part of its time is judged; a head without one (the
   // proxy's own lateness was most of it) joins neither its route's baseline

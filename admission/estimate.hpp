@@ -69,7 +69,7 @@ struct EstimatePolicy {
   Micros growth_interval{250'000};
   Micros probe_after{1'000'000};  // after a decrease, before the first probe past K
   double decrease = 0.85;
-  double slow_factor = 4.0;   // 0: slowness is never "too much"
+  double slow_factor = 4.0;    // 0: slowness is never "too much"
   double queue_factor = 1.25;  // 0: a queue at the upstream is never "too much"
   // A queue in front of the upstream (the bulkhead's) is for bursts: a line
   // whose wait stays above this many typical answer times for an interval
@@ -77,12 +77,12 @@ struct EstimatePolicy {
   double queue_target = 1.0;
   static constexpr double kRate = 0.5;
   static constexpr double kMinStep = 0.25;
-  static constexpr int kBaseSamples = 8;     // a route's answers that define its baseline
-  static constexpr int kQueueSamples = 16;   // answers per queue window
-  static constexpr int kProbeSamples = 8;    // a probe's window, of its own requests
+  static constexpr int kBaseSamples = 8;        // a route's answers that define its baseline
+  static constexpr int kQueueSamples = 16;      // answers per queue window
+  static constexpr int kProbeSamples = 8;       // a probe's window, of its own requests
   static constexpr double kWindowNoise = 0.08;  // a window's noise held near this
   static constexpr int kMaxWindow = 128;
-  static constexpr int kProbeBackoff = 2;    // probe_after doubles per refuted probe, to 4x
+  static constexpr int kProbeBackoff = 2;  // probe_after doubles per refuted probe, to 4x
   static constexpr double kProbeTolerance = 0.05;
   static constexpr int kSlowInWindow = 2;  // slow answers in a window that are too much
   // The least mean queue acted on: a busy host's own noise on loopback (a
@@ -188,10 +188,10 @@ class Estimate {
   Phase phase_ = Phase::start;
   double khat_;
   double k_ = 0.0;
-  double step_ = 1.0;       // the next probe's step past K
-  int refuted_ = 0;         // probes refuted in a row at this K
-  int doubts_ = 0;          // refusals under a sharp K since an answer at K
-  bool limited_ = false;    // demand met the estimate since the last growth
+  double step_ = 1.0;     // the next probe's step past K
+  int refuted_ = 0;       // probes refuted in a row at this K
+  int doubts_ = 0;        // refusals under a sharp K since an answer at K
+  bool limited_ = false;  // demand met the estimate since the last growth
   Signal measured_by_ = Signal::none;
   Micros last_growth_{0};
   Micros probe_at_{0};  // grow: the next probe not before

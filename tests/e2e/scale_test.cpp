@@ -572,10 +572,17 @@ TEST_CASE(
     return s.metric(R"(sluice_upstream_carrying_capacity{upstream=")" + upstream + "\"}");
   };
   REQUIRE(eventually([&] { return carrying("api") > 0 && carrying("search") > 0; }, 20s));
-  // Settled past slow start's overshoot: what each upstream queued over the next 3 s.
+  // Settled past slow start's overshoot: what each upstream served over the
+  // next 3 s, and how many waited in its queue, sampled every 50 ms.
   std::this_thread::sleep_for(3s);
   const auto api_before = upstream_stats(api), search_before = upstream_stats(search);
-  std::this_thread::sleep_for(3s);
+  double api_waiting = 0, search_waiting = 0;
+  constexpr int kSamples = 60;
+  for (int i = 0; i < kSamples; ++i) {
+    std::this_thread::sleep_for(50ms);
+    api_waiting += upstream_stats(api)["waiting"].get<double>() / kSamples;
+    search_waiting += upstream_stats(search)["waiting"].get<double>() / kSamples;
+  }
   const auto api_after = upstream_stats(api), search_after = upstream_stats(search);
   const auto state = json::parse(request(s.admin, "GET", "/admin/state").body);
   on_api.stop();
@@ -585,17 +592,21 @@ TEST_CASE(
   const double api_queued = grew(api_after, api_before, "queued");
   const double search_queued = grew(search_after, search_before, "queued");
   INFO("api: K " << carrying("api") << ", served " << api_served << ", queued " << api_queued
-                 << "; search: K " << carrying("search") << ", served " << search_served
-                 << ", queued " << search_queued << "; state " << state["upstreams"].dump());
+                 << ", waiting " << api_waiting << "; search: K " << carrying("search")
+                 << ", served " << search_served << ", queued " << search_queued << ", waiting "
+                 << search_waiting << "; state " << state["upstreams"].dump());
   for (const auto& u : state["upstreams"]) CHECK(u["why"] == "slow");  // measured by the queue
   CHECK(carrying("api") >= 2);
   CHECK(carrying("api") <= 4);
   CHECK(carrying("search") >= 5);
   CHECK(carrying("search") <= 7);
-  // One over the capacity (or no queue rule) and two in three of what is
-  // forwarded wait at the upstream; each probe past K queues a few.
-  CHECK(api_queued < 0.4 * api_served);
-  CHECK(search_queued < 0.4 * search_served);
+  // One over the capacity (or no queue rule) and a request waits in the
+  // upstream's queue all the time; each probe past K queues a few for a
+  // window. (Its count of arrivals that met every slot held also counts a
+  // request that arrives the moment before the slot of the answer that made
+  // room for it is freed: a race of microseconds, not a queue.)
+  CHECK(api_waiting < 0.5);
+  CHECK(search_waiting < 0.5);
   // And the upstreams stay busy: 3 s at 3 and 6 at once.
   const double seconds = 3.0, per_slot = 1000.0 / service_ms;
   CHECK(api_served > 0.75 * 3 * per_slot * seconds);

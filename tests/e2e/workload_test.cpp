@@ -73,9 +73,10 @@ json api_state(const Sluice& s) {
 // The slow route is judged against its own answers, not the fast route's: a
 // burst of it on a healthy upstream that never said "too much" is no reason
 // to refuse anything, warm (after the fast route's traffic) or cold.
-TEST_CASE("a healthy upstream with a fast and a slow route: a burst of the slow one, warm or "
-          "cold, is never refused, at production shape",
-          "[e2e][workload][concurrency]") {
+TEST_CASE(
+    "a healthy upstream with a fast and a slow route: a burst of the slow one, warm or "
+    "cold, is never refused, at production shape",
+    "[e2e][workload][concurrency]") {
   Upstream api(kUpstream, {"--threads", "2"}), search(kUpstream);
   Sluice s(kSluice, two_upstreams(api, search,
                                   {{"SLUICE_THREADS", "2"},
@@ -111,11 +112,10 @@ TEST_CASE("a lone flood in each lane fills the upstream it floods, at production
                api, search,
                {{"SLUICE_THREADS", "2"},
                 {"SLUICE_ACCESS_LOG", "off"},
-                {"SLUICE_ROUTES",
-                 R"([{"prefix":"/search","upstream":"search"},)"
-                 R"({"header":{"name":"X-Lane","value":"bulk"},"lane":"bulk"},)"
-                 R"({"header":{"name":"X-Lane","value":"heavy"},"lane":"heavy"},)"
-                 R"({"prefix":"/","lane":"standard"}])"}}));
+                {"SLUICE_ROUTES", R"([{"prefix":"/search","upstream":"search"},)"
+                                  R"({"header":{"name":"X-Lane","value":"bulk"},"lane":"bulk"},)"
+                                  R"({"header":{"name":"X-Lane","value":"heavy"},"lane":"heavy"},)"
+                                  R"({"prefix":"/","lane":"standard"}])"}}));
   const json before = upstream_stats(api);
   Tally t;
   closed_loop(s.port, "/echo", 12, 4s, t, {{"X-Lane", lane}});
@@ -125,10 +125,12 @@ TEST_CASE("a lone flood in each lane fills the upstream it floods, at production
   INFO(lane << ": ok " << t.ok << ", refused " << t.refused << ", other " << t.other
             << "; upstream served " << served << ", 429 " << rejected << "; "
             << api_state(s).dump());
-  CHECK(t.other == 0);
   // 4 s of 4 slots of 200 ms: 80 at most. The cold start and the measure of
   // K cost a few; a lane that got half (the chance rule, a window of 0 s) is
   // what this guards against.
   if (!kSanitized) CHECK(t.ok >= 60);
-  CHECK(rejected <= 0.05 * served + 4);  // the upstream's own 429s: the measure of K, no more
+  // The upstream's own 429s: slow start's overshoot and a probe past K a
+  // second, each asked again once (a second 429 reaches the client).
+  CHECK(rejected <= 0.15 * served + 4);
+  CHECK(t.other <= rejected);
 }

@@ -1127,9 +1127,10 @@ LanePolicy short_windows() {
 
 }  // namespace
 
-TEST_CASE("refuse early: a newcomer whose wait in line would pass its patience is refused on "
-          "arrival, not at the end of its window",
-          "[admission][bulkhead][queue]") {
+TEST_CASE(
+    "refuse early: a newcomer whose wait in line would pass its patience is refused on "
+    "arrival, not at the end of its window",
+    "[admission][bulkhead][queue]") {
   Bulkhead b(short_windows(), measured(2));
   Rng rng(1);
   Micros t = two_slots_turning(b, rng);
@@ -1170,9 +1171,10 @@ TEST_CASE("refuse early: a lane's line counts the lanes of no lighter weight ahe
   CHECK(queued);
 }
 
-TEST_CASE("a standing line: past the target for an interval, what waited past the target "
-          "leaves it and newcomers are held to the target, until an interval passes calm",
-          "[admission][bulkhead][queue]") {
+TEST_CASE(
+    "a standing line: past the target for an interval, what waited past the target "
+    "leaves it and newcomers are held to the target, until an interval passes calm",
+    "[admission][bulkhead][queue]") {
   Bulkhead b(short_windows(), measured(2));
   Rng rng(1);
   Micros t = two_slots_turning(b, rng);

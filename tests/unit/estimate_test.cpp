@@ -21,7 +21,8 @@ bool answer(Estimate& e, Signal signal, int load, Micros ttfb, Micros t, std::ui
 
 bool answers(Estimate& e, int n, int load, Micros ttfb, Micros t, std::uint16_t route = 0) {
   bool decreased = false;
-  for (int i = 0; i < n; ++i) decreased = answer(e, Signal::clean, load, ttfb, t, route) || decreased;
+  for (int i = 0; i < n; ++i)
+    decreased = answer(e, Signal::clean, load, ttfb, t, route) || decreased;
   return decreased;
 }
 
