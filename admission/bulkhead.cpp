@@ -271,8 +271,8 @@ Micros Bulkhead::queue_target_locked() const {
 }
 
 Micros Bulkhead::interval_locked() const {
-  return std::max(kLeastInterval,
-                  std::chrono::duration_cast<Micros>(estimate_.baseline() * kIntervalAnswers));
+  return std::clamp(std::chrono::duration_cast<Micros>(estimate_.baseline() * kIntervalAnswers),
+                    kLeastInterval, kLongestInterval);
 }
 
 Micros Bulkhead::queue_target() const {

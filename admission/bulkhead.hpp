@@ -345,9 +345,9 @@ class Bulkhead {
   // window; an estimate still growing refuses nobody so.
   Micros line_wait(Micros now) const;
   Micros allowed_wait(Lane lane, Micros now) const;
-  // What a queue is for (bursts, not a standing line): half the typical
-  // answer time, at least kLeastTarget; a line whose wait stays above it for
-  // the interval (four typical answer times, at least kLeastInterval) stands.
+  // What a queue is for (bursts, not a standing line): the typical answer
+  // time (EstimatePolicy::queue_target of them), at least kLeastTarget; a
+  // line whose wait stays above it for the interval stands.
   Micros queue_target() const;
   Micros standing_interval() const;
   bool standing(Micros now) const;
@@ -355,7 +355,9 @@ class Bulkhead {
   static constexpr int kBurstWaits = 10;  // a burst's wait, in typical answer times
   static constexpr Micros kLongestBurst{1'000'000};
   static constexpr Micros kLeastInterval{100'000};
-  static constexpr double kIntervalAnswers = 10;  // the standing line's interval
+  // The standing line's interval: 40 typical answer times, within 100 ms..2 s.
+  static constexpr double kIntervalAnswers = 40;
+  static constexpr Micros kLongestInterval{2'000'000};
 
   // With `now`, the budget guard is filled in too.
   Census census(std::optional<Micros> now = {}) const;

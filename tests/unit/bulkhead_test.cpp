@@ -1101,7 +1101,7 @@ TEST_CASE("a probe past K opens at once, however bunched the slots", "[admission
 namespace {
 
 // Two slots whose seats turn over every 50 ms, answers in 10 ms learnt as the
-// route's baseline (so the queue target is 10 ms, the standing interval 100
+// route's baseline (so the queue target is 10 ms, the standing interval 400
 // ms, a place in line 25 ms); the standard lane's window 100 ms. The time
 // after the last release.
 Micros two_slots_turning(Bulkhead& b, Rng& rng) {
@@ -1179,13 +1179,13 @@ TEST_CASE(
   Rng rng(1);
   Micros t = two_slots_turning(b, rng);
   REQUIRE(b.queue_target() == 10ms);
-  REQUIRE(b.standing_interval() == 100ms);
+  REQUIRE(b.standing_interval() == 400ms);
   std::deque<TestSeat> seats;
   for (int i = 0; i < 2; ++i) REQUIRE(b.ask(seats.emplace_back(Lane::standard), t, rng));
   for (int i = 0; i < 3; ++i) b.ask(seats.emplace_back(Lane::standard), t, rng);
-  CHECK_FALSE(b.standing(t + 99ms));
-  b.tick(t + 100ms);  // the line has waited past the target for an interval
-  CHECK(b.standing(t + 100ms));
+  CHECK_FALSE(b.standing(t + 399ms));
+  b.tick(t + 400ms);  // the line has waited past the target for an interval
+  CHECK(b.standing(t + 400ms));
   // Each waiter was dropped (but one the tick's probe past K may have seated).
   int dropped = 0;
   for (std::size_t i = 2; i < 5; ++i) {
@@ -1198,11 +1198,11 @@ TEST_CASE(
   CHECK(b.census().waiting[index(Lane::standard)] == 0);
   // A newcomer would wait 25 ms, past the 10 ms target: refused at once.
   bool queued = true;
-  CHECK_FALSE(b.ask(seats.emplace_back(Lane::standard), t + 150ms, rng, nullptr, true, &queued));
+  CHECK_FALSE(b.ask(seats.emplace_back(Lane::standard), t + 450ms, rng, nullptr, true, &queued));
   CHECK_FALSE(queued);
   // An interval with no newcomer past the target: it stands no more.
-  CHECK_FALSE(b.standing(t + 251ms));
-  CHECK_FALSE(b.ask(seats.emplace_back(Lane::standard), t + 251ms, rng, nullptr, true, &queued));
+  CHECK_FALSE(b.standing(t + 851ms));
+  CHECK_FALSE(b.ask(seats.emplace_back(Lane::standard), t + 851ms, rng, nullptr, true, &queued));
   CHECK(queued);
 }
 
