@@ -204,6 +204,8 @@ Outcome outcome(const Cell& c, const Plan& p, const ov::Measured& m,
   return o;
 }
 
+}  // namespace
+
 void judge(Judged& j) {
   const Cell& c = j.cell;
   const Outcome& s = j.sluice;
@@ -232,8 +234,6 @@ void judge(Judged& j) {
     miss("refused late " + fmt("%.1f", s.late_refusals) + " % of " +
          std::to_string(s.refusals_settled));
 }
-
-}  // namespace
 
 std::string Cell::label() const {
   return std::string(ov::to_string(shape)) + " C" + std::to_string(capacity) + " S" +

@@ -101,6 +101,8 @@ struct Options {
 // turn (each axis's values repeated in an order of its own).
 std::vector<Cell> sample(int n, std::uint64_t seed);
 Judged run_cell(const Cell& cell, const Options& o, std::uint64_t seed);
+// Fills j.misses from its outcomes: each goal, or its bound, unmet.
+void judge(Judged& j);
 std::vector<Judged> run(const Options& o);
 std::string format_markdown(const Options& o, const std::vector<Judged>& cells);
 
