@@ -1884,8 +1884,10 @@ constexpr Row kRows[] = {
     estimate<parse_slow_factor, as_is, &EstimatePolicy::slow_factor>(
         restart, "bulkhead_slow_factor",
         {"SLUICE_BULKHEAD_SLOW_FACTOR", "4",
-         "A response head this many times slower than the upstream's recent baseline counts as too "
-         "much load and lowers the estimate; 0 turns this off, otherwise at least 1.5."}),
+         "A response head this many times slower than its route's normal range (the route's mean "
+         "and four mean deviations, and 50 ms more) is slow; two slow heads in one of the "
+         "estimate's windows count as too much load and lower it; 0 turns this off, otherwise "
+         "at least 1.5."}),
     field<parse_actions, admission::actions_text, &Config::admission, &Admission::actions,
           &admission::ActionsConfig::enabled>(
         live, "emergency_actions",
