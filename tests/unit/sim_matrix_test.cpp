@@ -1,9 +1,9 @@
 // The workload matrix (sim/matrix.hpp): its sample, its determinism, its judge.
-#include "sim/matrix.hpp"
-
 #include <catch2/catch.hpp>
 #include <set>
 #include <string>
+
+#include "sim/matrix.hpp"
 
 using namespace sluice::sim::matrix;
 namespace ov = sluice::sim::overload;
