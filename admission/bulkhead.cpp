@@ -9,9 +9,8 @@ namespace sluice::admission {
 
 namespace {
 
-constexpr double kHighFree = 0.3;
-constexpr int kHoldSamples = 16;  // holds seen before pacing trusts their mean  // seed 001:
-                                  // certain while this fraction is free
+constexpr double kHighFree = 0.3;  // seed 001: certain while this fraction is free
+constexpr int kHoldSamples = 16;   // holds seen before pacing trusts their mean
 // A twentieth of the delay target: a client's turnaround on the same host or
 // the next, well under the service time it would otherwise wait.
 Micros anticipation_of(const Estimate& e) {
@@ -235,10 +234,10 @@ void Bulkhead::note_head(const Seat& s, Signal signal, Micros ttfb, Micros now) 
   }
 }
 
-Micros Bulkhead::line_wait_locked(int ahead, double share) const {
-  // Seats turn over at slots / the mean hold a second, `share` of them for this line.
+Micros Bulkhead::line_wait_locked(int ahead) const {
+  // Seats turn over at slots / the mean hold a second.
   if (seat_hold_us_ <= 0) return Micros{0};
-  const double per_s = share * census_locked(std::nullopt).slots() * 1e6 / seat_hold_us_;
+  const double per_s = census_locked(std::nullopt).slots() * 1e6 / seat_hold_us_;
   return Micros(static_cast<std::int64_t>((ahead + 1) * 1e6 / per_s));
 }
 
@@ -255,7 +254,7 @@ Micros Bulkhead::lane_wait_locked(const Seat& s) const {
       ahead += waiting_[index(other)];
     }
   }
-  return line_wait_locked(ahead, 1.0);
+  return line_wait_locked(ahead);
 }
 
 Micros Bulkhead::patience_locked(Lane lane) const {
@@ -286,6 +285,7 @@ Micros Bulkhead::standing_interval() const {
 }
 
 bool Bulkhead::standing_locked(Micros now) const {
+  if (estimate_.policy().queue_target <= 0) return false;  // the rule is off
   const Micros interval = interval_locked();
   if (standing_seen_ && now - *standing_seen_ < interval) return true;
   return line_above_since_ && now - *line_above_since_ >= interval;
@@ -299,12 +299,12 @@ bool Bulkhead::standing(Micros now) const {
 void Bulkhead::note_line(Micros now) {
   const int waiting = waiting_locked();
   const Micros target = queue_target_locked();
-  if (waiting == 0 || line_wait_locked(waiting - 1, 1.0) <= target) {
+  if (waiting == 0 || line_wait_locked(waiting - 1) <= target) {
     line_above_since_.reset();
     return;
   }
   if (!line_above_since_) line_above_since_ = now;
-  if (!standing_locked(now) || estimate_.growing() || estimate_.policy().queue_target <= 0) return;
+  if (!standing_locked(now) || estimate_.growing()) return;
   standing_seen_ = now;
   // A standing line: what has waited past the target leaves it, oldest
   // first (CoDel drops at the head), so that what is seated waits little.
@@ -321,11 +321,15 @@ void Bulkhead::note_line(Micros now) {
 
 Micros Bulkhead::line_wait(Micros /*now*/) const {
   Lock lock(mutex_);
-  return line_wait_locked(waiting_locked(), 1.0);
+  return line_wait_locked(waiting_locked());
 }
 
 Micros Bulkhead::allowed_wait(Lane lane, Micros now) const {
   Lock lock(mutex_);
+  return allowed_wait_locked(lane, now);
+}
+
+Micros Bulkhead::allowed_wait_locked(Lane lane, Micros now) const {
   const Micros patience = patience_locked(lane);
   return standing_locked(now) ? std::min(patience, queue_target_locked()) : patience;
 }
@@ -421,11 +425,9 @@ bool Bulkhead::ask(Seat& s, Micros now, Rng& rng, Hold* hold, bool may_queue, bo
   note_line(now);
   bool waits = may_queue && h != Hold::budget;
   if (waits && !s.front && h != Hold::heavy_cap && !estimate_.growing()) {
-    const Micros patience = patience_locked(s.lane);
     const Micros wait = lane_wait_locked(s);
-    const bool stands = standing_locked(now) && estimate_.policy().queue_target > 0;
-    if (stands && wait > queue_target_locked()) standing_seen_ = now;  // it still stands
-    if (wait > (stands ? std::min(patience, queue_target_locked()) : patience)) waits = false;
+    if (standing_locked(now) && wait > queue_target_locked()) standing_seen_ = now;  // it stands
+    if (wait > allowed_wait_locked(s.lane, now)) waits = false;
   }
   if (queued) *queued = waits;
   if (waits) {

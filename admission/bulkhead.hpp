@@ -425,7 +425,8 @@ class Bulkhead {
   // Below: the caller holds mutex_.
   Census census_locked(std::optional<Micros> now) const;
   void note_slow_lines();
-  Micros line_wait_locked(int ahead, double share) const;
+  Micros line_wait_locked(int ahead) const;  // behind `ahead` waiters
+  Micros allowed_wait_locked(Lane lane, Micros now) const;
   Micros lane_wait_locked(const Seat& s) const;  // a newcomer's
   Micros patience_locked(Lane lane) const;
   Micros queue_target_locked() const;

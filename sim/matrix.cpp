@@ -180,24 +180,21 @@ Plan plan(const Cell& c, const Options& opt, std::uint64_t seed) {
   return p;
 }
 
-Outcome outcome(const Cell& c, const Plan& p, const ov::Measured& m,
-                const std::vector<ov::Request>& /*reqs*/) {
+Outcome outcome(const Cell& c, const Plan& p, const ov::Measured& m) {
   Outcome o;
   int sent = 0, refused = 0, timeouts = 0;
-  std::vector<double> normalized;
   for (std::size_t l = 0; l < admission::kLaneCount; ++l) {
     const auto& lane = m.lanes[l];
     sent += lane.sent;
     refused += lane.refused;
     timeouts += lane.timeouts + lane.late;
   }
-  for (double r : m.normalized) normalized.push_back(r);
   const double slots = slot_time(c, p.o.upstream, p.window.from, p.window.to);
   o.goodput = slots > 0 ? 100 * m.ok_work / slots : 0;
   o.refused = sent ? 100.0 * refused / sent : 0;
   o.timeouts = sent ? 100.0 * timeouts / sent : 0;
   o.upstream_429 = m.upstream_requests ? 100.0 * m.upstream_refused / m.upstream_requests : 0;
-  o.p99 = normalized.empty() ? 0 : percentile(normalized, 0.99);
+  o.p99 = m.normalized.empty() ? 0 : percentile(m.normalized, 0.99);
   o.refusals_settled = m.refused_settled;
   o.khat = m.khat_mean.value_or(0);
   o.late_refusals = m.refused_settled ? 100.0 * m.refused_late / m.refused_settled : 0;
@@ -274,7 +271,7 @@ Judged run_cell(const Cell& cell, const Options& o, std::uint64_t seed) {
   Plan p = plan(cell, o, seed);
   auto one = [&](ov::System system) {
     auto m = ov::run_requests(cell.shape, system, p.reqs, {p.window}, p.o, seed);
-    return outcome(cell, p, m.at(0), p.reqs);
+    return outcome(cell, p, m.at(0));
   };
   j.sluice = one(ov::System::sluice);
   j.limit_conn = one(ov::System::limit_conn);
