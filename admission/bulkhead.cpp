@@ -243,13 +243,21 @@ Micros Bulkhead::line_wait_locked(int ahead) const {
 
 Micros Bulkhead::lane_wait_locked(const Seat& s) const {
   // Ahead of it: the waiters of its lane (none when its tenant holds fewer of
-  // the lane's slots than every tenant waiting: it goes first), and of the
+  // the lane's slots than every tenant waiting: it goes first; its own
+  // waiters' turns when it has some), and of the
   // lanes of a weight no lighter (fair share seats them first while they
   // borrow less per weight).
   int ahead = 0;
   for (Lane other : kLanes) {
     if (other == s.lane) {
-      if (!queue_[index(other)].leads(s)) ahead += waiting_[index(other)];
+      // Its tenant's turn comes once in every turn of the tenants waiting,
+      // after its own waiters; it leads: next.
+      const FairQueue& q = queue_[index(other)];
+      const int own = q.waiting_of(s.tenant);
+      if (own > 0)
+        ahead += std::min(waiting_[index(other)], own * q.active_flows());
+      else if (!q.leads(s))
+        ahead += waiting_[index(other)];
     } else if (lanes_.weights[index(other)] >= lanes_.weights[index(s.lane)]) {
       ahead += waiting_[index(other)];
     }
@@ -308,13 +316,18 @@ void Bulkhead::note_line(Micros now) {
   standing_seen_ = now;
   // A standing line: what has waited past the target leaves it, oldest
   // first (CoDel drops at the head), so that what is seated waits little.
+  // Per flow, as fq_codel keeps its state: a request alone in its tenant's
+  // flow is no line of its own (a tenant beside a flood keeps its turn).
   for (Lane lane : kLanes) {
-    FairQueue& q = queue_[index(lane)];
-    while (Seat* old = q.oldest()) {
+    for (Seat* old = queue_[index(lane)].oldest(); old != nullptr;) {
+      Seat* younger = old->next;
       if (now - old->since <= target) break;
-      unqueue(*old);
-      old->hold = Hold::full;
-      old->on_dropped();
+      if (old->flow_prev != nullptr || old->flow_next != nullptr) {
+        unqueue(*old);
+        old->hold = Hold::full;
+        old->on_dropped();
+      }
+      old = younger;
     }
   }
 }

@@ -74,6 +74,7 @@ void FairQueue::push(Seat& s, bool front) {
     (fl.tail ? fl.tail->flow_next : fl.head) = &s;
     fl.tail = &s;
   }
+  ++fl.queued;
   if (!fl.waiting) {
     fl.waiting = true;
     ++active_;
@@ -91,6 +92,7 @@ void FairQueue::erase(Seat& s) {
   (s.flow_prev ? s.flow_prev->flow_next : fl.head) = s.flow_next;
   (s.flow_next ? s.flow_next->flow_prev : fl.tail) = s.flow_prev;
   s.flow_prev = s.flow_next = nullptr;
+  --fl.queued;
   if (!fl.head && fl.waiting) {
     fl.waiting = false;
     --active_;
@@ -99,6 +101,10 @@ void FairQueue::erase(Seat& s) {
 }
 
 void FairQueue::held(const Seat& s, int delta) { held(s.tenant, delta); }
+
+int FairQueue::waiting_of(std::uint64_t tenant) const {
+  return flow(static_cast<std::int32_t>(flow_of(tenant))).queued;
+}
 
 bool FairQueue::leads(const Seat& s) const {
   const Flow& fl = flow(static_cast<std::int32_t>(flow_of(s.tenant)));

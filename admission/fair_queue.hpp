@@ -63,6 +63,8 @@ class FairQueue {
   // every tenant waiting now (it holds fewer slots, per weight, than the
   // lowest of them)? False when nobody waits.
   bool leads(const Seat& s) const;
+  // The requests of `tenant` waiting in this queue.
+  int waiting_of(std::uint64_t tenant) const;
 
   static std::size_t flow_of(std::uint64_t tenant) {
     return tenant == 0 ? 0 : 1 + tenant % (kFlows - 1);
@@ -74,6 +76,7 @@ class FairQueue {
     Seat* tail = nullptr;
     std::int32_t prev = -1, next = -1;  // in its level's bucket, while it has requests waiting
     int held = 0;
+    int queued = 0;  // its requests waiting
     double weight = 1.0;
     std::uint32_t level = 0;
     bool waiting = false;
