@@ -281,7 +281,7 @@ bool Estimate::judge_window(Micros now) {
   if (phase_ == Phase::probe) {
     // A probe is judged at its own load: an upstream that still serves K at
     // a time answers n in flight in n / K of their time (Little's law).
-    if (probe_gap && ratio > 1 + std::max(EstimatePolicy::kProbeTolerance, 2 * noise)) {
+    if (probe_gap && ratio > 1 + std::max(EstimatePolicy::kProbeTolerance, noise)) {
       step(Event::refuted, now);
       return true;
     }

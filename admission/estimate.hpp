@@ -29,7 +29,7 @@
 //                 grow:  K̂ += max(1/4, K̂ (1 - K̂/K) / 2) up to K;
 //                        at K, a probe: K̂ += step once probe_at has come.
 //   a probe       judged on its own window: carried past K (n > K + 0.5) and
-//                 R <= 1 + max(5 %, 2 v / √W): held, K = the step's K̂, the
+//                 R <= 1 + max(5 %, v / √W): held, K = the step's K̂, the
 //                 next step twice as large, a round trip later; R above
 //                 that: refuted, K̂ = K, the next probe_after x 2^refuted
 //                 (up to 4x) later; neither (no demand past K): open still.
