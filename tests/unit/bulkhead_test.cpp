@@ -1144,6 +1144,7 @@ TEST_CASE(
     CHECK(queued);
   }
   CHECK(b.line_wait(t) == 125ms);
+  CHECK(b.allowed_wait(Lane::standard, t) == 100ms);  // its patience: the line does not stand
   bool queued = true;
   Hold hold = Hold::none;
   CHECK_FALSE(b.ask(seats.emplace_back(Lane::standard), t, rng, &hold, true, &queued));
@@ -1186,6 +1187,7 @@ TEST_CASE(
   CHECK_FALSE(b.standing(t + 399ms));
   b.tick(t + 400ms);  // the line has waited past the target for an interval
   CHECK(b.standing(t + 400ms));
+  CHECK(b.allowed_wait(Lane::standard, t + 400ms) == 10ms);  // held to the target
   // The waiters were dropped, oldest first, but the last one alone in its
   // flow (a line of one is no standing line); the tick's probe past K may
   // have seated the oldest.
