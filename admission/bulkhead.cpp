@@ -332,7 +332,7 @@ void Bulkhead::note_line(Micros now) {
   }
 }
 
-Micros Bulkhead::line_wait(Micros /*now*/) const {
+Micros Bulkhead::line_wait() const {
   Lock lock(mutex_);
   return line_wait_locked(waiting_locked());
 }

@@ -343,7 +343,7 @@ class Bulkhead {
   // target. A request
   // whose wait would pass that is refused on arrival, not at the end of its
   // window; an estimate still growing refuses nobody so.
-  Micros line_wait(Micros now) const;
+  Micros line_wait() const;
   Micros allowed_wait(Lane lane, Micros now) const;
   // What a queue is for (bursts, not a standing line): the typical answer
   // time (EstimatePolicy::queue_target of them), at least kLeastTarget; a
