@@ -7,10 +7,9 @@ namespace sluice::admission {
 
 namespace {
 
-constexpr double kUs = 1.0;
 // A head this much slower than its route's slow line's minimum gap is slow
 // only when also this much later: a fast upstream's jitter is many times its time.
-constexpr double kSlowMinGapUs = 50'000 * kUs;
+constexpr double kSlowMinGapUs = 50'000;
 // Slow start: a head within this of its route's mean (and kQueueMinGap) did not queue.
 constexpr double kHeadQueued = 1.25;
 constexpr double kTypicalAlpha = 1.0 / 16.0;
@@ -42,20 +41,6 @@ std::string_view to_string(Signal signal) {
       return "none";
   }
   return "none";
-}
-
-std::string_view Estimate::to_string(Phase phase) {
-  switch (phase) {
-    case Phase::start:
-      return "start";
-    case Phase::hold:
-      return "hold";
-    case Phase::grow:
-      return "grow";
-    case Phase::probe:
-      return "probe";
-  }
-  return "start";
 }
 
 void RouteBase::add(double us, double at_load) {

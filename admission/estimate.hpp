@@ -122,7 +122,6 @@ class Estimate {
     held,      // the probe's window held past K
     refuted,   // the probe's window queued
   };
-  static std::string_view to_string(Phase phase);
 
   explicit Estimate(const EstimatePolicy& p = {});
   // An estimate that already remembers a carrying capacity (past slow start).
