@@ -7,8 +7,8 @@ namespace sluice::admission {
 
 namespace {
 
-// A head this much slower than its route's slow line's minimum gap is slow
-// only when also this much later: a fast upstream's jitter is many times its time.
+// A slow head is also at least this much later than its route's normal range:
+// a fast upstream's jitter is many times its own time.
 constexpr double kSlowMinGapUs = 50'000;
 // Slow start: a head within this of its route's mean (and kQueueMinGap) did not queue.
 constexpr double kHeadQueued = 1.25;
