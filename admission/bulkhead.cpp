@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <utility>
 
 namespace sluice::admission {
 
@@ -68,7 +69,9 @@ std::string_view to_string(Hold hold) {
 
 // ---------------------------------------------------------------- lane rules
 
-int Census::slots() const { return std::max(1, static_cast<int>(std::floor(estimate + 1e-9))); }
+int Census::slots() const {
+  return std::max(fleet ? 0 : 1, static_cast<int>(std::floor(estimate + 1e-9)));
+}
 
 Seats guaranteed(const LanePolicy& p, const Census& c, std::optional<Lane> asking) {
   const int s = c.slots();
@@ -238,6 +241,7 @@ Micros Bulkhead::line_wait_locked(int ahead) const {
   // Seats turn over at slots / the mean hold a second.
   if (seat_hold_us_ <= 0) return Micros{0};
   const double per_s = census_locked(std::nullopt).slots() * 1e6 / seat_hold_us_;
+  if (per_s <= 0) return Micros::max() / 4;  // a fleet's member without a slot: its next round
   return Micros(static_cast<std::int64_t>((ahead + 1) * 1e6 / per_s));
 }
 
@@ -400,6 +404,29 @@ void Bulkhead::set_lanes(const LanePolicy& lanes) {
   lanes_ = lanes;
 }
 
+void Bulkhead::set_fleet(std::optional<FleetLimit> limit, Micros now) {
+  Lock lock(mutex_);
+  fleet_ = limit;
+  serve(now);
+}
+
+void Bulkhead::sync(double khat, double carrying, bool new_epoch, Micros now) {
+  Lock lock(mutex_);
+  estimate_.sync(khat, carrying, new_epoch, now);
+  unmeasured_.store(!estimate_.measured(), std::memory_order_relaxed);
+  serve(now);
+}
+
+int Bulkhead::take_unmet() {
+  Lock lock(mutex_);
+  return std::exchange(unmet_, 0);
+}
+
+void Bulkhead::set_growth_scale(double scale) {
+  Lock lock(mutex_);
+  estimate_.set_growth_scale(scale);
+}
+
 Census Bulkhead::census_locked(std::optional<Micros> now) const {
   Census c;
   if (now)
@@ -407,6 +434,10 @@ Census Bulkhead::census_locked(std::optional<Micros> now) const {
       c.may_borrow[l] = budget_allows_borrowing(budget_, lanes_.reserve[l], *now);
   c.estimate = std::max(1.0, estimate_.value() - paced_n_);  // paced slots are not open yet
   c.measured = estimate_.measured();
+  if (fleet_) {  // its share, a hard limit
+    c.fleet = c.measured = true;
+    c.estimate = std::max(0, fleet_->slots - paced_n_);
+  }
   c.running = running_;
   c.waiting = waiting_;
   return c;
@@ -430,7 +461,10 @@ bool Bulkhead::ask(Seat& s, Micros now, Rng& rng, Hold* hold, bool may_queue, bo
   s.hold = h;
   if (hold) *hold = h;
   if (h == Hold::none) return true;
-  if (h != Hold::heavy_cap) estimate_.demand();
+  ++unmet_;
+  // Demand the estimate grows for: the upstream's load at K̂ (a fleet's, for a member).
+  if (h != Hold::heavy_cap && (!fleet_ || running_locked() + fleet_->others >= estimate_.slots()))
+    estimate_.demand();
   // Every other hold waits (for patience()); the quota reading holds until its
   // window ends, and waiting would not change it. Refused early: a newcomer
   // whose wait in line would pass what it may wait (allowed_wait), on an
@@ -495,7 +529,7 @@ void Bulkhead::seat(Seat& s, Micros now) {
   queue_[l].held(s, +1);
   s.seated = true;
   s.seq = estimate_.next_seq();
-  s.load = running_locked() - kept();  // kept slots carry nothing
+  s.load = running_locked() - kept() + (fleet_ ? fleet_->others : 0);  // kept slots carry nothing
   s.own_delay = Micros{0};
   s.since = now;
   ++running_[l];
@@ -527,7 +561,7 @@ bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, bool kee
   // build up over its life, so they answer the larger of that and the load at its end.
   int load = s.load;
   if (signal == Signal::slow || signal == Signal::timeout)
-    load = std::max(load, running_locked() - kept());
+    load = std::max(load, running_locked() - kept() + (fleet_ ? fleet_->others : 0));
   bool decreased = estimate_.observe(signal, s.seq, load, now);
   if (s.lane != Lane::heavy) {
     // A slot freed in a cluster of releases opens later, in a gap (re-phasing).

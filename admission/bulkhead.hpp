@@ -120,6 +120,7 @@ struct Census {
   std::array<int, kLaneCount> running{};
   std::array<int, kLaneCount> waiting{};
   std::array<bool, kLaneCount> may_borrow{true, true, true};  // the budget guard
+  bool fleet = false;  // the estimate is this instance's share of a fleet's: it may be 0
   int slots() const;
   int total_running() const { return running[0] + running[1] + running[2]; }
 };
@@ -255,6 +256,12 @@ struct BulkheadView {
   std::array<LaneView, kLaneCount> lanes{};
 };
 
+// This instance's part of a fleet's capacity (admission/fleet.hpp).
+struct FleetLimit {
+  int slots = 0;   // it may hold
+  int others = 0;  // the other instances' requests in flight, as last reported
+};
+
 class Bulkhead {
  public:
   Bulkhead(const LanePolicy& lanes, const Estimate& estimate, LeaseCap* heavy_cap = nullptr);
@@ -358,6 +365,18 @@ class Bulkhead {
   // The standing line's interval: 40 typical answer times, within 100 ms..2 s.
   static constexpr double kIntervalAnswers = 40;
   static constexpr Micros kLongestInterval{2'000'000};
+
+  // A fleet's member: it holds at most `limit.slots`, and its estimate (a
+  // replica of the fleet's) measures against the fleet's load (its own and
+  // limit.others); none: the estimate alone. Waiters are served at once.
+  void set_fleet(std::optional<FleetLimit> limit, Micros now);
+  // The fleet's value wins (Estimate::sync); then a scale of the growth
+  // steps (a member estimating alone grows 1 / members as fast).
+  void sync(double khat, double carrying, bool new_epoch, Micros now);
+  void set_growth_scale(double scale);
+  // Requests that found no slot since the last call (a fleet's member reports
+  // them as demand: one refused at once waits nowhere, yet wants a slot).
+  int take_unmet();
 
   // With `now`, the budget guard is filled in too.
   Census census(std::optional<Micros> now = {}) const;
@@ -520,6 +539,8 @@ class Bulkhead {
   std::uint64_t successes_ = 0, failures_ = 0;
   double latency_sum_us_ = 0;
   std::optional<BudgetReading> budget_;
+  std::optional<FleetLimit> fleet_;
+  int unmet_ = 0;  // asks that found no slot, since take_unmet()
   // Each route's slow line (Estimate::classify's), for classify() without the lock.
   std::array<std::atomic<double>, Estimate::kRoutes> slow_above_us_;
   std::atomic<bool> unmeasured_;  // !estimate_.measured(), for note_head() and unmeasured()

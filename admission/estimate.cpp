@@ -113,10 +113,11 @@ void Estimate::step(Event e, Micros now, double carrying, double factor, Signal 
       if (phase_ == Phase::start) {
         khat_ *= 2;
       } else if (khat_ < k_) {
-        khat_ = std::min(k_, khat_ + std::max(EstimatePolicy::kMinStep,
-                                              EstimatePolicy::kRate * khat_ * (1 - khat_ / k_)));
+        khat_ = std::min(
+            k_, khat_ + growth_scale_ * std::max(EstimatePolicy::kMinStep,
+                                                 EstimatePolicy::kRate * khat_ * (1 - khat_ / k_)));
       } else {
-        khat_ += step_;
+        khat_ += growth_scale_ * step_;
         phase_ = Phase::probe;
         start_window();
       }
@@ -132,6 +133,27 @@ void Estimate::step(Event e, Micros now, double carrying, double factor, Signal 
       phase_ = Phase::grow;
       start_window();
       return;
+    case Event::synced:
+      // `factor` carries the fleet's K̂. A decrease elsewhere holds this
+      // replica as its own would have, without counting one more.
+      if (carrying > 0) k_ = carrying;
+      if (why == Signal::refused) {
+        epoch_ = seq_;
+        exhausted_at_ = now;
+        refuted_ = 0;
+        step_ = 1;
+        probe_at_ = now + p_.probe_after;
+        phase_ = Phase::hold;
+        start_window();
+      } else if (phase_ == Phase::start && k_ > 0) {
+        phase_ = Phase::grow;
+      }
+      if (factor > khat_ + 1e-9) {  // the fleet grew: that was this interval's growth
+        last_growth_ = now;
+        limited_ = false;
+      }
+      khat_ = std::clamp(factor, 1.0, std::max(1.0, p_.max));
+      return;
     case Event::refuted:
       khat_ = std::max(1.0, k_);
       refuted_ = std::min(refuted_ + 1, EstimatePolicy::kProbeBackoff);
@@ -143,6 +165,10 @@ void Estimate::step(Event e, Micros now, double carrying, double factor, Signal 
       start_window();
       return;
   }
+}
+
+void Estimate::sync(double khat, double carrying, bool new_epoch, Micros now) {
+  step(Event::synced, now, carrying, khat, new_epoch ? Signal::refused : Signal::none);
 }
 
 bool Estimate::maybe_grow(Micros now) {

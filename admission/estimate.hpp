@@ -45,6 +45,7 @@
 //   start --too much--> hold --clean answer after the epoch--> grow
 //   grow --tick at K, probe due--> probe --held/refuted--> grow
 //   any --too much--> hold
+//   any --synced (the fleet's value)--> hold after a fleet decrease, else as it was
 //
 // Threading: none; the bulkhead holds its lock around every call. Time comes
 // in as Micros since an epoch the caller picks; nothing is scheduled.
@@ -121,6 +122,7 @@ class Estimate {
     grow,      // a growth step is due (interval, demand)
     held,      // the probe's window held past K
     refuted,   // the probe's window queued
+    synced,    // the fleet's value (admission/fleet.hpp) wins
   };
 
   explicit Estimate(const EstimatePolicy& p = {});
@@ -171,6 +173,12 @@ class Estimate {
   // time was learnt at its head). True when this decreased the estimate.
   bool observe(Signal signal, std::uint64_t seq, int load, Micros now);
   std::uint64_t next_seq() { return ++seq_; }
+  // The fleet's K̂ and K win (admission/fleet.hpp). `new_epoch`: the fleet
+  // decreased since the last sync; the answers of requests admitted before
+  // now are of that burst and change nothing more.
+  void sync(double khat, double carrying, bool new_epoch, Micros now);
+  // Growth steps x scale (a fleet's member estimating alone: 1 / members).
+  void set_growth_scale(double scale) { growth_scale_ = std::clamp(scale, 0.0, 1.0); }
 
   static constexpr std::size_t kRoutes = 256;
 
@@ -201,6 +209,7 @@ class Estimate {
   Signal why_ = Signal::none;
   std::uint64_t decreases_ = 0;
   double typical_us_ = 0;
+  double growth_scale_ = 1.0;
   std::array<RouteBase, kRoutes> routes_{};
   // The current window.
   double win_time_ = 0, win_base_ = 0, win_dev_ = 0, win_load_ = 0;

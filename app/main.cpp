@@ -254,14 +254,15 @@ int simulate_matrix(int argc, char** argv) {
 }
 
 // `sluice simulate [--scenario NAME|all] [--model provider|mmc] [--runs N]
-// [--seed S] [--instances N,N,...] [--balance round-robin|random] [--json]`:
+// [--seed S] [--instances N,N,...] [--shared] [--balance round-robin|random] [--json]`:
 // the policy simulator, Sluice's admission configured from the environment
 // like `serve` (only the admission variables). --instances: fleets of that
-// many Sluice instances in front of each scenario's upstream, instead of the policies.
+// many Sluice instances in front of each scenario's upstream, instead of the policies;
+// --shared: the instances share each upstream's capacity (admission/fleet.hpp).
 int simulate(int argc, char** argv) {
   constexpr const char* kUsage =
       "usage: sluice simulate [--scenario burst|idle|isolation|step|review|all] "
-      "[--model provider|mmc] [--runs N] [--seed S] [--instances N,N,...] "
+      "[--model provider|mmc] [--runs N] [--seed S] [--instances N,N,...] [--shared] "
       "[--balance round-robin|random] [--json]; or sluice simulate --overload ...";
   for (int i = 2; i < argc; ++i)
     if (std::string_view(argv[i]) == "--overload") return simulate_overload(argc, argv);
@@ -272,8 +273,8 @@ int simulate(int argc, char** argv) {
   auto fail = [&](const std::string& what) { return simulate_usage_error(what, kUsage); };
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
-    if (arg == "--json") {
-      json = true;
+    if (arg == "--json" || arg == "--shared") {
+      (arg == "--json" ? json : o.shared) = true;
       continue;
     }
     if (arg != "--scenario" && arg != "--model" && arg != "--runs" && arg != "--seed" &&

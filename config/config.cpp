@@ -1123,7 +1123,7 @@ admission::Micros parse_probe_every(const std::string& v) {
   return parse_micros_in(v, Duration{100}, Duration{3'600'000}, "100ms..1h");
 }
 
-bool parse_delegation(const std::string& v) {
+bool parse_on_off(const std::string& v) {
   if (v == "on") return true;
   if (v == "off") return false;
   invalid(in_quotes(v) + " is neither on nor off; valid: on, off");
@@ -1871,6 +1871,15 @@ constexpr Row kRows[] = {
          "How often an instance reconciles its tenants' counts with Redis (10ms..500ms: the "
          "counts are per second); also how long it waits for an answer before it falls back "
          "to its share."}),
+    field<parse_on_off, on_off, &Config::fleet_capacity>(
+        restart, "fleet_capacity",
+        {"SLUICE_FLEET_CAPACITY", "on",
+         "With SLUICE_REDIS_URL: the fleet shares each upstream's capacity (on, off). Each "
+         "instance reports its requests in flight and its demand every SLUICE_REDIS_INTERVAL "
+         "and holds the share it is given (max-min fair over demand; a share under one slot is "
+         "a turn); a decrease anywhere reaches every instance at once. Redis silent for 3 "
+         "intervals: each instance estimates alone, from its share. off: each instance "
+         "estimates alone."}),
     estimate<parse_seed, as_is, &EstimatePolicy::seed>(
         restart, "bulkhead_seed",
         {"SLUICE_BULKHEAD_SEED", "4",
@@ -1926,7 +1935,7 @@ constexpr Row kRows[] = {
         {"SLUICE_PROBE_EVERY", "10s",
          "While an upstream is closed, one probe request is let through this often, and only while "
          "nothing runs on it; a probe that ends cleanly reopens the upstream (100ms..1h)."}),
-    field<parse_delegation, on_off, &Config::admission, &Admission::delegation>(
+    field<parse_on_off, on_off, &Config::admission, &Admission::delegation>(
         restart, "delegation",
         {"SLUICE_DELEGATION", "on",
          "on or off; on: each forwarded request carries a signed lease token (header "

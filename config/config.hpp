@@ -121,6 +121,7 @@ struct Config {
   Tenants tenants;
   Redis redis;
   Duration redis_interval{100};
+  bool fleet_capacity = true;  // SLUICE_FLEET_CAPACITY: with redis, the fleet shares capacity
 
   // listeners
   Endpoint listen{"0.0.0.0", 8080};  // SLUICE_LISTEN=off: an empty host, no plain listener

@@ -22,13 +22,24 @@
 // (redisFormatCommandArgv, redisReader); the socket is Asio's, on the admin
 // io_context, so nothing blocks a thread and no thread is added.
 //
+// With SLUICE_FLEET_CAPACITY on (the default), the same round carries each
+// upstream's capacity report (admission/fleet.hpp): one EVALSHA of the
+// fleet's script (proxy/fleet_script.hpp, loaded once per connection) per
+// upstream, whose answer sets the upstream's bulkhead to its share; and a
+// second connection, subscribed to sluice:fleet, applies a decrease another
+// instance made the moment Redis publishes it. Rounds that fail for 3
+// intervals: each bulkhead estimates alone from its share (FleetMember::tick).
+//
 // Threading: the admin io_context's thread; view() too.
+#include <array>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "admission/fleet.hpp"
 #include "proxy/clock.hpp"
 #include "proxy/net.hpp"
 #include "tenants/limits.hpp"
@@ -54,8 +65,13 @@ class RedisLink {
     double round_trip_s = 0;           // the last round's, answered
     std::string error;                 // why the last failed round failed
     Clock::time_point last_ok{};       // epoch: never
+    bool fleet = false;                // SLUICE_FLEET_CAPACITY on
+    std::uint64_t pushed = 0;          // decreases received from other instances
+    bool subscribed = false;           // the push connection is up
   };
   const View& view() const { return view_; }
+  // Per upstream, its side of the fleet (empty: capacity not shared).
+  const std::vector<admission::FleetMember>& fleet() const { return fleet_; }
 
  private:
   struct Round;
@@ -67,6 +83,15 @@ class RedisLink {
   void read();
   void finish();
   void fail(const std::string& why);
+  void send_fleet(Round& r);
+  void finish_fleet(Round& r);
+  void fleet_tick();
+  // The push connection (SUBSCRIBE sluice:fleet).
+  void subscribe();
+  void on_sub_connected(const boost::system::error_code& ec);
+  void read_sub();
+  void on_pushed(std::string_view payload);
+  void drop_sub();
 
   Runtime& rt_;
   net::io_context& ioc_;
@@ -80,6 +105,16 @@ class RedisLink {
   bool live(std::uint64_t seq) const { return round_ && seq == seq_; }
   std::string id_;  // this instance, in sluice:instances
   View view_;
+  std::vector<admission::FleetMember> fleet_;
+  std::string sha_;  // the fleet script's SHA-1
+  tcp::socket sub_;
+  bool sub_connecting_ = false;
+  std::string sub_out_;
+  std::unique_ptr<std::array<char, 4096>> sub_buf_;
+  struct ReaderDeleter {
+    void operator()(void* r) const;
+  };
+  std::unique_ptr<void, ReaderDeleter> sub_reader_;
 };
 
 }  // namespace sluice::proxy

@@ -27,6 +27,7 @@ std::string_view to_string(PolicyKind kind) {
 double Policy::next_timer() const { return kNever; }
 void Policy::on_timer(double) {}
 std::optional<double> Policy::estimate(std::size_t) const { return std::nullopt; }
+void Policy::pushed(std::size_t, double, double, std::uint64_t, double) {}
 
 namespace {
 
@@ -39,12 +40,18 @@ class Sluice final : public Policy {
  public:
   Sluice(const SluiceSettings& s, std::size_t upstreams, std::size_t requests, Driver& driver,
          Rng& rng)
-      : s_(s), driver_(driver), rng_(rng), seats_(requests), next_tick_(s.phase) {
+      : s_(s),
+        driver_(driver),
+        rng_(rng),
+        seats_(requests),
+        next_tick_(s.phase),
+        next_round_(s.fleet ? 0.0 : kNever) {  // a member's first round comes before any request
     for (std::size_t u = 0; u < upstreams; ++u) {
       adm::Estimate e(s.estimate);
       if (u < s.remembered.size() && s.remembered[u])
         e = adm::Estimate(s.estimate, s.remembered[u]->first, s.remembered[u]->second);
       bulkheads_.push_back(std::make_unique<adm::Bulkhead>(s.lanes, e));
+      members_.emplace_back(s.member, micros(3 * s.fleet_interval));
     }
     for (auto& seat : seats_) seat.owner = this;
   }
@@ -76,15 +83,41 @@ class Sluice final : public Policy {
     b.release(seats_[a.request], signal, micros(ttfb), micros(e.at));
   }
 
-  double next_timer() const override { return next_tick_; }
+  double next_timer() const override { return std::min(next_tick_, next_round_); }
+
+  void pushed(std::size_t upstream, double khat, double carrying, std::uint64_t epoch,
+              double now) override {
+    now_ = now;
+    members_[upstream].pushed(*bulkheads_[upstream], khat, carrying, epoch, micros(now));
+  }
 
   std::optional<double> estimate(std::size_t upstream) const override {
+    const adm::FleetMember* m = s_.fleet ? &members_[upstream] : nullptr;
+    if (m && m->source() == adm::FleetMember::Source::fleet) return m->last().slots;  // its share
     return bulkheads_[upstream]->estimate().value();
   }
 
   // The proxy's heartbeat: the queue windows that ended, then every bulkhead's tick.
   void on_timer(double now) override {
     now_ = now;
+    if (now >= next_round_) {  // the fleet's round: one report per upstream
+      for (std::size_t u = 0; u < bulkheads_.size(); ++u) {
+        auto reply = s_.fleet->report(u, members_[u].report(*bulkheads_[u]), now);
+        members_[u].answered(*bulkheads_[u], reply, micros(now));
+        if (getenv("FLEET_DEBUG") && u == 0 && s_.member <= 3 &&
+            static_cast<int>(now * 10) % 20 == 0) {
+          auto c = bulkheads_[u]->census();
+          fprintf(
+              stderr,
+              "t=%.1f m=%llu khat=%.1f k=%.1f ep=%llu slots=%d others=%d run=%d wait=%d%d%d N=%d\n",
+              now, (unsigned long long)s_.member, reply.khat, reply.carrying,
+              (unsigned long long)reply.epoch, reply.slots, reply.others, c.total_running(),
+              c.waiting[0], c.waiting[1], c.waiting[2], reply.members);
+        }
+      }
+      next_round_ = (now == 0 ? s_.phase : now) + s_.fleet_interval;
+      if (now < next_tick_) return;
+    }
     std::size_t kept = 0;
     for (std::size_t i = 0; i < waiting_.size(); ++i) {
       SimSeat& s = seats_[waiting_[i]];
@@ -132,10 +165,12 @@ class Sluice final : public Policy {
   Driver& driver_;
   Rng& rng_;
   std::vector<std::unique_ptr<adm::Bulkhead>> bulkheads_;
+  std::vector<adm::FleetMember> members_;  // per upstream (with s_.fleet)
   std::vector<SimSeat> seats_;
   std::vector<std::size_t> waiting_;  // queued at some point, in order
   double now_ = 0;
   double next_tick_ = 0;
+  double next_round_ = kNever;
 };
 
 // ---------------------------------------------------------------- the others

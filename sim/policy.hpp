@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "admission/bulkhead.hpp"
+#include "admission/fleet.hpp"
 #include "admission/gate.hpp"
 #include "sim/model.hpp"
 
@@ -66,6 +67,16 @@ class Driver {
   virtual void refuse(std::size_t request, std::optional<double> retry_after, double now) = 0;
 };
 
+// A fleet's shared ledgers, one per upstream (Redis, in the proxy): each
+// member's round goes to report(); a decrease it makes is pushed to every
+// member (Policy::pushed).
+class FleetHub {
+ public:
+  virtual ~FleetHub() = default;
+  virtual admission::FleetReply report(std::size_t upstream, const admission::FleetReport& r,
+                                       double now) = 0;
+};
+
 class Policy {
  public:
   virtual ~Policy() = default;
@@ -77,6 +88,9 @@ class Policy {
   virtual void on_timer(double now);
   // Its estimate of what `upstream` serves now (none: it keeps none).
   virtual std::optional<double> estimate(std::size_t upstream) const;
+  // A fleet's decrease of `upstream`, pushed.
+  virtual void pushed(std::size_t upstream, double khat, double carrying, std::uint64_t epoch,
+                      double now);
 };
 
 // The estimate one proxy I/O thread keeps (SLUICE_THREADS=1): the seed whole,
@@ -92,6 +106,11 @@ struct SluiceSettings {
   admission::RetryBands retry = admission::default_retry_bands();
   double heartbeat = 0.05;  // s: SLUICE_LAG_PROBE_INTERVAL
   double phase = 0;         // s: the first heartbeat (a fleet's instances beat out of step)
+  // A member of a fleet sharing capacity (null: alone), its id, and its
+  // rounds (SLUICE_REDIS_INTERVAL; the first at `phase`).
+  FleetHub* fleet = nullptr;
+  std::uint64_t member = 0;
+  double fleet_interval = 0.1;
   // A remembered estimate per upstream: K̂ and K (empty: never measured).
   std::vector<std::optional<std::pair<double, double>>> remembered;
 };

@@ -127,7 +127,7 @@ std::vector<PolicyChoice> default_policies(ScenarioKind kind) {
 
 namespace {
 
-class Run final : public Driver {
+class Run final : public Driver, public FleetHub {
  public:
   Run(const Scenario& s, ModelKind model, const PolicyChoice& choice, const Settings& settings,
       std::uint64_t seed, const Fleet& fleet)
@@ -153,6 +153,10 @@ class Run final : public Driver {
               ss.remembered[u] =
                   std::pair{std::max(1.0, ss.estimate.decrease * s.capacity[u]), s.capacity[u]};
           ss.phase = ss.heartbeat * static_cast<double>(k) / static_cast<double>(count);
+          if (fleet.shared) {
+            ss.fleet = this;
+            ss.member = k + 1;
+          }
           policies_.push_back(make_sluice(ss, n, s.jobs.size(), *this, *policy_rngs_[k]));
           break;
         }
@@ -172,6 +176,7 @@ class Run final : public Driver {
     }
     r_.instances.resize(count);
     estimate_time_.assign(count, 0.0);
+    for (std::size_t u = 0; u < n; ++u) ledgers_.emplace_back(admission::FleetLedger::Policy{});
     for (const Job& j : s.jobs) left_ += j.fixed ? 1 : 0;
   }
 
@@ -223,6 +228,16 @@ class Run final : public Driver {
     ++r_.instances[reqs_[i].instance].forwarded;
     const Job& j = s_.jobs[i];
     models_[j.upstream]->start(i, j.work, now, model_rng_);
+  }
+
+  admission::FleetReply report(std::size_t u, const admission::FleetReport& r,
+                               double now) override {
+    auto reply = ledgers_[u].report(r, micros(now));
+    if (reply.decreased)  // pushed to every other member at once
+      for (std::size_t k = 0; k < policies_.size(); ++k)
+        if (k + 1 != r.member)
+          policies_[k]->pushed(u, reply.khat, reply.carrying, reply.epoch, now);
+    return reply;
   }
 
   void refuse(std::size_t i, std::optional<double> retry_after, double now) override {
@@ -327,6 +342,7 @@ class Run final : public Driver {
 
   const Scenario& s_;
   Fleet fleet_;
+  std::vector<admission::FleetLedger> ledgers_;  // per upstream, with fleet_.shared
   Rng model_rng_, balance_rng_;
   std::vector<std::unique_ptr<Rng>> policy_rngs_;  // the policies hold references
   std::vector<std::unique_ptr<UpstreamModel>> models_;
@@ -516,12 +532,14 @@ FleetTable run_fleet_table(ScenarioKind scenario, const Options& o) {
   t.runs = o.runs;
   t.seed = o.seed;
   t.balance = o.balance;
+  t.shared = o.shared;
   Rng arrivals(0);
   t.capacity = make_scenario(scenario, o.model, arrivals, o.quiet).capacity.at(0);
   for (int n : o.instances) {
     Fleet f;
     f.instances = n;
     f.balance = o.balance;
+    f.shared = o.shared;
     t.rows.push_back(run_fleet_row(scenario, f, o));
   }
   return t;
@@ -629,8 +647,9 @@ std::string format_text(const std::vector<FleetTable>& tables) {
   for (const FleetTable& t : tables) {
     out += "scenario " + std::string(to_string(t.scenario)) + ", model " +
            std::string(to_string(t.model)) + ", " + std::to_string(t.runs) + " runs, seed " +
-           std::to_string(t.seed) + ", sluice fleets, " + std::string(to_string(t.balance)) +
-           ", K " + fmt("%.0f", t.capacity) + "\n";
+           std::to_string(t.seed) + ", sluice fleets" +
+           (t.shared ? std::string(" sharing capacity") : "") + ", " +
+           std::string(to_string(t.balance)) + ", K " + fmt("%.0f", t.capacity) + "\n";
     std::vector<std::vector<std::string>> cells;
     cells.push_back({"instances", "drain min", "429 share", "429s", "503s", "cuts", "goodput tok/s",
                      "fairness", "K^ per instance", "sum K^", "converge min", "in band"});

@@ -101,8 +101,9 @@ std::optional<Balance> balance_from_string(std::string_view s);
 struct Fleet {
   int instances = 1;
   Balance balance = Balance::round_robin;
-  double band = 0.25;  // of K: the convergence band
-  double window = 60;  // s: in-flight counts are judged by their mean over a window
+  double band = 0.25;   // of K: the convergence band
+  double window = 60;   // s: in-flight counts are judged by their mean over a window
+  bool shared = false;  // the instances share each upstream's capacity (admission/fleet.hpp)
 };
 
 // What one instance of a fleet did in a run.
@@ -177,6 +178,7 @@ struct FleetTable {
   int runs = 0;
   std::uint64_t seed = 0;
   Balance balance = Balance::round_robin;
+  bool shared = false;
   double capacity = 0;  // K (or c) of the first upstream
   std::vector<FleetRow> rows;
 };
@@ -191,6 +193,7 @@ struct Options {
   // Fleet sizes: one fleet table per scenario instead of the policies (empty: the policies).
   std::vector<int> instances;
   Balance balance = Balance::round_robin;
+  bool shared = false;  // the fleets share capacity (SLUICE_FLEET_CAPACITY)
 };
 
 Row run_row(ScenarioKind scenario, const PolicyChoice& policy, const Options& o);
