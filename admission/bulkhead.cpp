@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -434,9 +435,12 @@ Census Bulkhead::census_locked(std::optional<Micros> now) const {
       c.may_borrow[l] = budget_allows_borrowing(budget_, lanes_.reserve[l], *now);
   c.estimate = std::max(1.0, estimate_.value() - paced_n_);  // paced slots are not open yet
   c.measured = estimate_.measured();
-  if (fleet_) {  // its share, a hard limit
+  if (fleet_) {  // its share, a hard limit; a decrease here cuts it at once, in proportion
     c.fleet = c.measured = true;
-    c.estimate = std::max(0, fleet_->slots - paced_n_);
+    int slots = fleet_->slots;
+    if (fleet_->khat > 0 && estimate_.value() < fleet_->khat)
+      slots = static_cast<int>(std::floor(slots * estimate_.value() / fleet_->khat + 1e-9));
+    c.estimate = std::max(0, slots - paced_n_);
   }
   c.running = running_;
   c.waiting = waiting_;

@@ -258,8 +258,9 @@ struct BulkheadView {
 
 // This instance's part of a fleet's capacity (admission/fleet.hpp).
 struct FleetLimit {
-  int slots = 0;   // it may hold
-  int others = 0;  // the other instances' requests in flight, as last reported
+  int slots = 0;    // it may hold
+  int others = 0;   // the other instances' requests in flight, as last reported
+  double khat = 0;  // the fleet's K̂ they come from: the replica below it, fewer in proportion
 };
 
 class Bulkhead {

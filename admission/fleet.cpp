@@ -95,6 +95,7 @@ FleetReply FleetLedger::report(const FleetReport& r, Micros now) {
     it = members_.end() - 1;
     it->id = r.member;
   }
+  it->busy = std::max(std::max(0, r.in_flight), it->slots);
   it->in_flight = std::max(0, r.in_flight);
   it->demand = std::max(0, r.demand);
   it->seen = now;
@@ -104,7 +105,7 @@ FleetReply FleetLedger::report(const FleetReport& r, Micros now) {
   int occupied = 0, others = 0;
   for (std::size_t j = 0; j < members_.size(); ++j) {
     if (j == self) continue;
-    occupied += std::max(members_[j].slots, members_[j].in_flight);
+    occupied += std::max(members_[j].slots, members_[j].busy);
     others += members_[j].in_flight;
   }
   Member& m = members_[self];
@@ -151,7 +152,7 @@ void FleetMember::answered(Bulkhead& b, const FleetReply& r, Micros now) {
   ever_ = true;
   source_ = Source::fleet;
   b.sync(r.khat, r.carrying, elsewhere, now);
-  b.set_fleet(FleetLimit{r.slots, r.others}, now);
+  b.set_fleet(FleetLimit{r.slots, r.others, r.khat}, now);
   synced_ = r.khat;
   decreases_ = b.estimate().decreases();
 }
@@ -165,7 +166,7 @@ void FleetMember::pushed(Bulkhead& b, double khat, double carrying, std::uint64_
   if (carrying > 0) last_.carrying = carrying;
   last_.epoch = epoch;
   b.sync(khat, carrying, true, now);
-  b.set_fleet(FleetLimit{last_.slots, last_.others}, now);
+  b.set_fleet(FleetLimit{last_.slots, last_.others, khat}, now);
   synced_ = khat;
   decreases_ = b.estimate().decreases();
 }

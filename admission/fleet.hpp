@@ -21,10 +21,12 @@
 //     slots are its own, and the slots left by the fractions go in turns
 //     (the member that had one longest ago first; one held less than
 //     `hold`, kept), so sixteen instances share four slots one at a time.
-//     A member may take only slots no other member holds or still runs
+//     A member may take only slots no other member holds or may still run
 //     requests on: its slots = min(target, M - sum of the others'
-//     max(slots, in flight)). No slot is ever held twice; one moves when the
-//     member that gave it up has reported its requests on it done.
+//     max(slots, busy)), busy = max(in flight, the slots it held before its
+//     last report: it admits on them until the answer reaches it). No slot
+//     is ever held twice; one moves when the member that gave it up has
+//     reported its requests on it done.
 //   Members silent for `expiry` (3 intervals) are dropped: their slots return.
 // Failure (FleetMember): no answer for `grace` (3 intervals): the instance keeps
 // its last slots until then, then estimates alone from them (K̂ = its share,
@@ -60,8 +62,8 @@ struct FleetReply {
   double khat = 1, carrying = 0;
   std::uint64_t epoch = 0;
   int members = 1;
-  int slots = 0;      // this member's
-  int others = 0;     // the other members' requests in flight, as last reported
+  int slots = 0;           // this member's
+  int others = 0;          // the other members' requests in flight, as last reported
   bool decreased = false;  // this report decreased the fleet (pushed to every member)
 };
 
@@ -90,6 +92,9 @@ class FleetLedger {
   struct Member {
     std::uint64_t id = 0;
     int in_flight = 0, demand = 0, slots = 0;
+    // What it may run until its next report: its in flight then, and the
+    // slots it held until this answer reached it (it admits on them meanwhile).
+    int busy = 0;
     Micros seen{0};
     Micros turn_at{0};  // its last slot in turn began then (0: never)
     bool turn = false;  // holds a slot in turn
@@ -132,8 +137,8 @@ class FleetMember {
   bool ever_ = false;
   Micros last_ok_{0};
   FleetReply last_;
-  double synced_ = 0;              // the K̂ the replica took last
-  std::uint64_t decreases_ = 0;    // the replica's own decreases then
+  double synced_ = 0;            // the K̂ the replica took last
+  std::uint64_t decreases_ = 0;  // the replica's own decreases then
 };
 
 }  // namespace sluice::admission

@@ -887,6 +887,27 @@ const FamilySpec kFamilies[] = {
      [](const Scrape& s, Samples& out) {
        if (s.rt.redis) out.add(s.rt.redis->view().round_trip_s);
      }},
+    {"sluice_fleet_share",
+     "Per upstream, the slots the fleet gave this instance in its last round "
+     "(SLUICE_FLEET_CAPACITY). Absent without capacity sharing.",
+     MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       if (!s.rt.redis) return;
+       const auto& fleet = s.rt.redis->fleet();
+       for (std::size_t u = 0; u < fleet.size(); ++u)
+         out.add(fleet[u].last().slots, {{"upstream", s.rt.config.upstreams[u].name}});
+     }},
+    {"sluice_fleet_local",
+     "Per upstream, 1 while this instance estimates it alone (no fleet answer for 3 "
+     "intervals, or none yet); 0 while it holds the fleet's share.",
+     MetricType::Gauge,
+     [](const Scrape& s, Samples& out) {
+       if (!s.rt.redis) return;
+       const auto& fleet = s.rt.redis->fleet();
+       for (std::size_t u = 0; u < fleet.size(); ++u)
+         out.add(fleet[u].source() == sluice::admission::FleetMember::Source::local ? 1 : 0,
+                 {{"upstream", s.rt.config.upstreams[u].name}});
+     }},
     {"sluice_draining", "1 while the instance drains after SIGTERM.", MetricType::Gauge,
      [](const Scrape& s, Samples& out) { out.add(s.rt.draining.load() ? 1 : 0); }},
 };

@@ -6,8 +6,8 @@
 // in C++.
 //
 // KEYS[1]  sluice:fleet:<upstream>   hash: khat, k, epoch
-// KEYS[2]  sluice:fleet:<upstream>:m hash: member id -> "in_flight demand slots seen_ms turn_at_ms turn"
-// ARGV     id, expiry_ms, hold_ms, in_flight, demand, change (0 none, 1 grow,
+// KEYS[2]  sluice:fleet:<upstream>:m hash: member id -> "in_flight demand slots seen_ms turn_at_ms
+// turn busy" ARGV     id, expiry_ms, hold_ms, in_flight, demand, change (0 none, 1 grow,
 //          2 decrease), khat, carrying, epoch, max, channel, upstream
 // Returns  {khat, k, epoch, members, slots, others, decreased} as strings; a
 //          decrease is published on `channel` as "<upstream> <epoch> <khat> <k>".
@@ -42,7 +42,7 @@ local raw = redis.call('HGETALL', KEYS[2])
 for i = 1, #raw, 2 do
   local f = {}
   for x in string.gmatch(raw[i + 1], '%S+') do f[#f + 1] = tonumber(x) end
-  local m = {id = raw[i], in_flight = f[1], demand = f[2], slots = f[3], seen = f[4], turn_at = f[5], turn = f[6]}
+  local m = {id = raw[i], in_flight = f[1], demand = f[2], slots = f[3], seen = f[4], turn_at = f[5], turn = f[6], busy = f[7] or f[1]}
   if m.id == id then
     me = m
   elseif now - m.seen > expiry then
@@ -53,6 +53,7 @@ for i = 1, #raw, 2 do
 end
 if not me then me = {id = id, slots = 0, turn_at = 0, turn = 0} end
 me.in_flight, me.demand, me.seen = math.max(0, in_flight), math.max(0, demand), now
+me.busy = math.max(me.in_flight, me.slots)
 ms[#ms + 1] = me
 table.sort(ms, function(a, b) return a.id < b.id end)
 local total = math.max(1, math.floor(khat + 1e-9))
@@ -101,7 +102,7 @@ for i, m in ipairs(ms) do
   if m.id == id then
     self = i
   else
-    occupied = occupied + math.max(m.slots, m.in_flight)
+    occupied = occupied + math.max(m.slots, m.busy)
     others = others + m.in_flight
   end
 end
@@ -109,7 +110,7 @@ me.slots = math.max(0, math.min(total - occupied, target[self]))
 local turn = me.slots > whole(share[self]) and 1 or 0
 if turn == 1 and me.turn ~= 1 then me.turn_at = now end
 me.turn = turn
-redis.call('HSET', KEYS[2], id, string.format('%d %d %d %d %d %d', me.in_flight, me.demand, me.slots, me.seen, me.turn_at, me.turn))
+redis.call('HSET', KEYS[2], id, string.format('%d %d %d %d %d %d %d', me.in_flight, me.demand, me.slots, me.seen, me.turn_at, me.turn, me.busy))
 redis.call('PEXPIRE', KEYS[2], 86400000)
 if decreased == 1 then
   redis.call('PUBLISH', ARGV[11], ARGV[12] .. ' ' .. epoch .. ' ' .. string.format('%.17g', khat) .. ' ' .. string.format('%.17g', k))

@@ -271,6 +271,35 @@ bool Ticker::reload(std::string_view why) {
 namespace {
 
 // Tenants: the key, the table, and the fleet's link (SLUICE_REDIS_URL).
+// The fleet's capacity sharing (SLUICE_FLEET_CAPACITY), per upstream: its
+// share, whose value it holds (fleet, or local while Redis is silent), the
+// fleet's K̂, K, epoch and members. Null without it.
+Json fleet_json(const Runtime& rt) {
+  if (!rt.redis || rt.redis->fleet().empty()) return nullptr;
+  const auto& v = rt.redis->view();
+  Json j;
+  j["instances"] = v.instances;
+  j["round_trip_ms"] = v.round_trip_s * 1000.0;
+  j["subscribed"] = v.subscribed;
+  j["pushed"] = v.pushed;
+  Json ups = Json::object();
+  const auto& fleet = rt.redis->fleet();
+  for (std::size_t u = 0; u < fleet.size(); ++u) {
+    const auto& m = fleet[u];
+    const auto& r = m.last();
+    const bool local = m.source() == admission::FleetMember::Source::local;
+    ups[rt.config.upstreams[u].name] = {{"source", local ? "local" : "fleet"},
+                                        {"share", r.slots},
+                                        {"khat", r.khat},
+                                        {"k", r.carrying},
+                                        {"epoch", r.epoch},
+                                        {"members", r.members},
+                                        {"others_in_flight", r.others}};
+  }
+  j["upstreams"] = ups;
+  return j;
+}
+
 Json tenants_json(const Runtime& rt) {
   const auto& cfg = rt.config;
   const auto& table = *rt.tenant_table;
@@ -341,6 +370,7 @@ std::string Ticker::state_json() const {
   j["tick_ms"] = in_force().admission.tick.count();
   j["reloads"] = {{"ok", reloads(true)}, {"failed", reloads(false)}};
   j["tenants"] = tenants_json(rt_);
+  j["fleet"] = fleet_json(rt_);
   if (rt_.ingest) {
     auto v = rt_.ingest->view();
     Json lanes = Json::object();

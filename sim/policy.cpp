@@ -104,16 +104,6 @@ class Sluice final : public Policy {
       for (std::size_t u = 0; u < bulkheads_.size(); ++u) {
         auto reply = s_.fleet->report(u, members_[u].report(*bulkheads_[u]), now);
         members_[u].answered(*bulkheads_[u], reply, micros(now));
-        if (getenv("FLEET_DEBUG") && u == 0 && s_.member <= 3 &&
-            static_cast<int>(now * 10) % 20 == 0) {
-          auto c = bulkheads_[u]->census();
-          fprintf(
-              stderr,
-              "t=%.1f m=%llu khat=%.1f k=%.1f ep=%llu slots=%d others=%d run=%d wait=%d%d%d N=%d\n",
-              now, (unsigned long long)s_.member, reply.khat, reply.carrying,
-              (unsigned long long)reply.epoch, reply.slots, reply.others, c.total_running(),
-              c.waiting[0], c.waiting[1], c.waiting[2], reply.members);
-        }
       }
       next_round_ = (now == 0 ? s_.phase : now) + s_.fleet_interval;
       if (now < next_tick_) return;
