@@ -76,7 +76,7 @@ class FleetLedger {
  public:
   struct Policy {
     Micros expiry{300'000};  // a member silent this long is gone
-    Micros hold{1'000'000};  // a turn's slot is kept at least this long
+    Micros hold{3'000'000};  // a turn's slot is kept at least this long
     double max = 256;
   };
   explicit FleetLedger(const Policy& p) : p_(p) {}

@@ -355,7 +355,7 @@ void RedisLink::send_fleet(Round& r) {
   const auto interval_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(rt_.config.redis_interval).count();
   const std::string expiry = std::to_string(3 * interval_ms);
-  const std::string hold = std::to_string(std::max<std::int64_t>(1000, 10 * interval_ms));
+  const std::string hold = std::to_string(std::max<std::int64_t>(3000, 30 * interval_ms));
   const std::string max = number(rt_.config.admission.estimate.max);
   for (std::size_t u = 0; u < fleet_.size(); ++u) {
     const auto rep = fleet_[u].report(rt_.bulkhead(u));
@@ -397,7 +397,7 @@ void RedisLink::fleet_tick() {
     if (fleet_[u].tick(rt_.bulkhead(u), now))
       std::fprintf(stderr,
                    "sluice: redis %s: upstream %s: no fleet answer for 3 intervals; estimating "
-                   "alone from its share (%d slots of %d instances)\n",
+                   "alone from its share (%d of the fleet's slots, %d instances)\n",
                    rt_.config.redis.at.str().c_str(), rt_.config.upstreams[u].name.c_str(),
                    fleet_[u].last().slots, fleet_[u].last().members);
 }
