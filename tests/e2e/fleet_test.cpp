@@ -130,8 +130,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "Redis frozen: no request waits on it and each instance estimates alone from its share; "
-    "back, the fleet's share again; an instance killed, its share returns to the others",
+    "Redis frozen: no request waits on it and each instance estimates alone from its share, "
+    "back, the fleet's share again, and an instance killed, its share returns to the others",
     "[e2e][fleet][redis][concurrency]") {
   Redis redis;
   Upstream api(kUpstream, {"--capacity", "8", "--service-ms", "20", "--threads", "2"});

@@ -94,7 +94,7 @@ TEST_CASE("the variable table names each variable once, with a default and a mea
     CHECK_FALSE(v.meaning.empty());
     CHECK(names.insert(v.name).second);
   }
-  CHECK(names.size() == 91);
+  CHECK(names.size() == 92);
 }
 
 TEST_CASE("every variable in the table is read by load and shown by to_json", "[config]") {
@@ -580,6 +580,7 @@ TEST_CASE("every config error starts with the variable it is about", "[config]")
       {"SLUICE_TENANT_WEIGHTS", "key-a=0.5"},
       {"SLUICE_REDIS_URL", "http://127.0.0.1:6379"},
       {"SLUICE_REDIS_INTERVAL", "5ms"},
+      {"SLUICE_FLEET_CAPACITY", "yes"},
   };
   REQUIRE(bad.size() == variables().size());
   for (const auto& [name, value] : bad) {

@@ -44,7 +44,7 @@ TEST_CASE("fair shares are max-min over the claims, and what they leave is sprea
   CHECK(fair_shares(4, {}).empty());
 }
 
-TEST_CASE("the ledger splits floor(K̂) over the members' demand; one reporting none claims K̂/N",
+TEST_CASE("the ledger splits floor(K̂) over the members' demand, and one reporting none claims K̂/N",
           "[admission][fleet]") {
   FleetLedger ledger({});
   // The first report sets the fleet's start.
@@ -122,7 +122,7 @@ TEST_CASE("sixteen members share four slots in turns: never more than four held,
   CHECK(had.size() == 16);
 }
 
-TEST_CASE("the epoch: one decrease per burst fleet-wide; a change measured before it is void",
+TEST_CASE("the epoch: one decrease per burst fleet-wide, and a change measured before it is void",
           "[admission][fleet]") {
   FleetLedger ledger({});
   auto a = ledger.report(report(1, 0, 1, 20), 0s);
@@ -177,8 +177,8 @@ TEST_CASE("a member silent past the expiry is gone, and its slots return to the 
   CHECK(b.slots == 8);
 }
 
-TEST_CASE("a member holds the fleet's share; a decrease pushed cuts it at once; past the grace it "
-          "estimates alone from its share, growing 1/N as fast; answered again, the fleet's wins",
+TEST_CASE("a member holds the fleet's share, a decrease pushed cuts it at once, past the grace it "
+          "estimates alone from its share, growing 1/N as fast, and answered again, the fleet's wins",
           "[admission][fleet]") {
   EstimatePolicy ep;
   ep.growth_interval = 100ms;
