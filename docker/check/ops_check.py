@@ -487,7 +487,7 @@ def cmd_compose(config_path, compose_dir):
     with open(config_path, encoding="utf-8") as fh:
         doc = yaml.safe_load(fh)
     services = doc.get("services", {})
-    for name in ("sluice", "upstream", "prometheus", "grafana"):
+    for name in ("sluice", "upstream", "prometheus", "grafana", "haproxy", "redis"):
         if name not in services:
             f.fail(f"no service {name}")
     s = services.get("sluice", {})
@@ -506,6 +506,8 @@ def cmd_compose(config_path, compose_dir):
     with open(os.path.join(compose_dir, "prometheus", "prometheus.yml"), encoding="utf-8") as fh:
         pconf = yaml.safe_load(fh)
     targets = [t for sc in pconf["scrape_configs"] for st in sc.get("static_configs", []) for t in st["targets"]]
+    targets += [f"{n}:{sd['port']}" for sc in pconf["scrape_configs"]
+                for sd in sc.get("dns_sd_configs", []) for n in sd.get("names", [])]
     admin_port = env.get("SLUICE_ADMIN_LISTEN", "").rpartition(":")[2]
     if f"sluice:{admin_port}" not in targets:
         f.fail(f"prometheus.yml does not scrape sluice:{admin_port} (targets {targets})")

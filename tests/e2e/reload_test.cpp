@@ -280,6 +280,7 @@ TEST_CASE(
       {"SLUICE_TENANT_WEIGHTS", "key-a=3"},
       {"SLUICE_REDIS_URL", "redis://127.0.0.1:1"},
       {"SLUICE_REDIS_INTERVAL", "50ms"},
+      {"SLUICE_FLEET_CAPACITY", "off"},
       {"SLUICE_BULKHEAD_SEED", "7"},
       {"SLUICE_BULKHEAD_GROWTH_INTERVAL", "7ms"},
       {"SLUICE_BULKHEAD_SLOW_FACTOR", "7"},

@@ -177,9 +177,10 @@ TEST_CASE("a member silent past the expiry is gone, and its slots return to the 
   CHECK(b.slots == 8);
 }
 
-TEST_CASE("a member holds the fleet's share, a decrease pushed cuts it at once, past the grace it "
-          "estimates alone from its share, growing 1/N as fast, and answered again, the fleet's wins",
-          "[admission][fleet]") {
+TEST_CASE(
+    "a member holds the fleet's share, a decrease pushed cuts it at once, past the grace it "
+    "estimates alone from its share, growing 1/N as fast, and answered again, the fleet's wins",
+    "[admission][fleet]") {
   EstimatePolicy ep;
   ep.growth_interval = 100ms;
   Bulkhead b({}, Estimate(ep, 4, 4));
