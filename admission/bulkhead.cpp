@@ -533,7 +533,8 @@ void Bulkhead::seat(Seat& s, Micros now) {
   queue_[l].held(s, +1);
   s.seated = true;
   s.seq = estimate_.next_seq();
-  s.load = running_locked() - kept() + (fleet_ ? fleet_->others : 0);  // kept slots carry nothing
+  s.load =
+      running_locked() - kept() + (fleet_ ? fleet_->others_held : 0);  // kept slots carry nothing
   s.own_delay = Micros{0};
   s.since = now;
   ++running_[l];
@@ -565,7 +566,7 @@ bool Bulkhead::release(Seat& s, Signal signal, Micros ttfb, Micros now, bool kee
   // build up over its life, so they answer the larger of that and the load at its end.
   int load = s.load;
   if (signal == Signal::slow || signal == Signal::timeout)
-    load = std::max(load, running_locked() - kept() + (fleet_ ? fleet_->others : 0));
+    load = std::max(load, running_locked() - kept() + (fleet_ ? fleet_->others_held : 0));
   bool decreased = estimate_.observe(signal, s.seq, load, now);
   if (s.lane != Lane::heavy) {
     // A slot freed in a cluster of releases opens later, in a gap (re-phasing).

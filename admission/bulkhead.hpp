@@ -258,8 +258,13 @@ struct BulkheadView {
 
 // This instance's part of a fleet's capacity (admission/fleet.hpp).
 struct FleetLimit {
-  int slots = 0;    // it may hold
-  int others = 0;   // the other instances' requests in flight, as last reported
+  int slots = 0;   // it may hold
+  int others = 0;  // the other instances' requests in flight, as last reported
+  // What the others may run (their slots, or more while they still run on
+  // slots given up): the load a signal met is counted with it, as an
+  // overloaded fleet runs every slot it holds (in flight as last reported
+  // lags a growing fleet by a round).
+  int others_held = 0;
   double khat = 0;  // the fleet's K̂ they come from: the replica below it, fewer in proportion
 };
 

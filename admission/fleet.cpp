@@ -123,6 +123,7 @@ FleetReply FleetLedger::report(const FleetReport& r, Micros now) {
   reply.members = static_cast<int>(members_.size());
   reply.slots = m.slots;
   reply.others = others;
+  reply.others_held = occupied;
   return reply;
 }
 
@@ -152,7 +153,7 @@ void FleetMember::answered(Bulkhead& b, const FleetReply& r, Micros now) {
   ever_ = true;
   source_ = Source::fleet;
   b.sync(r.khat, r.carrying, elsewhere, now);
-  b.set_fleet(FleetLimit{r.slots, r.others, r.khat}, now);
+  b.set_fleet(FleetLimit{r.slots, r.others, r.others_held, r.khat}, now);
   synced_ = r.khat;
   decreases_ = b.estimate().decreases();
 }
@@ -166,7 +167,7 @@ void FleetMember::pushed(Bulkhead& b, double khat, double carrying, std::uint64_
   if (carrying > 0) last_.carrying = carrying;
   last_.epoch = epoch;
   b.sync(khat, carrying, true, now);
-  b.set_fleet(FleetLimit{last_.slots, last_.others, khat}, now);
+  b.set_fleet(FleetLimit{last_.slots, last_.others, last_.others_held, khat}, now);
   synced_ = khat;
   decreases_ = b.estimate().decreases();
 }

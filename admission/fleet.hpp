@@ -64,6 +64,7 @@ struct FleetReply {
   int members = 1;
   int slots = 0;           // this member's
   int others = 0;          // the other members' requests in flight, as last reported
+  int others_held = 0;     // what they may run: the sum of their max(slots, busy)
   bool decreased = false;  // this report decreased the fleet (pushed to every member)
 };
 

@@ -9,7 +9,8 @@
 // KEYS[2]  sluice:fleet:<upstream>:m hash: member id -> "in_flight demand slots seen_ms turn_at_ms
 // turn busy" ARGV     id, expiry_ms, hold_ms, in_flight, demand, change (0 none, 1 grow,
 //          2 decrease), khat, carrying, epoch, max, channel, upstream
-// Returns  {khat, k, epoch, members, slots, others, decreased} as strings; a
+// Returns  {khat, k, epoch, members, slots, others' in flight, decreased,
+//          others' max(slots, busy)} as strings; a
 //          decrease is published on `channel` as "<upstream> <epoch> <khat> <k>".
 namespace sluice::proxy {
 
@@ -115,7 +116,7 @@ redis.call('PEXPIRE', KEYS[2], 86400000)
 if decreased == 1 then
   redis.call('PUBLISH', ARGV[11], ARGV[12] .. ' ' .. epoch .. ' ' .. string.format('%.17g', khat) .. ' ' .. string.format('%.17g', k))
 end
-return {string.format('%.17g', khat), string.format('%.17g', k), tostring(epoch), tostring(n), tostring(me.slots), tostring(others), tostring(decreased)}
+return {string.format('%.17g', khat), string.format('%.17g', k), tostring(epoch), tostring(n), tostring(me.slots), tostring(others), tostring(decreased), tostring(occupied)}
 )lua";
 
 }  // namespace sluice::proxy

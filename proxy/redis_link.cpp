@@ -87,7 +87,7 @@ struct RedisLink::Round {
   std::vector<At> at;
   // The fleet's: each upstream's EVALSHA reply, by its place among the replies.
   std::vector<std::size_t> fleet_at;
-  std::vector<std::array<double, 7>> fleet;
+  std::vector<std::array<double, 8>> fleet;
   std::array<char, 16 * 1024> buf{};
   redisReader* reader = redisReaderCreate();
   ~Round() { redisReaderFree(reader); }
@@ -381,6 +381,7 @@ void RedisLink::finish_fleet(Round& r) {
     reply.slots = static_cast<int>(a[4]);
     reply.others = static_cast<int>(a[5]);
     reply.decreased = a[6] > 0;
+    reply.others_held = static_cast<int>(a[7]);
     const bool was_local = fleet_[u].source() == admission::FleetMember::Source::local &&
                            fleet_[u].last_answer() > admission::Micros{0};
     fleet_[u].answered(rt_.bulkhead(u), reply, r.now);
