@@ -242,7 +242,9 @@ Micros Bulkhead::line_wait_locked(int ahead) const {
   // Seats turn over at slots / the mean hold a second.
   if (seat_hold_us_ <= 0) return Micros{0};
   const double per_s = census_locked(std::nullopt).slots() * 1e6 / seat_hold_us_;
-  if (per_s <= 0) return Micros::max() / 4;  // a fleet's member without a slot: its next round
+  // A fleet's member without a slot: its turn comes at a round; the request
+  // waits for it (its patience), and so is the demand its next report shows.
+  if (per_s <= 0) return Micros{0};
   return Micros(static_cast<std::int64_t>((ahead + 1) * 1e6 / per_s));
 }
 
@@ -738,7 +740,9 @@ void Bulkhead::pace(int before, Micros now) {
 }
 
 // Nobody waiting: a newcomer takes the slot when it comes, at its own time.
-bool Bulkhead::may_pace() const { return paced_n_ < kMaxPaced && waiting_locked() > 0; }
+// A fleet's member paces nothing: its share moves with the fleet's rounds, and
+// the phases of a few slots of many are not the upstream's.
+bool Bulkhead::may_pace() const { return !fleet_ && paced_n_ < kMaxPaced && waiting_locked() > 0; }
 
 bool Bulkhead::open_later(std::optional<Micros> at) {
   if (!at) return false;

@@ -158,7 +158,8 @@ def run(n, cap, sharing, failures):
     time.sleep(SETTLE)
     served, share429 = counted(api_port, PHASE)
     row = {"instances": n, "capacity": cap, "sharing": sharing,
-           "goodput": served / capacity, "upstream_429": share429}
+           "goodput": served / capacity, "upstream_429": share429,
+           "khat": (fleet_of(inst[0][2]) or {}).get("khat") if sharing else None}
     if failures:
         redis.send_signal(signal.SIGSTOP)
         served, share429 = counted(api_port, PHASE)
@@ -188,9 +189,9 @@ def secs(x):
 def main():
     print(f"fleet: {SERVICE_MS} ms a request, load {LOAD:g}x the upstream's capacity, Poisson, "
           f"settled {SETTLE:g} s, {PHASE:g} s counted at the upstream")
-    print("| instances | slots | sharing | goodput | upstream 429s | Redis frozen: goodput, 429s |"
-          " back to the fleet's share | one killed: gone for the others |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| instances | slots | sharing | goodput | upstream 429s | fleet's K̂ | Redis frozen: goodput, "
+          "429s | back to the fleet's share | one killed: gone for the others |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for n in INSTANCES:
         for cap in CAPACITIES:
             for sharing in (True, False):
@@ -198,7 +199,8 @@ def main():
                 frozen = (f"{pct(r['frozen_goodput'])}, {pct(r['frozen_429'])}"
                           if sharing else "-")
                 print(f"| {n} | {cap} | {'on' if sharing else 'off'} | {pct(r['goodput'])} | "
-                      f"{pct(r['upstream_429'])} | {frozen} | "
+                      f"{pct(r['upstream_429'])} | "
+                      f"{'-' if r['khat'] is None else format(r['khat'], '.1f')} | {frozen} | "
                       f"{secs(r.get('back_s')) if sharing else '-'} | "
                       f"{secs(r.get('gone_s')) if sharing else '-'} |", flush=True)
 

@@ -259,3 +259,32 @@ TEST_CASE("a decrease measured here cuts the member's share at once, before its 
   CHECK(rep.change == FleetChange::decrease);
   CHECK(rep.epoch == 1);
 }
+
+TEST_CASE("a member without a slot queues a request for its turn, and seats it when the turn comes",
+          "[admission][fleet]") {
+  Bulkhead b({}, Estimate({}, 4, 4));
+  // Seat holds measured, so the line has a pace (and a newcomer's wait a value).
+  Rng rng(1);
+  TestSeat warm;
+  REQUIRE(b.ask(warm, 1s, rng));
+  b.release(warm, Signal::clean, 20ms, 1s + 20ms);
+  FleetMember m(1, 300ms);
+  FleetReply r;
+  r.khat = 4;
+  r.carrying = 4;
+  r.epoch = 1;
+  r.members = 8;
+  r.slots = 0;
+  r.others = 4;
+  r.others_held = 4;
+  m.answered(b, r, 2s);
+  TestSeat s;
+  bool queued = false;
+  CHECK_FALSE(b.ask(s, 2s + 10ms, rng, nullptr, true, &queued));
+  CHECK(queued);  // not refused: its turn comes at a round
+  // Its turn: the next answer gives it a slot, and the waiter is seated at once.
+  r.slots = 1;
+  m.answered(b, r, 2s + 100ms);
+  CHECK(s.seated);
+  b.release(s, Signal::clean, 20ms, 2s + 120ms);
+}
