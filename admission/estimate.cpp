@@ -138,12 +138,16 @@ void Estimate::step(Event e, Micros now, double carrying, double factor, Signal 
       // replica as its own would have, without counting one more.
       if (carrying > 0) k_ = carrying;
       if (why == Signal::refused) {
+        // A probe past K refuted elsewhere (the fleet back at K): this replica's
+        // next probe backs off as its own refutation's would, so the fleet
+        // probes as one instance does; a decrease under K starts over.
+        const bool refuted_elsewhere = k_ > 0 && factor >= k_ - 1e-9;
+        refuted_ = refuted_elsewhere ? std::min(refuted_ + 1, EstimatePolicy::kProbeBackoff) : 0;
         epoch_ = seq_;
         exhausted_at_ = now;
-        refuted_ = 0;
         step_ = 1;
-        probe_at_ = now + p_.probe_after;
-        phase_ = Phase::hold;
+        probe_at_ = now + probe_wait();
+        phase_ = refuted_elsewhere ? Phase::grow : Phase::hold;
         start_window();
       } else if (phase_ == Phase::start && k_ > 0) {
         phase_ = Phase::grow;

@@ -45,7 +45,8 @@
 //   start --too much--> hold --clean answer after the epoch--> grow
 //   grow --tick at K, probe due--> probe --held/refuted--> grow
 //   any --too much--> hold
-//   any --synced (the fleet's value)--> hold after a fleet decrease, else as it was
+//   any --synced (the fleet's value)--> hold after a fleet decrease, grow after a
+//        probe refuted elsewhere (its next probe backed off alike), else as it was
 //
 // Threading: none; the bulkhead holds its lock around every call. Time comes
 // in as Micros since an epoch the caller picks; nothing is scheduled.

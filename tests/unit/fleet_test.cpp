@@ -288,3 +288,30 @@ TEST_CASE("a member without a slot queues a request for its turn, and seats it w
   CHECK(s.seated);
   b.release(s, Signal::clean, 20ms, 2s + 120ms);
 }
+
+TEST_CASE(
+    "a probe refuted by one member backs every member's next probe off, so the fleet probes "
+    "as one instance does",
+    "[admission][fleet]") {
+  EstimatePolicy p;
+  p.growth_interval = 100ms;
+  p.probe_after = 1s;
+  const Micros t = 10s;
+  // A replica at K = 4 learns that another member's probe past K was refuted:
+  // the fleet's K̂ back at K, in a new epoch.
+  Estimate b(p, 4, 4);
+  b.sync(4, 4, true, t);
+  // A clean answer of a request admitted after it.
+  const auto seq = b.next_seq();
+  b.observe(Signal::clean, seq, 3, t + 10ms);
+  // Its next probe waits as long as the refuted member's own (backed off once: 2 s).
+  b.demand();
+  CHECK_FALSE(b.maybe_grow(t + 1500ms));
+  b.demand();
+  CHECK(b.maybe_grow(t + 2100ms));
+  CHECK(b.probing());
+  // A decrease under K elsewhere holds it, and starts the probes over.
+  Estimate c(p, 4, 4);
+  c.sync(3.4, 4, true, t);
+  CHECK(c.phase() == Estimate::Phase::hold);
+}
