@@ -314,7 +314,14 @@ TEST_CASE(
   // for its life (the stream's 5 s, then /heavy/report's moment an eighth of
   // the way), a request for its answer.
   REQUIRE(request(s.port, "GET", "/item").status == 200);
-  auto state = json::parse(request(s.admin, "GET", "/admin/state").body);
+  // Its seat goes back once the answer is written, a moment after the client has it.
+  json state;
+  CHECK(eventually(
+      [&] {
+        state = json::parse(request(s.admin, "GET", "/admin/state").body);
+        return state["upstreams"][0]["refused_come_back_to"]["request_hold_ms"].get<double>() > 0;
+      },
+      2s));
   const auto& back = state["upstreams"][0]["refused_come_back_to"];
   CHECK(back["stream_hold_ms"].get<double>() >= 4000);
   CHECK(back["request_hold_ms"].get<double>() > 0);
