@@ -39,16 +39,19 @@ int FleetLedger::held() const {
   return n;
 }
 
-std::vector<int> FleetLedger::targets(Micros now) const {
+FleetLedger::Targets FleetLedger::targets(Micros now) const {
   const int total = std::max(1, whole(khat_));
   const auto n = static_cast<double>(members_.size());
   std::vector<double> claims;
   claims.reserve(members_.size());
   for (const Member& m : members_) claims.push_back(m.demand > 0 ? m.demand : total / n);
   const std::vector<double> share = fair_shares(total, claims);
-  std::vector<int> out(members_.size());
+  Targets t;
+  t.whole.resize(members_.size());
   int given = 0;
-  for (std::size_t i = 0; i < out.size(); ++i) given += out[i] = whole(share[i]);
+  for (std::size_t i = 0; i < share.size(); ++i) given += t.whole[i] = whole(share[i]);
+  std::vector<int>& out = t.target;
+  out = t.whole;
   // The slots the fractions leave go in turns, to members that want more than
   // their whole slots: a turn held less than `hold` first, then the member
   // whose last turn began longest ago.
@@ -68,7 +71,7 @@ std::vector<int> FleetLedger::targets(Micros now) const {
     ++out[i];
     ++given;
   }
-  return out;
+  return t;
 }
 
 FleetReply FleetLedger::report(const FleetReport& r, Micros now) {
@@ -100,7 +103,7 @@ FleetReply FleetLedger::report(const FleetReport& r, Micros now) {
   it->demand = std::max(0, r.demand);
   it->seen = now;
   const auto self = static_cast<std::size_t>(it - members_.begin());
-  const std::vector<int> target = targets(now);
+  const Targets target = targets(now);
   const int total = std::max(1, whole(khat_));
   int occupied = 0, others = 0;
   for (std::size_t j = 0; j < members_.size(); ++j) {
@@ -109,12 +112,9 @@ FleetReply FleetLedger::report(const FleetReport& r, Micros now) {
     others += members_[j].in_flight;
   }
   Member& m = members_[self];
-  m.slots = std::clamp(total - occupied, 0, target[self]);
+  m.slots = std::clamp(total - occupied, 0, target.target[self]);
   // Its turn: a slot beyond its fair share's whole slots.
-  const auto n = static_cast<double>(members_.size());
-  std::vector<double> claims;
-  for (const Member& o : members_) claims.push_back(o.demand > 0 ? o.demand : total / n);
-  const bool turn = m.slots > whole(fair_shares(total, claims)[self]);
+  const bool turn = m.slots > target.whole[self];
   if (turn && !m.turn) m.turn_at = now;
   m.turn = turn;
   reply.khat = khat_;

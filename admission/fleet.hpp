@@ -100,7 +100,11 @@ class FleetLedger {
     Micros turn_at{0};  // its last slot in turn began then (0: never)
     bool turn = false;  // holds a slot in turn
   };
-  std::vector<int> targets(Micros now) const;  // per member, integer slots
+  struct Targets {
+    std::vector<int> whole;   // per member, its fair share's whole slots
+    std::vector<int> target;  // and with the turns the fractions leave
+  };
+  Targets targets(Micros now) const;
   Policy p_;
   bool known_ = false;
   double khat_ = 1, k_ = 0;
